@@ -1,0 +1,39 @@
+# powerfleet: `make run` (main job) and `make test` (suite) do all set-up on a fresh machine.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION := 1
+
+.PHONY: run test lint format bench clean data
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	# The CPU build of torch first: any looser pin pulls several GB of CUDA packages.
+	$(PIP) install --quiet torch==2.13.0
+	$(PIP) install --quiet -e '.[dev,train]'
+	touch $@
+
+$(VENV): $(VENV)/.installed
+
+run: $(VENV)/.installed
+	$(VENV)/bin/powerfleet demo
+
+test: $(VENV)/.installed
+	$(PY) -m pytest -q
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/vermin -q --no-tips --violations -t=3.6- fleet/agent
+
+format: $(VENV)/.installed
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+bench: $(VENV)/.installed
+	$(PY) benchmarks/selection.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

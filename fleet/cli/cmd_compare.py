@@ -1,0 +1,95 @@
+"""`powerfleet compare`: B1, B2, ours and the oracle side by side across budgets."""
+
+from __future__ import annotations
+
+import argparse
+
+from fleet.cli.common import (
+    budget_label,
+    console,
+    emit_json,
+    note,
+    parse_budgets,
+    parse_caps,
+    table,
+)
+from fleet.compare import compare
+from fleet.efficiency import load_efficiency
+from fleet.profile import load_profile
+from fleet.selection import align
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("compare", help="compare B1, B2, ours and the oracle across budgets")
+    p.add_argument("--profile", required=True, help="profile CSV of the device")
+    p.add_argument("--efficiency", required=True, help="proxy efficiency CSV (what ours uses)")
+    p.add_argument("--truth", help="the target's true efficiency CSV (the oracle; costs all)")
+    p.add_argument("--budgets", default="4.5,7,none", help="comma list of watts or 'none'")
+    p.add_argument(
+        "--caps",
+        help="baseline frequency caps per budget, e.g. 4.5=307.2,7=614.4,none=921.6 "
+        "(default: the highest clock safe for every profiled point)",
+    )
+    p.add_argument(
+        "--cap-profile",
+        action="append",
+        default=[],
+        help="more profiles (other models) the safe cap must cover; repeatable",
+    )
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    profile, proxy, msg = align(load_profile(args.profile), load_efficiency(args.efficiency))
+    if msg:
+        note("compare", msg)
+    truth = load_efficiency(args.truth) if args.truth else None
+    cap_profiles = [profile] + [load_profile(p) for p in args.cap_profile]
+    budgets = parse_budgets(args.budgets)
+    rows = compare(profile, proxy, budgets, truth, parse_caps(args.caps), cap_profiles)
+    if args.json:
+        emit_json(
+            {
+                "profile": args.profile,
+                "efficiency": args.efficiency,
+                "truth": args.truth,
+                "rows": rows,
+            }
+        )
+        return 0
+    cols = [
+        "budget",
+        "method",
+        "batch",
+        "freq MHz",
+        "peak W",
+        "time s",
+        "energy J",
+        "x vs B1",
+        "x vs B2",
+        "+% vs oracle",
+        "status",
+    ]
+    body = [
+        [
+            budget_label(r["budget_w"]),
+            r["method"],
+            r["batch_size"],
+            r["freq_mhz"],
+            r["peak_power_w"],
+            r["predicted_time_s"],
+            r["predicted_energy_j"],
+            r["speedup_vs_b1"],
+            r["speedup_vs_b2"],
+            r["gap_to_oracle_pct"],
+            r["status"].split(":")[0],
+        ]
+        for r in rows
+    ]
+    src = f"truth: {args.truth}" if args.truth else "truth = proxy (no --truth)"
+    console.print(table(f"Comparison on {args.profile} ({src})", cols, body))
+    for r in rows:
+        if r["status"] not in ("ok",):
+            note("compare", f"{budget_label(r['budget_w'])} {r['method']}: {r['status']}")
+    return 0

@@ -1,0 +1,56 @@
+"""`powerfleet select`: the choice one device makes under its budget (DESIGN.md contract)."""
+
+from __future__ import annotations
+
+import argparse
+
+from fleet.cli.common import budget_label, console, emit_json, note, parse_budget, table
+from fleet.efficiency import load_efficiency
+from fleet.profile import load_profile
+from fleet.selection import OBJECTIVES, align, select
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "select",
+        help="pick the batch size and GPU frequency that reach the target soonest under a budget",
+    )
+    p.add_argument("--profile", required=True, help="profile CSV of the device (the LUT)")
+    p.add_argument("--efficiency", required=True, help="efficiency CSV (samples-to-accuracy)")
+    p.add_argument("--budget-w", required=True, type=str, help="power budget in watts, or 'none'")
+    p.add_argument("--objective", choices=OBJECTIVES, default="time")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    budget = parse_budget(args.budget_w)
+    profile, eff, msg = align(load_profile(args.profile), load_efficiency(args.efficiency))
+    if msg:
+        note("select", msg)
+    choice = select(profile, eff, budget, args.objective)
+    if args.json:
+        out = choice.to_dict()
+        out["budget_w"] = budget
+        out["profile"] = args.profile
+        out["efficiency"] = args.efficiency
+        emit_json(out)
+        return 0
+    console.print(
+        table(
+            f"Selection under {budget_label(budget)} (objective: {args.objective})",
+            ["batch", "freq MHz", "peak W", "mean W", "samples", "pred. time s", "pred. energy J"],
+            [
+                [
+                    choice.batch_size,
+                    choice.freq_mhz,
+                    choice.peak_power_w,
+                    choice.mean_power_w,
+                    choice.samples_to_accuracy,
+                    choice.predicted_time_s,
+                    choice.predicted_energy_j,
+                ]
+            ],
+        )
+    )
+    return 0

@@ -1,0 +1,100 @@
+"""Small helpers the subcommands share: budget parsing, JSON output, rich tables."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from fleet.errors import InputError
+
+console = Console()
+if not console.is_terminal:
+    # Piped or captured output: wide enough that tables never fold into unreadable columns.
+    console = Console(width=200)
+
+
+def note(command: str, message: str) -> None:
+    """A one-line remark on stderr (stdout stays clean for --json)."""
+    print(f"powerfleet {command}: note: {message}", file=sys.stderr)
+
+
+NO_BUDGET = ("none", "inf", "unlimited", "n/a", "na")
+
+
+def parse_budget(raw: str) -> float | None:
+    """A budget in watts, or None for 'none'/'inf' (no power limit)."""
+    if raw.strip().lower() in NO_BUDGET:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise InputError(f"--budget-w: {raw!r} is not a number of watts or 'none'") from None
+    if math.isinf(value):
+        return None
+    if math.isnan(value) or value <= 0:
+        raise InputError(f"--budget-w: budget must be > 0 W (or 'none'), got {raw}")
+    return value
+
+
+def parse_budgets(raw: str) -> list[float | None]:
+    return [parse_budget(x) for x in raw.split(",") if x.strip()]
+
+
+def parse_caps(raw: str | None) -> dict[float | None, float]:
+    """'4.5=307.2,7=614.4,none=921.6' -> {4.5: 307.2, 7.0: 614.4, None: 921.6}."""
+    caps: dict[float | None, float] = {}
+    if not raw:
+        return caps
+    for item in raw.split(","):
+        if "=" not in item:
+            raise InputError(f"--caps: {item!r} is not BUDGET=MHZ (e.g. 4.5=307.2)")
+        budget, mhz = item.split("=", 1)
+        try:
+            caps[parse_budget(budget)] = float(mhz)
+        except ValueError:
+            raise InputError(f"--caps: {mhz!r} is not a frequency in MHz") from None
+    return caps
+
+
+def budget_label(budget: float | None) -> str:
+    return "none" if budget is None else f"{budget:g} W"
+
+
+def emit_json(obj: Any) -> None:
+    """One JSON object on stdout; NaN/inf become null so every JSON parser accepts it."""
+    json.dump(_clean(obj), sys.stdout, indent=None, sort_keys=False)
+    sys.stdout.write("\n")
+
+
+def _clean(obj: Any) -> Any:
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+def fmt(value: Any, digits: int = 4) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return "-"
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+def table(title: str, columns: list[str], rows: list[list[Any]]) -> Table:
+    t = Table(title=title, title_justify="left")
+    for c in columns:
+        t.add_column(c, justify="right" if c not in ("method", "status", "device") else "left")
+    for r in rows:
+        t.add_row(*[fmt(v) for v in r])
+    return t

@@ -1,0 +1,39 @@
+"""Shared helpers: write small profile/efficiency CSVs as real files."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def write_csv(path: Path, header: str, rows: list[str], comments: list[str] = ()) -> Path:
+    lines = [f"# {c}" for c in comments] + [header] + rows
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture
+def write(tmp_path):
+    def _write(name: str, header: str, rows: list[str], comments: list[str] = ()) -> Path:
+        return write_csv(tmp_path / name, header, rows, comments)
+
+    return _write
+
+
+def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """Run the installed `powerfleet` entry point as a user would (a real subprocess)."""
+    env = dict(os.environ, COLUMNS="200")
+    return subprocess.run(
+        [sys.executable, "-m", "fleet", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd or ROOT,
+        env=env,
+        timeout=120,
+    )
