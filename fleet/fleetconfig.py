@@ -1,0 +1,277 @@
+"""The fleet TOML: which devices, on which budgets, with which profiles and data.
+
+One file drives both a simulation and a real deployment (DESIGN.md), so it says everything a
+device needs and nothing about how it is run. Paths are relative to the file. A device entry
+with ``count = N`` stands for N identical devices (``name-0001`` ...), which is how a
+1,000-device what-if fleet stays a ten-line file. Every problem is one ``InputError`` naming
+the file, the device and the field; nothing falls back to a silent default.
+
+    [run]
+    name = "mixed"
+    model = "resnet18"
+    efficiency = "../efficiency/resnet18_cifar10-proxy.csv"  # what the coordinator ships
+    target_accuracy = 0.92
+    mode = "local"            # local: devices keep their weights; federated: FedAvg
+    objective = "time"        # or "energy"
+    rounds = 1
+
+    [[devices]]
+    name = "nano-1"
+    type = "jetson-nano"
+    budget_w = 4.5            # watts, or "none"
+    budget_schedule = [[0, 7.0], [600, 4.5]]   # optional: (seconds into training, watts)
+    profile = "../profiles/nano_resnet18.csv"
+    data = "../efficiency/resnet18_svhn.csv"    # replay: the device's convergence trace
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fleet.errors import InputError
+
+# Known device types and what they are; a fleet naming another type is refused, because the
+# type decides the backend (and so whether frequencies can be locked at all).
+DEVICE_TYPES: dict[str, str] = {
+    "jetson-nano": "NVIDIA Jetson Nano (gm20b GPU, devfreq 57000000.gpu, INA3221 POM_5V_IN)",
+    "jetson-tx2nx": "NVIDIA Jetson TX2 NX (gp10b GPU, devfreq 17000000.gp10b, INA3221)",
+    "jetson-orin": "NVIDIA Jetson Orin (ga10b GPU, INA3221 hwmon VDD_IN)",
+    "nvml-gpu": "an NVIDIA GPU driven through NVML",
+    "cpu": "a CPU-only host (no frequency control; RAPL power when readable)",
+}
+MODES = ("local", "federated")
+OBJECTIVES = ("time", "energy")
+LEARNING = ("trace", "train")
+
+
+@dataclass(frozen=True)
+class BudgetStep:
+    at_s: float  # seconds of training after which this budget applies
+    budget_w: float | None  # None: unlimited
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """One device of the fleet, fully resolved (absolute paths, expanded counts)."""
+
+    name: str
+    device_type: str
+    budget_w: float | None
+    profile: str
+    data: str | None
+    schedule: tuple[BudgetStep, ...] = ()
+    learning: str = "trace"
+
+    def to_node_config(self) -> dict[str, str | float]:
+        """The flat key/values a SuperNode's --node-config carries in deployment."""
+        cfg: dict[str, str | float] = {
+            "device-name": self.name,
+            "device-type": self.device_type,
+            "budget-w": -1.0 if self.budget_w is None else float(self.budget_w),
+            "profile": self.profile,
+        }
+        if self.data:
+            cfg["data"] = self.data
+        if self.schedule:
+            cfg["budget-schedule"] = format_schedule(self.schedule)
+        return cfg
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    name: str
+    model: str
+    efficiency: str
+    target_accuracy: float
+    mode: str = "local"
+    objective: str = "time"
+    rounds: int = 1
+    optimizer: str = "adam"
+    lr_ref_batch: int = 128
+    lr_ref: float = 5e-4
+    seed: int = 0
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Fleet:
+    path: str
+    run: RunSettings
+    devices: tuple[DeviceSpec, ...]
+
+
+def parse_budget_value(where: str, raw: object) -> float | None:
+    """A budget in watts; 'none' (or absent) means unlimited. Never <= 0."""
+    if raw is None or (isinstance(raw, str) and raw.strip().lower() in ("none", "inf", "")):
+        return None
+    if isinstance(raw, bool) or not isinstance(raw, (int, float, str)):
+        raise InputError(f"{where}: expected watts (a number) or 'none', got {raw!r}")
+    try:
+        v = float(raw)
+    except ValueError:
+        raise InputError(f"{where}: expected watts (a number) or 'none', got {raw!r}") from None
+    if math.isinf(v) and v > 0:
+        return None
+    if math.isnan(v) or v <= 0:
+        raise InputError(f"{where}: budget must be > 0 W (or 'none'), got {raw!r}")
+    return v
+
+
+def parse_schedule(where: str, raw: object) -> tuple[BudgetStep, ...]:
+    """[[0, 7.0], [600, 4.5]] or "0:7,600:4.5" -> steps sorted by time, first at 0."""
+    items: list[tuple[object, object]] = []
+    if isinstance(raw, str):
+        for part in raw.split(","):
+            if ":" not in part:
+                raise InputError(f"{where}: {part!r} is not SECONDS:WATTS")
+            a, b = part.split(":", 1)
+            items.append((a, b))
+    elif isinstance(raw, list):
+        for step in raw:
+            if not isinstance(step, list) or len(step) != 2:
+                raise InputError(f"{where}: each step must be [seconds, watts], got {step!r}")
+            items.append((step[0], step[1]))
+    else:
+        raise InputError(f"{where}: expected a list of [seconds, watts] pairs")
+    steps = []
+    for at, w in items:
+        try:
+            at_s = float(at)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise InputError(f"{where}: time {at!r} is not a number of seconds") from None
+        if at_s < 0 or math.isnan(at_s):
+            raise InputError(f"{where}: time {at!r} must be >= 0 seconds")
+        steps.append(BudgetStep(at_s, parse_budget_value(where, w)))
+    steps.sort(key=lambda s: s.at_s)
+    if not steps or steps[0].at_s != 0:
+        raise InputError(f"{where}: the first step must start at 0 seconds")
+    if len({s.at_s for s in steps}) != len(steps):
+        raise InputError(f"{where}: two steps start at the same time")
+    return tuple(steps)
+
+
+def format_schedule(steps: tuple[BudgetStep, ...]) -> str:
+    return ",".join(
+        f"{s.at_s:g}:{'none' if s.budget_w is None else format(s.budget_w, 'g')}" for s in steps
+    )
+
+
+def _req(table: dict, key: str, where: str, kind: type | tuple[type, ...]) -> object:
+    if key not in table:
+        raise InputError(f"{where}: missing field '{key}'")
+    value = table[key]
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        raise InputError(f"{where}: field '{key}' has the wrong type ({value!r})")
+    return value
+
+
+def _resolve(base: Path, raw: str, where: str, must_exist: bool = True) -> str:
+    p = (base / raw).resolve() if not Path(raw).is_absolute() else Path(raw)
+    if must_exist and not p.exists():
+        raise InputError(f"{where}: file not found: {raw} (resolved to {p})")
+    return str(p)
+
+
+def load_fleet(path: str | Path) -> Fleet:
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(f"{path}: fleet file not found") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"{path}: not valid TOML: {exc}") from None
+    base = path.parent
+    run_t = data.get("run")
+    if not isinstance(run_t, dict):
+        raise InputError(f"{path}: missing [run] table")
+    w = f"{path}: [run]"
+    known_run = {
+        "name",
+        "model",
+        "efficiency",
+        "target_accuracy",
+        "mode",
+        "objective",
+        "rounds",
+        "optimizer",
+        "lr_ref_batch",
+        "lr_ref",
+        "seed",
+    }
+    mode = str(run_t.get("mode", "local"))
+    if mode not in MODES:
+        raise InputError(f"{w}: mode must be one of {', '.join(MODES)}, got {mode!r}")
+    objective = str(run_t.get("objective", "time"))
+    if objective not in OBJECTIVES:
+        raise InputError(
+            f"{w}: objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}"
+        )
+    target = float(_req(run_t, "target_accuracy", w, (int, float)))  # type: ignore[arg-type]
+    if not 0 < target <= 1:
+        raise InputError(f"{w}: target_accuracy must be in (0, 1], got {target}")
+    rounds = int(run_t.get("rounds", 1))
+    if rounds < 1:
+        raise InputError(f"{w}: rounds must be >= 1, got {rounds}")
+    run = RunSettings(
+        name=str(run_t.get("name", path.stem)),
+        model=str(_req(run_t, "model", w, str)),
+        efficiency=_resolve(base, str(_req(run_t, "efficiency", w, str)), f"{w} efficiency"),
+        target_accuracy=target,
+        mode=mode,
+        objective=objective,
+        rounds=rounds,
+        optimizer=str(run_t.get("optimizer", "adam")),
+        lr_ref_batch=int(run_t.get("lr_ref_batch", 128)),
+        lr_ref=float(run_t.get("lr_ref", 5e-4)),
+        seed=int(run_t.get("seed", 0)),
+        extra={k: v for k, v in run_t.items() if k not in known_run},
+    )
+    dev_list = data.get("devices")
+    if not isinstance(dev_list, list) or not dev_list:
+        raise InputError(f"{path}: no [[devices]] entries")
+    devices: list[DeviceSpec] = []
+    seen: dict[str, str] = {}
+    for i, d in enumerate(dev_list, start=1):
+        name = d.get("name") if isinstance(d, dict) else None
+        w = f"{path}: device #{i}" + (f" ({name})" if name else "")
+        if not isinstance(d, dict):
+            raise InputError(f"{w}: expected a table")
+        name = str(_req(d, "name", w, str))
+        dtype = str(_req(d, "type", w, str))
+        if dtype not in DEVICE_TYPES:
+            raise InputError(
+                f"{w}: unknown device type {dtype!r}; expected one of {', '.join(DEVICE_TYPES)}"
+            )
+        if "budget_w" not in d and "budget_schedule" not in d:
+            raise InputError(f"{w}: missing field 'budget_w' (watts, or \"none\" for no limit)")
+        schedule: tuple[BudgetStep, ...] = ()
+        if "budget_schedule" in d:
+            schedule = parse_schedule(f"{w} budget_schedule", d["budget_schedule"])
+            budget = schedule[0].budget_w
+            if "budget_w" in d and parse_budget_value(w, d["budget_w"]) != budget:
+                raise InputError(f"{w}: budget_w disagrees with the schedule's first step")
+        else:
+            budget = parse_budget_value(f"{w} budget_w", d["budget_w"])
+        profile = _resolve(base, str(_req(d, "profile", w, str)), f"{w} profile")
+        learning = str(d.get("learning", "trace"))
+        if learning not in LEARNING:
+            raise InputError(f"{w}: learning must be one of {', '.join(LEARNING)}")
+        data_path = None
+        if "data" in d:
+            data_path = _resolve(base, str(d["data"]), f"{w} data", must_exist=learning == "trace")
+        elif learning == "trace":
+            raise InputError(f"{w}: missing field 'data' (the device's convergence trace CSV)")
+        count = d.get("count", 1)
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise InputError(f"{w}: count must be a positive integer, got {count!r}")
+        width = max(4, len(str(count)))
+        names = [name] if count == 1 else [f"{name}-{k:0{width}d}" for k in range(1, count + 1)]
+        for n in names:
+            if n in seen:
+                raise InputError(f"{w}: duplicate device name {n!r} (also {seen[n]})")
+            seen[n] = f"device #{i}"
+            devices.append(DeviceSpec(n, dtype, budget, profile, data_path, schedule, learning))
+    return Fleet(str(path), run, tuple(devices))

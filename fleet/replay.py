@@ -1,0 +1,197 @@
+"""A simulated device: replay a recorded profile on a virtual clock.
+
+The device does what a real one does (select (b, f) under its budget with the efficiency the
+coordinator shipped, then train until the target) but time only advances by the profiled step
+time at the chosen point and energy is charged at the profiled mean power. How many samples the
+training takes comes from the device's own convergence trace (its true samples-to-accuracy per
+batch size), which is what makes "ours" differ from the oracle.
+
+Budgets that change during training (``budget_schedule``) are handled segment by segment: at
+each change the device re-selects; progress carries over as the *fraction* of the target
+reached, so switching from b to b' leaves ``(1 - done) x N(b')`` samples to go. If a segment's
+budget admits no point, the device pauses (no work, no GPU power charged) until the next step;
+it never runs over budget.
+
+The learning side is a seam: ``learn`` may be a trace (this module) or real training (a later
+trainer supplies samples and accuracy), while the clock and the power accounting stay here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+from fleet.efficiency import Efficiency
+from fleet.errors import InfeasibleError
+from fleet.fleetconfig import BudgetStep, DeviceSpec
+from fleet.profile import Profile
+from fleet.selection import (
+    Choice,
+    SelectionIndex,
+    baseline_b1,
+    baseline_b2,
+    evaluate,
+    safe_frequency_cap,
+)
+
+
+@dataclass
+class Segment:
+    start_s: float
+    end_s: float
+    budget_w: float | None
+    batch_size: int | None
+    freq_mhz: float | None
+    samples: float
+    energy_j: float
+    peak_power_w: float | None
+
+
+@dataclass
+class DeviceResult:
+    """What a device reports back after a round (one row of the round report)."""
+
+    device: str
+    device_type: str
+    budget_w: float | None
+    profile: str
+    efficiency: str
+    status: str  # ok | infeasible | not reached
+    batch_size: int | None = None
+    freq_mhz: float | None = None
+    predicted_time_s: float | None = None
+    time_s: float | None = None
+    energy_j: float | None = None
+    peak_power_w: float | None = None
+    mean_power_w: float | None = None
+    accuracy: float | None = None
+    samples: float | None = None
+    b1_time_s: float | None = None
+    b2_time_s: float | None = None
+    speedup_vs_b1: float | None = None
+    speedup_vs_b2: float | None = None
+    message: str = ""
+    learning: str = "trace"
+    segments: list[Segment] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, object]:
+        d = asdict(self)
+        for k, v in d.items():
+            if isinstance(v, float) and not math.isfinite(v):
+                d[k] = None
+        return d
+
+
+def _choose(index: SelectionIndex, shipped: Efficiency, budget: float | None, objective: str):
+    try:
+        return index.select(shipped, budget, objective)
+    except InfeasibleError:
+        return None
+
+
+def replay_device(
+    spec: DeviceSpec,
+    profile: Profile,
+    shipped: Efficiency,
+    trace: Efficiency,
+    target_accuracy: float,
+    objective: str = "time",
+    index: SelectionIndex | None = None,
+) -> DeviceResult:
+    """Run one device's round on the virtual clock; never exceeds any budget in force."""
+    index = index or SelectionIndex(profile)
+    schedule = spec.schedule or (BudgetStep(0.0, spec.budget_w),)
+    res = DeviceResult(
+        spec.name,
+        spec.device_type,
+        spec.budget_w,
+        spec.profile,
+        shipped.source,
+        "ok",
+        learning=spec.learning,
+    )
+    first = _choose(index, shipped, schedule[0].budget_w, objective)
+    if first is None:
+        res.status = "infeasible"
+        try:
+            index.select(shipped, schedule[0].budget_w, objective)
+        except InfeasibleError as exc:
+            res.message = str(exc)
+        return res
+    res.batch_size, res.freq_mhz = first.batch_size, first.freq_mhz
+    res.predicted_time_s = first.predicted_time_s
+    res.peak_power_w, res.mean_power_w = first.peak_power_w, first.mean_power_w
+    _baselines(res, profile, shipped, trace, spec.budget_w)
+
+    clock = done = energy = samples = 0.0  # done: fraction of the target reached
+    peak = 0.0
+    for k, step in enumerate(schedule):
+        end = schedule[k + 1].at_s if k + 1 < len(schedule) else math.inf
+        if clock < step.at_s:  # paused through an infeasible segment: idle until now
+            clock = step.at_s
+        choice = first if k == 0 else _choose(index, shipped, step.budget_w, objective)
+        if choice is None:
+            res.segments.append(Segment(clock, end, step.budget_w, None, None, 0.0, 0.0, None))
+            clock = end
+            continue
+        n_true = trace.samples.get(choice.batch_size, math.nan)
+        if math.isnan(n_true):
+            res.status = "not reached"
+            res.message = (
+                f"batch_size={choice.batch_size} never reaches the target in {trace.source}"
+            )
+            break
+        per_sample = choice.time_per_batch_s / choice.batch_size
+        need = (1.0 - done) * n_true  # samples left at this batch size
+        span = end - clock
+        run = min(need * per_sample, span)
+        seg_samples = run / per_sample
+        seg_energy = choice.mean_power_w * run
+        res.segments.append(
+            Segment(
+                clock,
+                clock + run,
+                step.budget_w,
+                choice.batch_size,
+                choice.freq_mhz,
+                seg_samples,
+                seg_energy,
+                choice.peak_power_w,
+            )
+        )
+        clock += run
+        energy += seg_energy
+        samples += seg_samples
+        peak = max(peak, choice.peak_power_w)
+        done += seg_samples / n_true
+        if done >= 1.0 - 1e-12:
+            break
+    if res.status == "ok" and done < 1.0 - 1e-12:
+        res.status = "infeasible"
+        res.message = "the budget schedule left no feasible point before the target was reached"
+    res.time_s, res.energy_j, res.samples = clock, energy, samples
+    res.peak_power_w = peak if peak > 0 else res.peak_power_w
+    if res.status == "ok":
+        res.accuracy = target_accuracy
+        if res.b1_time_s:
+            res.speedup_vs_b1 = res.b1_time_s / clock
+        if res.b2_time_s:
+            res.speedup_vs_b2 = res.b2_time_s / clock
+    return res
+
+
+def _baselines(
+    res: DeviceResult, profile: Profile, shipped: Efficiency, trace: Efficiency, budget
+) -> None:
+    """B1/B2 time on the same truth, for the speed-up columns (None when they can't run)."""
+    try:
+        cap = safe_frequency_cap([profile], budget)
+    except InfeasibleError:
+        return
+    for name, fn in (("b1", baseline_b1), ("b2", baseline_b2)):
+        try:
+            c: Choice = evaluate(fn(profile, shipped, budget, cap), trace)
+        except InfeasibleError:
+            continue
+        if math.isfinite(c.predicted_time_s):
+            setattr(res, f"{name}_time_s", c.predicted_time_s)
