@@ -1,0 +1,424 @@
+"""Jetson backend and exit guard against fake sysfs trees built from real files.
+
+The trees mirror what Nano (JetPack 4, iio ina3221x), TX2 NX (JetPack 4, iio ina3221x) and
+Orin (JetPack 5+, hwmon ina3221) expose; every path goes through ``sysfs_root``.
+"""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from fleet.agent.devices import DeviceError, open_backend
+from fleet.agent.devices.guard import install_restore_handlers, locked
+from fleet.agent.devices.jetson import JetsonBackend
+
+REPO = Path(__file__).resolve().parents[1]
+
+NANO_HZ = [76800000, 153600000, 230400000, 384000000, 614400000, 921600000]
+TX2_HZ = [114750000, 318750000, 624750000, 854250000, 1300500000]
+ORIN_HZ = [306000000, 408000000, 612000000, 918000000, 1300500000]
+
+
+def put(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def devfreq(root: Path, entry: str, hz, of_name=None, governor="nvhost_podgov") -> Path:
+    d = root / "sys/class/devfreq" / entry
+    shuffled = list(hz)[1:] + list(hz)[:1]  # order in the file must not matter
+    put(d / "available_frequencies", " ".join(str(h) for h in shuffled) + "\n")
+    put(d / "min_freq", f"{hz[0]}\n")
+    put(d / "max_freq", f"{hz[-1]}\n")
+    put(d / "cur_freq", f"{hz[-1]}\n")
+    put(d / "governor", governor + "\n")
+    if of_name is not None:
+        put(d / "device/of_node/name", of_name + "\x00")
+    return d
+
+
+def iio_rails(root: Path, bus: str, rails, power=True) -> Path:
+    """rails: [(name, mW, mV, mA)] on one old-style ina3221x iio device."""
+    d = root / "sys/bus/i2c/drivers/ina3221x" / bus / "iio:device0"
+    for n, (name, mw, mv, ma) in enumerate(rails):
+        put(d / f"rail_name_{n}", name + "\n")
+        if power:
+            put(d / f"in_power{n}_input", f"{mw}\n")
+        put(d / f"in_voltage{n}_input", f"{mv}\n")
+        put(d / f"in_current{n}_input", f"{ma}\n")
+    return d
+
+
+def hwmon_rails(root: Path, bus: str, rails, via_class=False) -> Path:
+    """rails: [(label, mV, mA)] on a mainline ina3221 hwmon device (channels 1..3)."""
+    if via_class:
+        d = root / "sys/class/hwmon/hwmon2"
+    else:
+        d = root / "sys/bus/i2c/drivers/ina3221" / bus / "hwmon/hwmon3"
+    put(d / "name", "ina3221\n")
+    for n, (label, mv, ma) in enumerate(rails, start=1):
+        put(d / f"in{n}_label", label + "\n")
+        put(d / f"in{n}_input", f"{mv}\n")
+        put(d / f"curr{n}_input", f"{ma}\n")
+    put(d / "in7_input", "5000\n")  # unlabelled sum channel: not a rail
+    return d
+
+
+def make_nano(root: Path) -> Path:
+    d = devfreq(root, "57000000.gpu", NANO_HZ, of_name="gpu")
+    iio_rails(
+        root,
+        "6-0040",
+        [
+            ("POM_5V_IN", 4321, 5000, 864),
+            ("POM_5V_GPU", 1000, 5000, 200),
+            ("POM_5V_CPU", 750, 5000, 150),
+        ],
+    )
+    put(root / "proc/device-tree/model", "NVIDIA Jetson Nano Developer Kit\x00")
+    return d
+
+
+def make_tx2nx(root: Path) -> Path:
+    d = devfreq(root, "17000000.gp10b", TX2_HZ, of_name="gp10b")
+    iio_rails(
+        root,
+        "7-0040",
+        [
+            ("POM_5V_IN", 6123, 5000, 1224),
+            ("POM_5V_GPU", 2100, 5000, 420),
+            ("POM_5V_CPU", 900, 5000, 180),
+        ],
+    )
+    return d
+
+
+def make_orin(root: Path) -> Path:
+    devfreq(root, "15340000.vic", [115200000, 729600000])  # another engine: must be skipped
+    d = devfreq(root, "17000000.ga10b", ORIN_HZ)
+    hw = hwmon_rails(
+        root,
+        "1-0040",
+        [("VDD_IN", 5072, 1471), ("VDD_CPU_GPU_CV", 5064, 392), ("VDD_SOC", 5070, 300)],
+    )
+    (root / "sys/class/hwmon").mkdir(parents=True)
+    os.symlink(str(hw), str(root / "sys/class/hwmon/hwmon3"))  # same device seen twice
+    return d
+
+
+def read(path: Path) -> str:
+    return path.read_text().strip()
+
+
+def kernel_accepts(writes, start_min: int, start_max: int) -> bool:
+    """Replay writes as devfreq would: a write making min > max is rejected (EINVAL)."""
+    cur = {"min_freq": start_min, "max_freq": start_max}
+    for path, value in writes:
+        attr = os.path.basename(path)
+        if attr not in cur:
+            continue
+        trial = dict(cur)
+        trial[attr] = int(value)
+        if trial["min_freq"] > trial["max_freq"]:
+            return False
+        cur = trial
+    return True
+
+
+# -- discovery ----------------------------------------------------------------------------------
+def test_nano_discovery_and_describe(tmp_path):
+    make_nano(tmp_path)
+    b = JetsonBackend(sysfs_root=str(tmp_path))
+    assert b.node.name == "57000000.gpu" and b.node.of_node == "gpu"
+    assert b.rail.name == "POM_5V_IN" and b.rail.layout == "iio-ina3221x"
+    d = b.describe()
+    assert d["backend"] == "jetson" and d["devfreq"] == "57000000.gpu" and d["of_node"] == "gpu"
+    assert d["rail"] == "POM_5V_IN" and d["sensor"] == "iio-ina3221x"
+    assert d["board"] == "NVIDIA Jetson Nano Developer Kit"
+
+
+def test_tx2nx_discovery(tmp_path):
+    make_tx2nx(tmp_path)
+    b = JetsonBackend(sysfs_root=str(tmp_path))
+    assert b.node.name == "17000000.gp10b"
+    assert b.rail.name == "POM_5V_IN"
+    assert b.read_power_w() == pytest.approx(6.123)
+    assert b.frequencies()[-1] == pytest.approx(1300.5)
+
+
+def test_orin_discovery_hwmon_and_dedup(tmp_path):
+    make_orin(tmp_path)
+    b = open_backend("jetson", sysfs_root=str(tmp_path))
+    assert b.node.name == "17000000.ga10b" and b.node.of_node == ""
+    assert b.rail.name == "VDD_IN" and b.rail.layout == "hwmon-ina3221"
+    assert b.read_power_w() == pytest.approx(5072 * 1471 / 1e6)  # mV x mA -> W
+    with pytest.raises(DeviceError) as err:
+        JetsonBackend(sysfs_root=str(tmp_path), rail="nope")
+    # Each rail listed once although the hwmon device is reachable by two paths.
+    assert str(err.value).count("VDD_SOC") == 1
+
+
+def test_hwmon_found_through_sys_class(tmp_path):
+    devfreq(tmp_path, "17000000.ga10b", ORIN_HZ)
+    hwmon_rails(tmp_path, "", [("VDD_IN", 5000, 2000)], via_class=True)
+    b = JetsonBackend(sysfs_root=str(tmp_path))
+    assert b.read_power_w() == pytest.approx(10.0)
+
+
+def test_explicit_gpu_node(tmp_path):
+    make_orin(tmp_path)
+    b = JetsonBackend(sysfs_root=str(tmp_path), gpu_node="15340000.vic")
+    assert b.frequencies() == [115.2, 729.6]
+    with pytest.raises(DeviceError, match="'nope' not found.*17000000.ga10b"):
+        JetsonBackend(sysfs_root=str(tmp_path), gpu_node="nope")
+
+
+def test_missing_devfreq_node_error_names_directory(tmp_path):
+    iio_rails(tmp_path, "6-0040", [("POM_5V_IN", 1, 1, 1)])
+    devfreq(tmp_path, "15340000.vic", [115200000])
+    with pytest.raises(DeviceError) as err:
+        JetsonBackend(sysfs_root=str(tmp_path))
+    msg = str(err.value)
+    assert str(tmp_path / "sys/class/devfreq") in msg
+    assert "57000000.gpu" in msg and "17000000.ga10b" in msg and "15340000.vic" in msg
+    assert "\n" not in msg
+
+
+def test_frequencies_ascending_mhz(tmp_path):
+    make_nano(tmp_path)
+    b = JetsonBackend(sysfs_root=str(tmp_path))
+    assert b.frequencies() == [76.8, 153.6, 230.4, 384.0, 614.4, 921.6]
+
+
+# -- power rails --------------------------------------------------------------------------------
+def test_rail_default_and_by_name_mw(tmp_path):
+    make_nano(tmp_path)
+    assert JetsonBackend(sysfs_root=str(tmp_path)).read_power_w() == pytest.approx(4.321)
+    gpu = JetsonBackend(sysfs_root=str(tmp_path), rail="pom_5v_gpu")  # case-insensitive
+    assert gpu.rail.name == "POM_5V_GPU" and gpu.read_power_w() == pytest.approx(1.0)
+
+
+def test_iio_without_power_file_uses_voltage_times_current(tmp_path):
+    devfreq(tmp_path, "57000000.gpu", NANO_HZ, of_name="gpu")
+    iio_rails(tmp_path, "6-0040", [("POM_5V_IN", 0, 5080, 1200)], power=False)
+    b = JetsonBackend(sysfs_root=str(tmp_path))
+    assert b.read_power_w() == pytest.approx(5.080 * 1.200)
+
+
+def test_unknown_rail_lists_rails_found(tmp_path):
+    make_nano(tmp_path)
+    with pytest.raises(DeviceError) as err:
+        JetsonBackend(sysfs_root=str(tmp_path), rail="VDD_GPU_SOC")
+    msg = str(err.value)
+    assert "'VDD_GPU_SOC' not found" in msg
+    assert "POM_5V_IN, POM_5V_GPU, POM_5V_CPU" in msg
+
+
+def test_no_rail_at_all(tmp_path):
+    devfreq(tmp_path, "57000000.gpu", NANO_HZ, of_name="gpu")
+    with pytest.raises(DeviceError, match="no INA3221 power rail under .*ina3221x"):
+        JetsonBackend(sysfs_root=str(tmp_path))
+
+
+def test_no_board_input_rail_asks_for_a_name(tmp_path):
+    devfreq(tmp_path, "57000000.gpu", NANO_HZ, of_name="gpu")
+    iio_rails(tmp_path, "6-0040", [("POM_5V_GPU", 1000, 5000, 200)])
+    with pytest.raises(DeviceError, match="POM_5V_IN or VDD_IN.*POM_5V_GPU"):
+        JetsonBackend(sysfs_root=str(tmp_path))
+    assert JetsonBackend(sysfs_root=str(tmp_path), rail="POM_5V_GPU").read_power_w() == 1.0
+
+
+# -- locking --------------------------------------------------------------------------------------
+def test_lock_write_order_and_restore(tmp_path):
+    d = make_nano(tmp_path)
+    b = JetsonBackend(sysfs_root=str(tmp_path))
+    mn, mx = str(d / "min_freq"), str(d / "max_freq")
+
+    b.lock(614.4)  # raising the floor (76.8 -> 614.4): max first
+    assert b.writes == [(mx, "614400000"), (mn, "614400000")]
+    assert read(d / "min_freq") == read(d / "max_freq") == "614400000"
+
+    b.writes.clear()
+    b.lock(230.4)  # below the current floor: min first
+    assert b.writes == [(mn, "230400000"), (mx, "230400000")]
+
+    b.writes.clear()
+    b.lock(921.6)  # above the current ceiling: max first
+    assert b.writes == [(mx, "921600000"), (mn, "921600000")]
+
+    b.writes.clear()
+    b.restore()  # back to 76.8..921.6 (originals, not the intermediate locks)
+    assert b.writes == [(mx, "921600000"), (mn, "76800000")]
+    assert read(d / "min_freq") == "76800000" and read(d / "max_freq") == "921600000"
+    assert read(d / "governor") == "nvhost_podgov"
+
+    b.writes.clear()
+    b.restore()  # idempotent: nothing more to write
+    assert b.writes == []
+
+
+def test_every_write_sequence_is_kernel_valid(tmp_path):
+    d = make_nano(tmp_path)
+    b = JetsonBackend(sysfs_root=str(tmp_path))
+    for f in [921.6, 76.8, 384.0, 153.6, 614.4, 76.8]:
+        b.lock(f)
+    b.restore()
+    assert kernel_accepts(b.writes, NANO_HZ[0], NANO_HZ[-1])
+    # The naive order (always min then max) would have been rejected on the first raise.
+    naive = [(str(d / "min_freq"), "921600000"), (str(d / "max_freq"), "921600000")]
+    assert not kernel_accepts(naive, NANO_HZ[0], 614400000)
+
+
+def test_restore_puts_back_governor_changed_meanwhile(tmp_path):
+    d = make_nano(tmp_path)
+    b = JetsonBackend(sysfs_root=str(tmp_path))
+    b.lock(384.0)
+    put(d / "governor", "userspace\n")
+    b.restore()
+    assert read(d / "governor") == "nvhost_podgov"
+    assert (str(d / "governor"), "nvhost_podgov") in b.writes
+
+
+def test_unavailable_frequency_lists_valid(tmp_path):
+    make_nano(tmp_path)
+    b = JetsonBackend(sysfs_root=str(tmp_path))
+    with pytest.raises(DeviceError) as err:
+        b.lock(500.0)
+    msg = str(err.value)
+    assert "500.0 MHz is not in" in msg and "available_frequencies" in msg
+    assert "76.8, 153.6, 230.4, 384, 614.4, 921.6" in msg
+    assert b.writes == []
+
+
+def test_restore_after_exception_in_with(tmp_path):
+    d = make_nano(tmp_path)
+    with pytest.raises(RuntimeError):
+        with JetsonBackend(sysfs_root=str(tmp_path)) as b:
+            b.lock(230.4)
+            assert read(d / "max_freq") == "230400000"
+            raise RuntimeError("training blew up")
+    assert read(d / "min_freq") == "76800000" and read(d / "max_freq") == "921600000"
+
+    b2 = JetsonBackend(sysfs_root=str(tmp_path))
+    with pytest.raises(ValueError):
+        with locked(b2, 614.4):
+            assert read(d / "min_freq") == "614400000"
+            raise ValueError("again")
+    assert read(d / "min_freq") == "76800000" and read(d / "max_freq") == "921600000"
+
+
+def test_write_failure_is_a_device_error_naming_the_path(tmp_path):
+    d = make_nano(tmp_path)
+    b = JetsonBackend(sysfs_root=str(tmp_path))
+    b.lock(230.4)
+    (d / "max_freq").unlink()
+    (d / "max_freq").mkdir()  # a real failure that happens as root too
+    with pytest.raises(DeviceError) as err:
+        b.lock(614.4)
+    assert str(err.value).startswith("cannot write {}: ".format(d / "max_freq"))
+
+
+def test_permission_denied_message(tmp_path):
+    """A real EACCES: chmod 0444 when not root; as root, drop the effective uid temporarily."""
+    base = tempfile.mkdtemp(prefix="pf-perm-")
+    try:
+        os.chmod(base, 0o755)
+        root = Path(base)
+        d = make_nano(root)
+        for dirpath, _, _ in os.walk(base):
+            os.chmod(dirpath, 0o755)
+        b = JetsonBackend(sysfs_root=base)
+        b.lock(230.4)
+        os.chmod(str(d / "max_freq"), 0o444)
+        dropped = False
+        if os.geteuid() == 0:
+            try:
+                os.seteuid(65534)
+                dropped = True
+            except OSError:
+                pytest.skip("running as root and cannot drop privileges to test EACCES")
+        try:
+            with pytest.raises(DeviceError) as err:
+                b.lock(614.4)
+        finally:
+            if dropped:
+                os.seteuid(0)
+        assert str(err.value) == (
+            "cannot write {}: permission denied; run as root or grant write access "
+            "(e.g. udev rule/chmod)".format(d / "max_freq")
+        )
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+# -- exit paths -----------------------------------------------------------------------------------
+CHILD = textwrap.dedent(
+    """
+    import sys, time
+    sys.path.insert(0, {repo!r})
+    from fleet.agent.devices.jetson import JetsonBackend
+    from fleet.agent.devices.guard import install_restore_handlers
+    b = JetsonBackend(sysfs_root=sys.argv[1])
+    install_restore_handlers(b)
+    b.lock(float(sys.argv[2]))
+    print("locked", flush=True)
+    time.sleep(30)
+    """
+).format(repo=str(REPO))
+
+
+@pytest.mark.parametrize("sig,codes", [(signal.SIGTERM, (143, -15)), (signal.SIGINT, None)])
+def test_restore_on_signal_in_real_process(tmp_path, sig, codes):
+    d = make_nano(tmp_path)
+    put(d / "governor", "nvhost_podgov\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(tmp_path), "614.4"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        universal_newlines=True,
+    )
+    try:
+        assert proc.stdout.readline().strip() == "locked"
+        assert read(d / "min_freq") == read(d / "max_freq") == "614400000"
+        proc.send_signal(sig)
+        rc = proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    err = proc.stderr.read()
+    if codes is not None:
+        assert rc in codes, err
+    else:
+        assert rc != 0 and "KeyboardInterrupt" in err  # SIGINT chains to Python's own handler
+    assert read(d / "min_freq") == "76800000"
+    assert read(d / "max_freq") == "921600000"
+    assert read(d / "governor") == "nvhost_podgov"
+
+
+def test_handlers_chain_previous_and_uninstall(tmp_path):
+    d = make_nano(tmp_path)
+    b = JetsonBackend(sysfs_root=str(tmp_path))
+    seen = []
+    old = signal.signal(signal.SIGUSR1, lambda signum, frame: seen.append(read(d / "min_freq")))
+    try:
+        uninstall = install_restore_handlers(b, signals=(signal.SIGUSR1,))
+        b.lock(614.4)
+        os.kill(os.getpid(), signal.SIGUSR1)
+        # The previous handler ran after the restore: it saw the original floor.
+        assert seen == ["76800000"]
+        uninstall()
+        b.lock(614.4)
+        os.kill(os.getpid(), signal.SIGUSR1)
+        assert seen == ["76800000", "614400000"]  # no restore once uninstalled
+        b.restore()
+    finally:
+        signal.signal(signal.SIGUSR1, old)
