@@ -68,8 +68,9 @@ def main() -> None:
     agree = sum(x == y for x, y in zip(a, b, strict=True))
     t_build = timeit(lambda: SelectionIndex(profile), args.repeat)
     index = SelectionIndex(profile)
-    t_query = timeit(lambda: [_safe(lambda w=w: index.select(eff, w)) for w in budgets],
-                     args.repeat)
+    t_query = timeit(
+        lambda: [_safe(lambda w=w: index.select(eff, w)) for w in budgets], args.repeat
+    )
     t_brute = timeit(run_brute, args.repeat)
     n = len(budgets)
     res = {

@@ -11,6 +11,7 @@ import importlib
 import sys
 from typing import List, Optional
 
+from fleet.agent.devices.base import DeviceError
 from fleet.errors import InfeasibleError, InputError
 
 # Order is the order shown in --help.
@@ -18,6 +19,7 @@ COMMANDS = [
     "select",
     "compare",
     "inspect",
+    "profile",
 ]
 
 
@@ -42,7 +44,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     except InfeasibleError as exc:
         print(f"powerfleet {args.command}: infeasible: {exc}", file=sys.stderr)
         return 2
-    except (InputError, OSError) as exc:
+    except (InputError, DeviceError, OSError) as exc:
         print(f"powerfleet {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

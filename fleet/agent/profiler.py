@@ -1,0 +1,545 @@
+"""Measure time per batch and power for every (batch size, frequency) point (paper §4.1).
+
+Why it looks like this: time and power depend on the device, the model and the input shape,
+never on the data, so a point is measured by locking the frequency, running a few real training
+steps (forward, loss, backward, Adam step) on a seeded dummy batch and sampling the power rail
+over the timed window. With a known budget the staircase plan (``staircase.py``) skips most of
+the grid. Every exit path gives the device back its original clocks.
+
+A backend that can answer for a point itself (the replay backend's ``measure(b, f)``) is asked
+instead of training, so a virtual device profiles instantly and without torch. torch and the
+models are imported only when training actually runs. Python 3.6 + torch 1.10 compatible.
+"""
+
+import datetime
+import gc
+import math
+import platform
+import socket
+import sys
+import time
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+from .devices.base import Backend, DeviceError
+from .profile_io import write_rows
+from .staircase import Measurement, staircase_plan
+
+Row = Dict[str, Any]
+ProgressFn = Callable[[int, int, Optional[Row]], None]
+
+DEFAULT_BATCH_SIZES = (4, 8, 16, 32, 64, 128)
+COLUMN_METADATA = ("device", "model", "input_shape")  # repeated on every row of the CSV
+
+ProfileResult = NamedTuple(
+    "ProfileResult",
+    [
+        ("rows", List[Row]),  # one per probed point, sorted by (batch_size, freq_mhz)
+        ("probes", int),  # points actually run (== len(rows))
+        ("grid_size", int),  # |B| x |F|: what the full grid costs
+        ("metadata", Dict[str, Any]),  # for write_profile: columns + comment lines
+    ],
+)
+
+
+def profile_grid(
+    backend: Backend,
+    model_name: str,
+    input_shape: Any = None,
+    batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES,
+    freqs: Optional[Sequence[float]] = None,
+    steps: int = 5,
+    warmup: int = 2,
+    budget_w: Optional[float] = None,
+    sampler_hz: float = 20.0,
+    num_classes: Optional[int] = None,
+    device: str = "cpu",
+    progress: Optional[ProgressFn] = None,
+    model: Any = None,
+    min_window_s: Optional[float] = None,
+    seed: int = 0,
+) -> ProfileResult:
+    """Profile ``model_name`` on ``backend``: the full grid, or the staircase under ``budget_w``.
+
+    ``freqs`` defaults to every frequency the backend offers; a backend without frequency
+    control (CPU) yields one point per batch size at the current clock (0 if unknown).
+    ``num_classes`` is the vocabulary size for text models (None: the model's default).
+    ``model`` profiles an already-built module instead of building ``model_name`` (e.g. the
+    weights just received; time and power do not depend on them).
+    ``min_window_s`` keeps timing past ``steps`` until the power window holds a few samples
+    (default 3 sampler periods; a 5-step window at b=4 can be shorter than one period).
+    ``progress(done, total, row)`` is called after each point; under a budget ``total`` is the
+    grid size (an upper bound) and a last call with ``done == total`` marks the end.
+    """
+    bs = _check_batch_sizes(batch_sizes)
+    if int(steps) < 1:
+        raise ValueError("steps must be >= 1, got {}".format(steps))
+    if int(warmup) < 0:
+        raise ValueError("warmup must be >= 0, got {}".format(warmup))
+    if not float(sampler_hz) > 0:
+        raise ValueError("sampler_hz must be > 0, got {}".format(sampler_hz))
+    if budget_w is not None and not float(budget_w) > 0:
+        raise ValueError("budget must be > 0 W, got {}".format(budget_w))
+    points = _choose_freqs(backend, freqs)
+    controllable = bool(backend.frequencies())
+    if not points:
+        points = [_current_freq(backend)]
+    model_name, input_shape = _resolve_model(model_name, input_shape)
+    replay = callable(getattr(backend, "measure", None))
+    # A replaying backend reports power with each point; a real one must have a readable rail.
+    power_available = replay or backend.read_power_w() is not None
+    if budget_w is not None and not power_available:
+        raise DeviceError(
+            "a budget-driven (staircase) profile needs power readings; backend '{}' has none: "
+            "drop the budget to profile time only".format(backend.name)
+        )
+    total = len(bs) * len(points)
+    rows = []  # type: List[Row]
+
+    measurer = None  # type: Any
+    try:
+        if replay:
+            measurer = _ReplayMeasurer(backend)
+        else:
+            measurer = _TrainingMeasurer(
+                backend,
+                model_name,
+                input_shape,
+                num_classes,
+                device,
+                int(steps),
+                int(warmup),
+                float(sampler_hz) if power_available else None,
+                model,
+                min_window_s,
+                seed,
+            )
+
+        def measure(b: int, f: float) -> Optional[Measurement]:
+            if controllable:
+                backend.lock(f)
+            row = measurer(b, f)
+            rows.append(row)
+            if progress is not None:
+                progress(len(rows), total, row)
+            if row["status"] != "ok":
+                return None
+            return Measurement(
+                row["time_per_batch_s"], _or_inf(row["peak_power_w"]), row["mean_power_w"]
+            )
+
+        if budget_w is None:
+            for b in bs:
+                for f in points:
+                    if measure(b, f) is None and rows[-1]["status"] == "oom":
+                        break  # out of memory does not depend on the frequency
+        else:
+            staircase_plan(bs, points, float(budget_w), measure)
+    finally:
+        try:
+            if measurer is not None:
+                measurer.close()
+        finally:
+            backend.restore()
+    if progress is not None and len(rows) < total:
+        progress(len(rows), len(rows), None)
+    rows.sort(key=lambda r: (r["batch_size"], r["freq_mhz"]))
+    metadata = _metadata(
+        backend, model_name, input_shape, steps, warmup, sampler_hz, budget_w, device,
+        num_classes, replay, measurer,
+    )  # fmt: skip
+    return ProfileResult(rows, len(rows), total, metadata)
+
+
+def write_profile(
+    path: str, rows: Sequence[Row], metadata: Optional[Dict[str, Any]] = None
+) -> None:
+    """Write the profile CSV atomically: rows plus device/model/input_shape columns, and comment
+    lines recording how it was measured (backend, UTC date, torch, host, steps, warmup, sampler
+    rate, source) so a LUT can be judged years later without its author.
+    """
+    meta = dict(metadata or {})
+    columns = {}
+    for key in COLUMN_METADATA:
+        value = meta.pop(key, None)
+        if value not in (None, ""):
+            columns[key] = value
+    out_rows = []
+    for row in rows:
+        new = dict(row)
+        for key, value in columns.items():
+            if new.get(key) in (None, ""):
+                new[key] = value
+        out_rows.append(new)
+    meta.setdefault("source", "measured")
+    meta.setdefault("date", _utc_now())
+    meta.setdefault("torch", _torch_version())
+    meta.setdefault("python", platform.python_version())
+    meta.setdefault("host", socket.gethostname())
+    first = (
+        "backend", "date", "torch", "python", "host", "steps", "warmup", "sampler_hz", "source",
+    )  # fmt: skip
+    keys = [k for k in first if k in meta] + sorted(k for k in meta if k not in first)
+    comments = ["powerfleet profile"] + [
+        "{}={}".format(k, _one_line(meta[k])) for k in keys if meta[k] is not None
+    ]
+    write_rows(path, out_rows, comments)
+
+
+# --------------------------------------------------------------------------------------------
+# Measuring one point
+
+
+class _ReplayMeasurer:
+    """Ask a backend that already knows each point (replay); no torch, no waiting."""
+
+    source = "replayed"
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+
+    def __call__(self, b: int, f: float) -> Row:
+        m = self.backend.measure(b, f)  # type: ignore[attr-defined]
+        if m is None:
+            # Recorded as not runnable, or not recorded at all: the replay cannot tell which.
+            return _row(b, f, None, None, None, None, "unavailable")
+        if isinstance(m, dict):
+            get = m.get
+        else:
+
+            def get(key: str, default: Any = None) -> Any:
+                return getattr(m, key, default)
+
+        status = get("status", "ok") or "ok"
+        if status != "ok":
+            return _row(b, f, None, None, None, None, str(status))
+        row = _row(
+            b,
+            f,
+            _float_or_none(get("time_per_batch_s")),
+            _float_or_none(get("peak_power_w")),
+            _float_or_none(get("mean_power_w")),
+            _int_or_none(get("samples")),
+            "ok",
+        )
+        if row["time_per_batch_s"] is None:
+            raise DeviceError("replay backend gave no time for batch {} at {}".format(b, f))
+        return row
+
+    def close(self) -> None:
+        pass
+
+
+class _TrainingMeasurer:
+    """Run warm-up plus timed real training steps and sample power over the timed window."""
+
+    source = "measured"
+
+    def __init__(
+        self,
+        backend: Backend,
+        model_name: str,
+        input_shape: Any,
+        num_classes: Optional[int],
+        device: str,
+        steps: int,
+        warmup: int,
+        sampler_hz: Optional[float],
+        model: Any,
+        min_window_s: Optional[float],
+        seed: int,
+    ) -> None:
+        import torch
+
+        from . import models
+
+        self.torch = torch
+        self.models = models
+        self.backend = backend
+        self.device = str(device)
+        if self.device.startswith("cuda") and not torch.cuda.is_available():
+            raise DeviceError("device '{}' requested but torch sees no CUDA GPU".format(device))
+        self.name = models.canonical_name(model_name)
+        self.spec = models.input_spec(self.name, input_shape)
+        self.classes = int(num_classes) if num_classes else models.default_classes(self.name)
+        if model is None:
+            model = models.build_model(self.name, self.classes, self.spec.shape, seed=seed)
+        self.model = model.to(self.device)
+        self.model.train()
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=1e-3)
+        self.steps = steps
+        self.warmup = warmup
+        self.seed = seed
+        self.sampler = None  # type: Any
+        if sampler_hz is not None:
+            from .sampler import PowerSampler
+
+            self.min_window_s = 3.0 / sampler_hz if min_window_s is None else float(min_window_s)
+            self.sampler = PowerSampler(backend.read_power_w, hz=sampler_hz)
+            self.sampler.start()
+        else:
+            self.min_window_s = 0.0
+
+    def _sync(self) -> None:
+        self.backend.synchronize()
+        if self.device.startswith("cuda"):
+            self.torch.cuda.synchronize()
+
+    def _step(self, inputs: Any, targets: Any) -> None:
+        self.opt.zero_grad(set_to_none=True)
+        loss = self.models.loss_fn(self.model(inputs), targets)
+        loss.backward()
+        self.opt.step()
+
+    def __call__(self, b: int, f: float) -> Row:
+        inputs = targets = None
+        oom = False
+        try:
+            inputs, targets = self.models.make_batch(
+                self.name, b, self.spec.shape, self.classes, self.seed, self.device
+            )
+            for _ in range(self.warmup):
+                self._step(inputs, targets)
+            self._sync()
+            if self.sampler is not None:
+                self.sampler.mark()
+            start = time.perf_counter()
+            n = 0
+            max_steps = self.steps * 50
+            while n < self.steps:
+                self._step(inputs, targets)
+                n += 1
+            self._sync()
+            # Too short a window for the sampler to see: keep going (time stays a mean per step).
+            while time.perf_counter() - start < self.min_window_s and n < max_steps:
+                self._step(inputs, targets)
+                self._sync()
+                n += 1
+            elapsed = time.perf_counter() - start
+            stats = self.sampler.window_stats() if self.sampler is not None else None
+        except (RuntimeError, MemoryError) as exc:
+            if not is_oom(exc):
+                raise
+            oom = True
+        finally:
+            del inputs, targets
+        if oom:
+            self._free()
+            return _row(b, f, None, None, None, None, "oom")
+        peak = mean = None  # type: Optional[float]
+        power_samples = None  # type: Optional[int]
+        if stats is not None:
+            peak, mean, _energy, power_samples, _dur = stats
+            if not power_samples:
+                # Not one sample landed in the window: an instant reading beats no reading.
+                peak = mean = _float_or_none(self.backend.read_power_w())
+                power_samples = 0 if peak is None else 1
+        row = _row(b, f, elapsed / n, _float_or_none(peak), _float_or_none(mean), n, "ok")
+        row["power_samples"] = power_samples
+        return row
+
+    def _free(self) -> None:
+        """Drop what an out-of-memory step left behind so the next batch size starts clean."""
+        self.opt.zero_grad(set_to_none=True)
+        gc.collect()
+        if self.device.startswith("cuda"):
+            self.torch.cuda.empty_cache()
+
+    def close(self) -> None:
+        if self.sampler is not None:
+            self.sampler.stop()
+            self.sampler = None
+        self.model = None
+        self.opt = None
+        gc.collect()
+        if self.device.startswith("cuda"):
+            self.torch.cuda.empty_cache()
+
+
+def is_oom(exc: BaseException) -> bool:
+    """Out of memory on GPU or CPU (torch.cuda.OutOfMemoryError is a RuntimeError subclass)."""
+    if isinstance(exc, MemoryError):
+        return True
+    if not isinstance(exc, RuntimeError):
+        return False
+    text = str(exc).lower()
+    return any(s in text for s in ("out of memory", "can't allocate memory", "not enough memory"))
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers
+
+
+def _row(
+    b: int,
+    f: float,
+    time_s: Optional[float],
+    peak: Optional[float],
+    mean: Optional[float],
+    samples: Optional[int],
+    status: str,
+) -> Row:
+    return {
+        "batch_size": int(b),
+        "freq_mhz": _clean_freq(f),
+        "time_per_batch_s": time_s,
+        "peak_power_w": peak,
+        "mean_power_w": mean,
+        "samples": samples,
+        "status": status,
+    }
+
+
+def _resolve_model(model_name: str, input_shape: Any) -> Tuple[str, Any]:
+    """Canonical model name and 'CxHxW'/'T' shape; a typo fails before any point is probed.
+
+    Needs torch (the registry lives with the models); without it, as on a replay-only host, the
+    names are passed through unchecked since nothing will be built from them.
+    """
+    try:
+        from . import models
+    except ImportError:
+        return model_name, input_shape
+    name = models.canonical_name(model_name)
+    return name, models.format_shape(models.input_spec(name, input_shape).shape)
+
+
+def _check_batch_sizes(batch_sizes: Sequence[int]) -> List[int]:
+    try:
+        bs = sorted(set(int(b) for b in batch_sizes))
+    except (TypeError, ValueError):
+        raise ValueError("batch sizes must be integers, got {!r}".format(batch_sizes)) from None
+    if not bs or bs[0] < 1:
+        raise ValueError("batch sizes must be >= 1 and not empty, got {!r}".format(batch_sizes))
+    return bs
+
+
+def _choose_freqs(backend: Backend, freqs: Optional[Sequence[float]]) -> List[float]:
+    available = sorted(float(f) for f in backend.frequencies())
+    if freqs is None:
+        return available
+    wanted = sorted(set(float(f) for f in freqs))
+    if not wanted:
+        return available
+    if not available:
+        raise DeviceError("backend '{}' cannot lock frequencies; drop --freqs".format(backend.name))
+    unknown = [f for f in wanted if not any(abs(f - a) < 1e-3 for a in available)]
+    if unknown:
+        raise DeviceError(
+            "backend '{}' does not offer {} (offers {})".format(
+                backend.name,
+                ", ".join("{:g}".format(f) for f in unknown),
+                ", ".join("{:g}".format(a) for a in available),
+            )
+        )
+    return [min(available, key=lambda a, f=f: abs(a - f)) for f in wanted]
+
+
+def _current_freq(backend: Backend) -> float:
+    """The clock an uncontrolled device runs at, if it can say; 0 means 'unknown, current'."""
+    for attr in ("current_mhz", "current_freq_mhz", "current_frequency"):
+        fn = getattr(backend, attr, None)
+        if callable(fn):
+            try:
+                value = _float_or_none(fn())
+            except Exception:  # noqa: BLE001 - a clock we cannot read is simply unknown
+                value = None
+            if value is not None:
+                return value
+    desc = backend.describe()
+    for key in ("current_freq_mhz", "freq_mhz", "cur_freq_mhz"):
+        value = _float_or_none(desc.get(key))
+        if value is not None:
+            return value
+    return 0.0
+
+
+def _metadata(
+    backend: Backend,
+    model_name: str,
+    input_shape: Any,
+    steps: int,
+    warmup: int,
+    sampler_hz: float,
+    budget_w: Optional[float],
+    device: str,
+    num_classes: Optional[int],
+    replay: bool,
+    measurer: Any,
+) -> Dict[str, Any]:
+    desc = dict(backend.describe())
+    shape = input_shape
+    if isinstance(measurer, _TrainingMeasurer):
+        num_classes = measurer.classes
+    if isinstance(shape, (list, tuple)):
+        shape = "x".join(str(int(d)) for d in shape)
+    meta = {
+        "device": _device_name(desc, backend),
+        "model": model_name,
+        "input_shape": shape,
+        "backend": desc.pop("backend", None) or backend.name,
+        # How each point was measured; a replay measured nothing, so these would only mislead.
+        "steps": None if replay else int(steps),
+        "warmup": None if replay else int(warmup),
+        "sampler_hz": None if replay else float(sampler_hz),
+        "source": "replayed" if replay else "measured",
+        "plan": "grid" if budget_w is None else "staircase",
+        "budget_w": budget_w,
+        "torch_device": None if replay else str(device),
+        "num_classes": num_classes,
+    }  # type: Dict[str, Any]
+    for key, value in desc.items():
+        if key not in meta and isinstance(value, (str, int, float, bool)):
+            meta[key] = value
+    return meta
+
+
+def _device_name(desc: Dict[str, Any], backend: Backend) -> str:
+    """The most specific name the backend gives: Jetson board, NVML GPU, or the backend kind."""
+    for key in ("device", "board", "gpu"):
+        value = desc.get(key)
+        if value:
+            return " ".join(str(value).split())
+    return backend.name
+
+
+def _clean_freq(f: float) -> Any:
+    f = float(f)
+    return int(f) if f == int(f) else f
+
+
+def _float_or_none(value: Any) -> Optional[float]:
+    if value is None or value == "":
+        return None
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(out) else out
+
+
+def _int_or_none(value: Any) -> Optional[int]:
+    out = _float_or_none(value)
+    return None if out is None else int(out)
+
+
+def _or_inf(value: Optional[float]) -> float:
+    return float("inf") if value is None else value
+
+
+def _one_line(value: Any) -> str:
+    return " ".join(str(value).split())
+
+
+def _utc_now() -> str:
+    now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
+    return now.isoformat().replace("+00:00", "Z")
+
+
+def _torch_version() -> Optional[str]:
+    mod = sys.modules.get("torch")
+    if mod is None:
+        try:
+            import torch as mod  # noqa: F811
+        except Exception:  # noqa: BLE001 - torch is optional for replayed profiles
+            return None
+    return str(getattr(mod, "__version__", None))

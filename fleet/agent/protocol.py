@@ -1,0 +1,367 @@
+"""The agent's JSON-lines protocol: one request per line in, exactly one response per request out.
+
+Why JSON lines over stdio: the hardware client starts the agent as a child process, possibly
+under the board's own Python 3.6 interpreter, so the channel must need nothing beyond the
+standard library on either side, survive any interpreter mismatch and be easy to replay in tests.
+
+Request:  ``{"id": N, "cmd": "hello"|"profile"|"lock"|"restore"|"power"|"shutdown", ...args}``
+Response: ``{"id": N, "ok": true, ...}`` or ``{"id": N, "ok": false, "error": "one line"}``
+Events:   ``{"id": N, "event": "progress", "done": k, "total": n}`` before a long command's
+          final response.
+
+Commands are plain functions ``handler(ctx, request) -> dict`` in ``HANDLERS``; adding one (the
+trainer's "train") is one dict entry. A handler raises to fail; the server turns the exception
+into a one-line error response and keeps serving. stdout carries protocol lines only.
+"""
+
+import json
+import logging
+import math
+import os
+import platform
+import socket
+import time
+from typing import IO, Any, Callable, Dict, List, Optional
+
+from .devices.base import Backend, DeviceError
+from .profile_io import ProfileFormatError
+
+PROTOCOL_VERSION = "1"
+
+log = logging.getLogger("fleet.agent")
+
+
+class ProtocolError(ValueError):
+    """A request the agent cannot act on (bad JSON, unknown command, bad argument)."""
+
+
+class Context(object):
+    """What every handler may use: the backend, its kind, and a way to send progress events."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        backend_kind: str,
+        write_line: Callable[[Dict[str, Any]], None],
+        options: Optional[Dict[str, Any]] = None,
+    ) -> None:
+        self.backend = backend
+        self.backend_kind = backend_kind
+        self.options = dict(options or {})  # how the backend was opened, reported by hello
+        self.write_line = write_line
+        self.request_id = None  # type: Any
+        self.stopping = False
+
+    def progress(self, done: int, total: int, **extra: Any) -> None:
+        """Send a progress event for the request being served."""
+        event = {"id": self.request_id, "event": "progress", "done": done, "total": total}
+        event.update(extra)
+        self.write_line(event)
+
+
+Handler = Callable[[Context, Dict[str, Any]], Dict[str, Any]]
+
+# --------------------------------------------------------------------------------------------
+# Argument helpers: strict, so a typo in a client fails loudly instead of being ignored.
+
+_RESERVED = ("id", "cmd")
+
+
+def _check_args(req: Dict[str, Any], allowed: List[str]) -> None:
+    unknown = sorted(k for k in req if k not in _RESERVED and k not in allowed)
+    if unknown:
+        raise ProtocolError(
+            "unknown argument(s) for {}: {} (allowed: {})".format(
+                req.get("cmd"), ", ".join(unknown), ", ".join(allowed) or "none"
+            )
+        )
+
+
+def _number(req: Dict[str, Any], key: str, default: Any = None, required: bool = False) -> Any:
+    value = req.get(key, default)
+    if value is None:
+        if required:
+            raise ProtocolError("{} needs '{}'".format(req.get("cmd"), key))
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        raise ProtocolError("'{}' must be a number, got {!r}".format(key, value))
+    return value
+
+
+def _number_list(req: Dict[str, Any], key: str, default: Any = None) -> Any:
+    value = req.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = [v for v in value.replace(" ", "").split(",") if v]
+    if not isinstance(value, (list, tuple)):
+        raise ProtocolError("'{}' must be a list of numbers, got {!r}".format(key, value))
+    out = []
+    for v in value:
+        try:
+            out.append(float(v))
+        except (TypeError, ValueError):
+            raise ProtocolError("'{}' must hold numbers, got {!r}".format(key, v)) from None
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Handlers
+
+
+def handle_hello(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
+    """What this agent can do, on which device, under which interpreter.
+
+    The one lenient command: a newer client may introduce itself with fields this agent does
+    not know, and the handshake must still succeed so the client can see what is supported.
+    """
+    torch_version = None
+    cuda = None
+    try:
+        import torch
+
+        torch_version = str(torch.__version__)
+        cuda = bool(torch.cuda.is_available())
+    except Exception:  # noqa: BLE001 - a replay-only agent runs without torch
+        pass
+    try:
+        from .models import MODEL_NAMES
+
+        models = list(MODEL_NAMES)  # type: List[str]
+    except Exception:  # noqa: BLE001
+        models = []
+    backend = ctx.backend
+    return {
+        "capabilities": {
+            "commands": sorted(HANDLERS),
+            "backend": ctx.backend_kind,
+            "frequencies": [float(f) for f in backend.frequencies()],
+            # A replaying backend carries recorded power with every point, even before a lock.
+            "power": backend.read_power_w() is not None
+            or callable(getattr(backend, "measure", None)),
+            "models": models,
+            "cuda": cuda,
+        },
+        "versions": {
+            "protocol": PROTOCOL_VERSION,
+            "python": platform.python_version(),
+            "torch": torch_version,
+        },
+        "device": backend.describe(),
+        "backend_options": ctx.options,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+    }
+
+
+_PROFILE_ARGS = [
+    "model",
+    "input_shape",
+    "batch_sizes",
+    "freqs",
+    "budget_w",
+    "steps",
+    "warmup",
+    "sampler_hz",
+    "num_classes",
+    "device",
+    "out",
+    "rows",
+]
+
+
+def handle_profile(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
+    """Profile a model (paper §4.1); returns the rows and, with "out", writes the CSV there.
+
+    ``"rows": false`` leaves the rows out of the response (the CSV is enough for big grids).
+    ``"device"`` is the torch device; by default CUDA on GPU backends, the CPU otherwise.
+    """
+    from .profiler import DEFAULT_BATCH_SIZES, profile_grid, write_profile
+
+    _check_args(req, _PROFILE_ARGS)
+    model = req.get("model")
+    if not isinstance(model, str) or not model:
+        raise ProtocolError("profile needs 'model' (a model name)")
+    batch_sizes = _number_list(req, "batch_sizes", list(DEFAULT_BATCH_SIZES))
+    if any(b != int(b) for b in batch_sizes):
+        raise ProtocolError("'batch_sizes' must be integers, got {}".format(batch_sizes))
+    device = req.get("device") or ("cuda" if ctx.backend_kind in ("jetson", "nvml") else "cpu")
+    out = req.get("out")
+    if out is not None and (not isinstance(out, str) or not out):
+        raise ProtocolError("'out' must be a file path")
+
+    def progress(done: int, total: int, row: Optional[Dict[str, Any]]) -> None:
+        ctx.progress(done, total)
+
+    result = profile_grid(
+        ctx.backend,
+        model,
+        input_shape=req.get("input_shape"),
+        batch_sizes=[int(b) for b in batch_sizes],
+        freqs=_number_list(req, "freqs"),
+        steps=int(_number(req, "steps", 5)),
+        warmup=int(_number(req, "warmup", 2)),
+        budget_w=_number(req, "budget_w"),
+        sampler_hz=float(_number(req, "sampler_hz", 20.0)),
+        num_classes=_number(req, "num_classes"),
+        device=str(device),
+        progress=progress,
+    )
+    if out:
+        write_profile(out, result.rows, result.metadata)
+    response = {
+        "probes": result.probes,
+        "grid_size": result.grid_size,
+        "saved": result.grid_size - result.probes,
+        "path": out,
+        "metadata": result.metadata,
+    }  # type: Dict[str, Any]
+    if req.get("rows", True):
+        response["rows"] = result.rows
+    return response
+
+
+def handle_lock(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
+    """Pin the GPU at one of the backend's frequencies (``"freq_mhz"``)."""
+    _check_args(req, ["freq_mhz"])
+    freq = float(_number(req, "freq_mhz", required=True))
+    ctx.backend.lock(freq)
+    return {"freq_mhz": freq}
+
+
+def handle_restore(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
+    """Give the device its original frequency settings back."""
+    _check_args(req, [])
+    ctx.backend.restore()
+    return {"restored": True}
+
+
+def handle_power(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
+    """One reading of the configured rail; ``power_w`` is null where power is not measurable."""
+    _check_args(req, [])
+    value = ctx.backend.read_power_w()
+    return {"power_w": value, "available": value is not None, "time": time.time()}
+
+
+def handle_shutdown(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
+    """Restore the device and stop serving after this response."""
+    _check_args(req, [])
+    ctx.backend.restore()
+    ctx.stopping = True
+    return {"restored": True}
+
+
+HANDLERS = {
+    "hello": handle_hello,
+    "profile": handle_profile,
+    "lock": handle_lock,
+    "restore": handle_restore,
+    "power": handle_power,
+    "shutdown": handle_shutdown,
+}  # type: Dict[str, Handler]
+
+
+# --------------------------------------------------------------------------------------------
+# Serving
+
+# Errors whose message is already a sentence for the user; others get their type name in front.
+_USER_ERRORS = (ProtocolError, DeviceError, ProfileFormatError, ValueError, OSError)
+
+
+def error_line(exc: BaseException) -> str:
+    """One line that says what went wrong, for the ``error`` field."""
+    text = " ".join(str(exc).split())
+    if not isinstance(exc, _USER_ERRORS) or not text:
+        text = "{}: {}".format(type(exc).__name__, text) if text else type(exc).__name__
+    return text
+
+
+def handle_request(ctx: Context, line: str) -> Optional[Dict[str, Any]]:
+    """Parse one line and run its command; return the response (None for a blank line)."""
+    if not line.strip():
+        return None
+    try:
+        req = json.loads(line)
+    except ValueError as exc:
+        return {"id": None, "ok": False, "error": "bad JSON: {}".format(error_line(exc))}
+    if not isinstance(req, dict):
+        return {"id": None, "ok": False, "error": "a request must be a JSON object"}
+    rid = req.get("id")
+    ctx.request_id = rid
+    cmd = req.get("cmd")
+    handler = HANDLERS.get(cmd) if isinstance(cmd, str) else None
+    if handler is None:
+        return {
+            "id": rid,
+            "ok": False,
+            "error": "unknown command {} (known: {})".format(
+                json.dumps(cmd), ", ".join(sorted(HANDLERS))
+            ),
+        }
+    try:
+        result = handler(ctx, req)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except Exception as exc:  # noqa: BLE001 - every failure becomes one error response
+        if not isinstance(exc, _USER_ERRORS):
+            log.exception("command %s failed", cmd)
+        return {"id": rid, "ok": False, "error": error_line(exc)}
+    finally:
+        ctx.request_id = None
+    response = {"id": rid, "ok": True}
+    response.update(result or {})
+    response["id"] = rid
+    response["ok"] = True
+    return response
+
+
+def encode(obj: Dict[str, Any]) -> str:
+    """One JSON line; NaN/inf become null so any JSON parser (and Python 3.6's) accepts it."""
+    return json.dumps(_clean(obj), default=str, separators=(",", ":"))
+
+
+def _clean(obj: Any) -> Any:
+    if isinstance(obj, float) and (math.isnan(obj) or math.isinf(obj)):
+        return None
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+def line_writer(stream: IO[str]) -> Callable[[Dict[str, Any]], None]:
+    def write(obj: Dict[str, Any]) -> None:
+        stream.write(encode(obj) + "\n")
+        stream.flush()
+
+    return write
+
+
+def serve(ctx: Context, stdin: IO[str]) -> int:
+    """Answer requests until EOF or shutdown; restore the device on the way out. Returns 0.
+
+    A client that goes away (closed pipe) ends the loop like EOF does: nobody is left to answer.
+    """
+    try:
+        while not ctx.stopping:
+            line = stdin.readline()
+            if not line:
+                log.info("stdin closed: shutting down")
+                break
+            response = handle_request(ctx, line)
+            if response is not None:
+                ctx.write_line(response)
+    except BrokenPipeError:
+        log.warning("client closed the pipe: shutting down")
+    finally:
+        restore_quietly(ctx.backend)
+    return 0
+
+
+def restore_quietly(backend: Backend) -> None:
+    """Restore on an exit path, logging (not raising) a failure so the exit itself completes."""
+    try:
+        backend.restore()
+    except Exception as exc:  # noqa: BLE001 - an exit path must not raise
+        log.error("could not restore device settings: %s", error_line(exc))

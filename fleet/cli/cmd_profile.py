@@ -1,0 +1,205 @@
+"""`powerfleet profile`: measure a model's time and power LUT on this device (paper §4.1).
+
+Runs the agent's profiler in-process (the agent is plain importable code; the JSON-lines
+subprocess is only needed when the device's Python differs from the coordinator's). With
+``--budget-w`` the staircase plan probes only the points near the budget's frontier.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from fleet.agent.devices import BACKENDS, DeviceError, open_backend
+from fleet.agent.devices.guard import install_restore_handlers
+from fleet.cli.common import console, emit_json, parse_budget, table
+from fleet.errors import InputError
+
+DEFAULT_BATCH_SIZES = "4,8,16,32,64,128"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "profile",
+        help="measure time per batch and peak/mean power for each batch size and GPU frequency",
+    )
+    p.add_argument("--backend", required=True, choices=sorted(BACKENDS), help="device backend")
+    p.add_argument("--model", required=True, help="resnet18, mobilenetv2, char_transformer...")
+    p.add_argument(
+        "--input-shape", help="per-sample input shape, e.g. 3x32x32 or 64 (default: model's)"
+    )
+    p.add_argument("--batch-sizes", default=DEFAULT_BATCH_SIZES, help="comma-separated")
+    p.add_argument("--freqs", help="comma-separated MHz to probe (default: all the device offers)")
+    p.add_argument("--budget-w", help="power budget in watts: probe only the staircase under it")
+    p.add_argument("--steps", type=int, default=5, help="timed training steps per point")
+    p.add_argument("--warmup", type=int, default=2, help="untimed warm-up steps per point")
+    p.add_argument("--sampler-hz", type=float, default=20.0, help="power sampling rate")
+    p.add_argument("--num-classes", type=int, help="classes (vocabulary size for text models)")
+    p.add_argument(
+        "--device", choices=("auto", "cpu", "cuda"), default="auto",
+        help="torch device (auto: cuda on jetson/nvml, cpu otherwise)",
+    )  # fmt: skip
+    p.add_argument("--out", required=True, help="profile CSV to write")
+    p.add_argument("--sysfs-root", help="sysfs prefix (jetson; for copied trees and dry runs)")
+    p.add_argument("--rail", help="power rail (jetson), e.g. POM_5V_IN or VDD_IN")
+    p.add_argument("--replay-profile", help="recorded profile CSV (replay backend)")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    p.set_defaults(func=run)
+
+
+def _numbers(raw: str, flag: str, kind: type) -> list[Any]:
+    items = [x.strip() for x in raw.split(",") if x.strip()]
+    if not items:
+        raise InputError(f"{flag}: expected a comma-separated list, got {raw!r}")
+    out = []
+    for item in items:
+        try:
+            value = kind(item)
+        except ValueError:
+            raise InputError(f"{flag}: {item!r} is not a valid {kind.__name__}") from None
+        if not (isinstance(value, int) or math.isfinite(value)) or value <= 0:
+            raise InputError(f"{flag}: values must be > 0, got {item}")
+        out.append(value)
+    return out
+
+
+def _backend_options(args: argparse.Namespace) -> dict[str, Any]:
+    """Map flags to the chosen backend's options; a flag it cannot use is a user error."""
+    given = {
+        "--sysfs-root": ("sysfs_root", args.sysfs_root, ("jetson",)),
+        "--rail": ("rail", args.rail, ("jetson",)),
+        "--replay-profile": ("profile_csv", args.replay_profile, ("replay",)),
+    }
+    options: dict[str, Any] = {}
+    for flag, (key, value, kinds) in given.items():
+        if value is None:
+            continue
+        if args.backend not in kinds:
+            raise InputError(f"{flag} applies to --backend {'/'.join(kinds)}, not {args.backend}")
+        options[key] = value
+    if args.backend == "replay" and "profile_csv" not in options:
+        raise InputError("--backend replay needs --replay-profile P.csv")
+    return options
+
+
+def run(args: argparse.Namespace) -> int:
+    from fleet.agent import models
+    from fleet.agent.profiler import profile_grid, write_profile
+
+    batch_sizes = _numbers(args.batch_sizes, "--batch-sizes", int)
+    freqs = _numbers(args.freqs, "--freqs", float) if args.freqs else None
+    budget = parse_budget(args.budget_w) if args.budget_w is not None else None
+    if args.steps < 1:
+        raise InputError(f"--steps must be >= 1, got {args.steps}")
+    if args.warmup < 0:
+        raise InputError(f"--warmup must be >= 0, got {args.warmup}")
+    if not (math.isfinite(args.sampler_hz) and args.sampler_hz > 0):
+        raise InputError(f"--sampler-hz must be > 0, got {args.sampler_hz}")
+    if args.num_classes is not None and args.num_classes < 2:
+        raise InputError(f"--num-classes must be >= 2, got {args.num_classes}")
+    try:
+        model = models.canonical_name(args.model)
+        shape = models.format_shape(models.input_spec(model, args.input_shape).shape)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    device = args.device
+    if device == "auto":
+        device = "cuda" if args.backend in ("jetson", "nvml") else "cpu"
+    options = _backend_options(args)
+
+    try:
+        backend = open_backend(args.backend, **options)
+    except DeviceError as exc:
+        raise InputError(str(exc)) from None
+    uninstall = install_restore_handlers(backend)
+    progress_console = Console(stderr=True)
+    try:
+        with Progress(
+            TextColumn("[bold]profile[/] {task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=progress_console,
+            transient=True,
+            disable=not progress_console.is_terminal,
+        ) as bar:
+            task = bar.add_task(f"{model} {shape}", total=None)
+
+            def on_progress(done: int, total: int, row: dict[str, Any] | None) -> None:
+                label = f"{model} {shape}"
+                if row is not None:
+                    label += f"  b={row['batch_size']} f={row['freq_mhz']:g} {row['status']}"
+                bar.update(task, completed=done, total=total, description=label)
+
+            result = profile_grid(
+                backend,
+                model,
+                input_shape=shape,
+                batch_sizes=batch_sizes,
+                freqs=freqs,
+                steps=args.steps,
+                warmup=args.warmup,
+                budget_w=budget,
+                sampler_hz=args.sampler_hz,
+                num_classes=args.num_classes,
+                device=device,
+                progress=on_progress,
+            )
+    except DeviceError as exc:
+        raise InputError(str(exc)) from None
+    finally:
+        uninstall()  # profile_grid has already given the device back on every path
+    write_profile(args.out, result.rows, result.metadata)
+
+    failed = [r for r in result.rows if r["status"] != "ok"]
+    summary = {
+        "path": args.out,
+        "rows": len(result.rows),
+        "probes": result.probes,
+        "grid_size": result.grid_size,
+        "saved": result.grid_size - result.probes,
+        "failed": len(failed),
+        "backend": args.backend,
+        "device": result.metadata.get("device"),
+        "model": model,
+        "input_shape": shape,
+        "plan": result.metadata.get("plan"),
+        "budget_w": budget,
+    }
+    if args.json:
+        emit_json(summary)
+        return 0
+    console.print(
+        table(
+            f"Profile of {model} ({shape}) on {summary['device']} [{args.backend}]",
+            ["batch", "freq MHz", "time/batch s", "peak W", "mean W", "steps", "status"],
+            [
+                [
+                    r["batch_size"],
+                    r["freq_mhz"],
+                    r["time_per_batch_s"],
+                    r["peak_power_w"],
+                    r["mean_power_w"],
+                    r["samples"],
+                    r["status"],
+                ]
+                for r in result.rows
+            ],
+        )
+    )
+    saved = f", {summary['saved']} saved by the staircase" if budget is not None else ""
+    console.print(
+        f"probed {result.probes} of {result.grid_size} grid points{saved}; wrote {args.out}"
+    )
+    if failed:
+        print(
+            f"powerfleet profile: note: {len(failed)} point(s) could not run "
+            f"({', '.join(sorted(set(r['status'] for r in failed)))})",
+            file=sys.stderr,
+        )
+    return 0
