@@ -18,16 +18,18 @@ trainer supplies samples and accuracy), while the clock and the power accounting
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass, field
 
-from fleet.efficiency import Efficiency
-from fleet.errors import InfeasibleError
-from fleet.fleetconfig import BudgetStep, DeviceSpec
-from fleet.profile import Profile
+from fleet.efficiency import Efficiency, load_efficiency
+from fleet.errors import InfeasibleError, InputError
+from fleet.fleetconfig import DEVICE_TYPES, BudgetStep, DeviceSpec
+from fleet.profile import Profile, load_profile
 from fleet.selection import (
     Choice,
     SelectionIndex,
+    align,
     baseline_b1,
     baseline_b2,
     evaluate,
@@ -195,3 +197,58 @@ def _baselines(
             continue
         if math.isfinite(c.predicted_time_s):
             setattr(res, f"{name}_time_s", c.predicted_time_s)
+
+
+# ------------------------------------------------------------------- files, loaded once per process
+
+
+@functools.lru_cache(maxsize=256)
+def cached_profile(path: str) -> tuple[Profile, SelectionIndex]:
+    """Thousands of simulated devices share a handful of reference profiles: parse each once."""
+    prof = load_profile(path)
+    return prof, SelectionIndex(prof)
+
+
+@functools.lru_cache(maxsize=256)
+def cached_efficiency(path: str) -> Efficiency:
+    return load_efficiency(path)
+
+
+def simulate_device(
+    spec: DeviceSpec,
+    shipped: Efficiency,
+    target_accuracy: float,
+    objective: str = "time",
+) -> DeviceResult:
+    """Everything a simulated device does in a round, from its fleet entry and what it received.
+
+    Both the Flower replay ClientApp and the direct engine call this, so a 1,000-device what-if
+    run and a Flower run give the same rows. Bad files become an ``error`` row (the round goes
+    on without that device) rather than an exception that would stop the fleet.
+    """
+    try:
+        profile, index = cached_profile(spec.profile)
+        recorded = profile.metadata.get("device")
+        if recorded in DEVICE_TYPES and recorded != spec.device_type:
+            raise InputError(
+                f"device {spec.name}: type {spec.device_type!r} but its profile {spec.profile} "
+                f"was recorded on {recorded!r}"
+            )
+        if spec.data is None:
+            raise InputError(f"device {spec.name}: no convergence trace (data) to replay")
+        trace = cached_efficiency(spec.data)
+        profile_a, shipped_a, _ = align(profile, shipped)
+        if profile_a.points != profile.points:
+            index = SelectionIndex(profile_a)
+        return replay_device(spec, profile_a, shipped_a, trace, target_accuracy, objective, index)
+    except InputError as exc:
+        return DeviceResult(
+            spec.name,
+            spec.device_type,
+            spec.budget_w,
+            spec.profile,
+            shipped.source,
+            "error",
+            message=str(exc),
+            learning=spec.learning,
+        )

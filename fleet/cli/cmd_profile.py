@@ -42,7 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--num-classes", type=int, help="classes (vocabulary size for text models)")
     p.add_argument(
         "--device", choices=("auto", "cpu", "cuda"), default="auto",
-        help="torch device (auto: cuda on jetson/nvml, cpu otherwise)",
+        help="torch device (auto: cuda on jetson/nvml when torch sees one, else cpu)",
     )  # fmt: skip
     p.add_argument("--out", required=True, help="profile CSV to write")
     p.add_argument("--sysfs-root", help="sysfs prefix (jetson; for copied trees and dry runs)")
@@ -107,15 +107,28 @@ def run(args: argparse.Namespace) -> int:
         shape = models.format_shape(models.input_spec(model, args.input_shape).shape)
     except ValueError as exc:
         raise InputError(str(exc)) from None
-    device = args.device
-    if device == "auto":
-        device = "cuda" if args.backend in ("jetson", "nvml") else "cpu"
     options = _backend_options(args)
 
     try:
         backend = open_backend(args.backend, **options)
     except DeviceError as exc:
         raise InputError(str(exc)) from None
+    device = args.device
+    if device == "auto":
+        device = "cpu"
+        if args.backend in ("jetson", "nvml"):
+            import torch
+
+            if torch.cuda.is_available():
+                device = "cuda"
+            else:
+                # A copied sysfs tree on a workstation: clocks and rails are real files, the
+                # training steps run on the CPU. Say so rather than fail or pretend.
+                print(
+                    "powerfleet profile: note: torch sees no CUDA GPU; training steps run on the "
+                    "CPU (pass --device cuda to require the GPU)",
+                    file=sys.stderr,
+                )
     uninstall = install_restore_handlers(backend)
     progress_console = Console(stderr=True)
     try:
