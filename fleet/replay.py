@@ -74,6 +74,7 @@ class DeviceResult:
     speedup_vs_b2: float | None = None
     message: str = ""
     learning: str = "trace"
+    trace: str | None = None  # the convergence trace (true samples-to-accuracy) replayed
     segments: list[Segment] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, object]:
@@ -111,6 +112,7 @@ def replay_device(
         shipped.source,
         "ok",
         learning=spec.learning,
+        trace=trace.source,
     )
     first = _choose(index, shipped, schedule[0].budget_w, objective)
     if first is None:

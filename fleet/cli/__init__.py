@@ -23,6 +23,17 @@ COMMANDS = [
 ]
 
 
+# Commands contributed by packages that sit above fleet (simulations, strategies): they are
+# found through entry points so that fleet never imports them (dependencies point one way).
+PLUGIN_GROUP = "powerfleet.commands"
+
+
+def _plugins() -> list:
+    from importlib.metadata import entry_points
+
+    return sorted(entry_points(group=PLUGIN_GROUP), key=lambda ep: ep.name)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="powerfleet",
@@ -33,6 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     for name in COMMANDS:
         module = importlib.import_module(f"fleet.cli.cmd_{name}")
         module.register(sub)
+    for ep in _plugins():
+        ep.load()(sub)
     return parser
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from fleet.cli.common import budget_label, console, emit_json, parse_budgets, table
+from fleet.cli.common import budget_label, console, emit_json, mhz, parse_budgets, table
 from fleet.profile import Profile, frontier, load_profile
 
 
@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
                 [
                     [
                         p["batch_size"],
-                        p["freq_mhz"],
+                        mhz(p["freq_mhz"]),
                         p["time_per_batch_s"],
                         p["time_per_sample_s"] * 1e3,
                         p["peak_power_w"],

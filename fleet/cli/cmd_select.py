@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from fleet.cli.common import budget_label, console, emit_json, note, parse_budget, table
+from fleet.cli.common import budget_label, console, emit_json, mhz, note, parse_budget, table
 from fleet.efficiency import load_efficiency
 from fleet.profile import load_profile
 from fleet.selection import OBJECTIVES, align, select
@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
             [
                 [
                     choice.batch_size,
-                    choice.freq_mhz,
+                    mhz(choice.freq_mhz),
                     choice.peak_power_w,
                     choice.mean_power_w,
                     choice.samples_to_accuracy,

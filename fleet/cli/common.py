@@ -81,6 +81,11 @@ def _clean(obj: Any) -> Any:
     return obj
 
 
+def mhz(value: Any) -> str:
+    """Frequencies as the board reports them (1300.5, 828.75), never rounded to 4 digits."""
+    return "-" if value is None else f"{value:g}"
+
+
 def fmt(value: Any, digits: int = 4) -> str:
     if value is None:
         return "-"
