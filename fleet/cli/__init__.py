@@ -20,6 +20,7 @@ COMMANDS = [
     "compare",
     "inspect",
     "profile",
+    "report",
 ]
 
 

@@ -1,0 +1,179 @@
+"""`powerfleet experiment paper`: the paper's tables and figures from one command.
+
+Runs fleet.experiment's grid on the reference profiles and efficiency files (or any given
+directories with the same naming: ``{device}_{model}.csv`` and ``{model}_{dataset}.csv``) and
+writes results.csv / results.json / report.md / figures/ to the output directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import shlex
+import sys
+from pathlib import Path
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+from fleet.agent.profile_io import atomic_write_text
+from fleet.cli.common import console, emit_json
+from fleet.errors import InputError
+from fleet.experiment import Grid, proxy_sensitivity, run_grid
+from fleet.reportmd import experiment_markdown, operating_point_figures
+
+HERE = Path(__file__).resolve().parent
+COLUMNS = [
+    "model",
+    "device",
+    "dataset",
+    "budget_w",
+    "method",
+    "status",
+    "batch_size",
+    "freq_mhz",
+    "cap_mhz",
+    "seeds",
+    "choices_agree",
+    "time_mean_s",
+    "time_std_s",
+    "energy_mean_j",
+    "energy_std_j",
+    "speedup_vs_b1",
+    "speedup_vs_b2",
+    "gap_to_oracle_pct",
+    "profile_source",
+    "proxy_source",
+    "truth_source",
+]
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("experiment", help="reproduce the paper's tables and figures")
+    p.add_argument("which", choices=["paper"], help="the experiment set to run")
+    p.add_argument("--out", default="docs/paper-report", help="output directory")
+    p.add_argument("--seeds", type=int, default=5, help="seeds per configuration")
+    p.add_argument("--profiles", default=str(HERE / "profiles"), help="profiles directory")
+    p.add_argument("--efficiency", default=str(HERE / "efficiency"), help="efficiency directory")
+    p.add_argument("--models", default="resnet18,mobilenetv2,transformer")
+    p.add_argument("--devices", default="nano,tx2nx")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.seeds < 1:
+        raise InputError(f"--seeds must be >= 1, got {args.seeds}")
+    out = Path(args.out)
+    grid = Grid(
+        Path(args.profiles),
+        Path(args.efficiency),
+        models=tuple(m for m in args.models.split(",") if m),
+        devices=tuple(d for d in args.devices.split(",") if d),
+        seeds=args.seeds,
+    )
+    with Progress(
+        TextColumn("[bold]experiment[/]"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.description}"),
+        console=console.__class__(stderr=True),
+        transient=True,
+    ) as bar:
+        task = bar.add_task("", total=None)
+        rows = run_grid(grid, lambda k, n, d: bar.update(task, completed=k, total=n, description=d))
+    sens = []
+    for model in grid.models:
+        datasets = [grid.proxy_of(model), *grid.targets_of(model)]
+        for device in grid.devices:
+            sens.append(
+                proxy_sensitivity(
+                    model, device, datasets, grid.profiles_dir, grid.efficiency_dir, grid.budgets
+                )
+            )
+    command = (
+        "powerfleet " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+        if Path(sys.argv[0]).name in ("powerfleet", "__main__.py")
+        else "powerfleet experiment paper"
+    )
+    text = experiment_markdown(rows, sens, out, command, args.seeds)
+    # Fig. 1 / 9 / 10: every operating point and each method's pick, the first device's CNN
+    # and text model at the two finite budgets
+    figs = []
+    for model in [m for m in grid.models if m in ("resnet18", "transformer")][:2]:
+        device = grid.devices[0]
+        marks = {}
+        for b in (4.5, 7.0):
+            ds = grid.targets_of(model)[0]
+            marks[b] = {
+                r["method"]: (r["batch_size"], r["freq_mhz"])
+                for r in rows
+                if r["model"] == model
+                and r["device"] == device
+                and r["dataset"] == ds
+                and r["budget_w"] == b
+                and r["method"] in ("b1", "b2", "ours")
+                and r.get("batch_size") is not None
+            }
+        figs += operating_point_figures(
+            str(grid.profiles_dir / f"{device}_{model}.csv"),
+            [4.5, 7.0],
+            marks,
+            out / "figures",
+            f"points_{model}_{device}",
+        )
+    text += "\n## Operating points and candidates (Fig. 1, 9, 10)\n\n" + "\n".join(
+        f"![{p.stem}]({p.relative_to(out)})\n" for p in figs
+    )
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=COLUMNS, extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: "" if r.get(k) is None else r.get(k) for k in COLUMNS})
+    atomic_write_text(str(out / "results.csv"), buf.getvalue())
+    atomic_write_text(
+        str(out / "results.json"), json.dumps({"rows": rows, "sensitivity": sens}, indent=1) + "\n"
+    )
+    atomic_write_text(str(out / "report.md"), text)
+    summary = summarise(rows)
+    if args.json:
+        emit_json({"out": str(out), "rows": len(rows), **summary})
+    else:
+        console.print(
+            f"wrote {out}/report.md, results.csv, results.json and "
+            f"{len(list((out / 'figures').glob('*.png')))} figures",
+            highlight=False,
+        )
+        console.print(
+            f"ours vs B1: {summary['ours_vs_b1_min']:.2f}-{summary['ours_vs_b1_max']:.2f}x; "
+            f"vs B2: {summary['ours_vs_b2_min']:.2f}-{summary['ours_vs_b2_max']:.2f}x; "
+            f"above the fastest configuration by at most {summary['ours_gap_max_pct']:.1f} % "
+            f"(same choice in {summary['same_as_oracle']} of {summary['cases']} cases)",
+            highlight=False,
+        )
+    return 0
+
+
+def summarise(rows: list[dict]) -> dict:
+    ours = [r for r in rows if r["method"] == "ours" and r.get("speedup_vs_b1")]
+    by_key = {(r["model"], r["device"], r["dataset"], r["budget_w"], r["method"]): r for r in rows}
+    same = sum(
+        1
+        for r in ours
+        if (o := by_key.get((r["model"], r["device"], r["dataset"], r["budget_w"], "oracle")))
+        and (o.get("batch_size"), o.get("freq_mhz")) == (r["batch_size"], r["freq_mhz"])
+    )
+    s1 = [r["speedup_vs_b1"] for r in ours]
+    s2 = [r["speedup_vs_b2"] for r in ours if r.get("speedup_vs_b2")]
+    gaps = [r["gap_to_oracle_pct"] for r in ours if r.get("gap_to_oracle_pct") is not None]
+    return {
+        "cases": len(ours),
+        "same_as_oracle": same,
+        "ours_vs_b1_min": min(s1),
+        "ours_vs_b1_max": max(s1),
+        "ours_vs_b2_min": min(s2),
+        "ours_vs_b2_max": max(s2),
+        "ours_gap_max_pct": max(gaps),
+        "ours_gap_mean_pct": sum(gaps) / len(gaps),
+    }
