@@ -34,6 +34,9 @@ format: $(VENV)/.installed
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
+data: $(VENV)/.installed
+	$(VENV)/bin/powerfleet data prepare
+
 bench: $(VENV)/.installed
 	$(PY) benchmarks/selection.py
 

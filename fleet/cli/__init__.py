@@ -21,6 +21,7 @@ COMMANDS = [
     "inspect",
     "profile",
     "report",
+    "data",
 ]
 
 
