@@ -365,3 +365,203 @@ def restore_quietly(backend: Backend) -> None:
         backend.restore()
     except Exception as exc:  # noqa: BLE001 - an exit path must not raise
         log.error("could not restore device settings: %s", error_line(exc))
+
+
+# --------------------------------------------------------------------------------------------
+# Training (appended with the trainer; registered below so the code above stays as it was)
+
+_TRAIN_ARGS = [
+    "model",
+    "input_shape",
+    "num_classes",
+    "vocab_size",
+    "model_options",
+    "weights",
+    "data",
+    "batch_size",
+    "lr",
+    "optimizer",
+    "target_accuracy",
+    "eval_every_samples",
+    "max_samples",
+    "seed",
+    "checkpoint",
+    "out_weights",
+    "freq_mhz",
+    "device",
+    "task",
+    "eval_batch_size",
+    "eval_at_start",
+    "sampler_hz",
+]
+
+
+def _path_arg(req: Dict[str, Any], key: str, required: bool = False) -> Optional[str]:
+    value = req.get(key)
+    if value is None:
+        if required:
+            raise ProtocolError("{} needs '{}' (a file path)".format(req.get("cmd"), key))
+        return None
+    if not isinstance(value, str) or not value:
+        raise ProtocolError("'{}' must be a file path, got {!r}".format(key, value))
+    return value
+
+
+def _int_arg(req: Dict[str, Any], key: str, required: bool = False) -> Optional[int]:
+    value = _number(req, key, required=required)
+    if value is None:
+        return None
+    if value != int(value):
+        raise ProtocolError("'{}' must be an integer, got {!r}".format(key, value))
+    return int(value)
+
+
+def _bool_arg(req: Dict[str, Any], key: str, default: bool) -> bool:
+    value = req.get(key, default)
+    if not isinstance(value, bool):
+        raise ProtocolError("'{}' must be true or false, got {!r}".format(key, value))
+    return value
+
+
+def _load_train_data(path: str) -> Any:
+    """The coordinator's .pt file: {"train": (x, y), "test": (x, y)} of tensors."""
+    import torch
+
+    from .trainer import torch_load_cpu
+
+    if not os.path.isfile(path):
+        raise ProtocolError("data file {} not found".format(path))
+    try:
+        blob = torch_load_cpu(path)
+    except Exception as exc:  # noqa: BLE001 - one clear line for any unreadable file
+        raise ProtocolError(
+            "data file {} is unreadable: {}".format(path, error_line(exc))
+        ) from None
+    ok = isinstance(blob, dict) and all(
+        isinstance(blob.get(s), (list, tuple))
+        and len(blob[s]) == 2
+        and all(isinstance(t, torch.Tensor) for t in blob[s])
+        for s in ("train", "test")
+    )
+    if not ok:
+        raise ProtocolError(
+            'data file {} must hold {{"train": (x, y), "test": (x, y)}} tensors'.format(path)
+        )
+    return tuple(blob["train"]), tuple(blob["test"])
+
+
+def handle_train(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
+    """Fine-tune to the target accuracy at a locked frequency; the response is the TrainResult.
+
+    Tensors travel as files (JSON lines cannot carry them cheaply): ``weights`` is a state_dict
+    file (absent: the model's seeded initial weights), ``data`` a .pt file of
+    ``{"train": (x, y), "test": (x, y)}``, ``out_weights`` where the fine-tuned state_dict goes.
+    ``lr`` is used as given (the coordinator applies the batch-size rule). ``freq_mhz`` is locked
+    for the whole run and the device restored afterwards, on errors too. ``time_s`` (training
+    time, evaluation excluded, as the paper reports) and ``accuracy`` (final) are aliases the
+    hardware client reads.
+    """
+    from .models import MODELS, build_model, canonical_name
+    from .trainer import TrainerError, atomic_torch_save, torch_load_cpu, train_to_target
+
+    _check_args(req, _TRAIN_ARGS)
+    model_arg = req.get("model")
+    if not isinstance(model_arg, str) or not model_arg:
+        raise ProtocolError("train needs 'model' (a model name)")
+    name = canonical_name(model_arg)
+    data_path = _path_arg(req, "data", required=True)
+    weights = _path_arg(req, "weights")
+    checkpoint = _path_arg(req, "checkpoint")
+    out_weights = _path_arg(req, "out_weights")
+    batch_size = _int_arg(req, "batch_size", required=True)
+    lr = _number(req, "lr", required=True)
+    target = _number(req, "target_accuracy", required=True)
+    freq = _number(req, "freq_mhz")
+    model_options = req.get("model_options") or {}
+    if not isinstance(model_options, dict):
+        raise ProtocolError("'model_options' must be an object, got {!r}".format(model_options))
+    task = req.get("task") or ("char" if MODELS[name].kind == "text" else "classification")
+    device = req.get("device") or ("cuda" if ctx.backend_kind in ("jetson", "nvml") else "cpu")
+    seed = _int_arg(req, "seed") or 0
+
+    train_set, test_set = _load_train_data(str(data_path))
+    shape = req.get("input_shape") or list(train_set[0].shape[1:])
+    classes = _number(req, "vocab_size", _number(req, "num_classes"))
+    model = build_model(
+        name, num_classes=None if classes is None else int(classes), input_shape=shape,
+        seed=seed, **model_options
+    )  # fmt: skip
+    if weights is not None:
+        if not os.path.isfile(weights):
+            raise ProtocolError("weights file {} not found".format(weights))
+        state = torch_load_cpu(weights)
+        if not isinstance(state, dict):
+            raise ProtocolError("weights file {} must hold a state_dict".format(weights))
+        try:
+            model.load_state_dict(state)
+        except RuntimeError as exc:
+            raise TrainerError(
+                "weights {} do not fit {}: {}".format(weights, name, error_line(exc)[:300])
+            ) from None
+
+    def progress(done: int, total: int, info: Dict[str, Any]) -> None:
+        ctx.progress(done, total, **info)
+
+    train_options = {
+        "batch_size": int(batch_size),
+        "lr": float(lr),
+        "target_accuracy": float(target),
+        "optimizer": str(req.get("optimizer") or "adam"),
+        "eval_every_samples": _int_arg(req, "eval_every_samples"),
+        "max_samples": _int_arg(req, "max_samples"),
+        "seed": seed,
+        "device": str(device),
+        "checkpoint_path": checkpoint,
+        "task": str(task),
+        "eval_batch_size": _int_arg(req, "eval_batch_size"),
+        "eval_at_start": _bool_arg(req, "eval_at_start", True),
+        "sampler_hz": float(_number(req, "sampler_hz", 20.0)),
+    }  # type: Dict[str, Any]
+
+    # Every argument is checked above: from here on the device is locked, and restored on exit.
+    backend = ctx.backend
+    set_workload = getattr(backend, "set_workload", None)
+    locked = None  # type: Optional[float]
+    try:
+        if freq is not None:
+            locked = float(freq)  # set first: a lock that fails half-way is restored too
+            backend.lock(locked)
+        if callable(set_workload):
+            set_workload(int(batch_size))  # the replay backend's power depends on it
+        power_read = backend.read_power_w if backend.read_power_w() is not None else None
+        result = train_to_target(
+            model, train_set, test_set, power_read=power_read, progress=progress, **train_options
+        )
+    finally:
+        try:
+            if callable(set_workload):
+                set_workload(None)
+        finally:
+            if locked is not None:
+                backend.restore()
+    if out_weights is not None:
+        atomic_torch_save({k: v.detach().cpu() for k, v in model.state_dict().items()}, out_weights)
+    response = result.to_dict()
+    response.update(
+        {
+            "time_s": result.train_time_s,
+            "accuracy": result.final_accuracy,
+            "model": name,
+            "task": task,
+            "device": str(device),
+            "freq_mhz": locked,
+            "restored": locked is not None,
+            "power_measured": power_read is not None,
+            "checkpoint": checkpoint,
+            "out_weights": out_weights,
+        }
+    )
+    return response
+
+
+HANDLERS["train"] = handle_train
