@@ -22,6 +22,8 @@ COMMANDS = [
     "profile",
     "report",
     "data",
+    "pretrain",
+    "estimate",
 ]
 
 

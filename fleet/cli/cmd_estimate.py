@@ -1,0 +1,128 @@
+"""`powerfleet estimate`: samples-to-accuracy per batch size on a proxy dataset (§4.2)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from fleet.cli.common import console, emit_json, table
+from fleet.errors import InputError
+from fleet.estimate import EstimateSpec, estimate, write_outputs
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("estimate", help="estimate samples-to-accuracy per batch size on a proxy")
+    p.add_argument("--model", required=True)
+    p.add_argument("--proxy", required=True, help="prepared dataset name or a path")
+    p.add_argument("--batch-sizes", default="4,8,16,32,64,128")
+    p.add_argument("--target-accuracy", type=float, required=True)
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--weights", help="pre-trained weights (powerfleet pretrain); default: fresh")
+    p.add_argument("--optimizer", default="adam", choices=["adam", "adamw", "sgd"])
+    p.add_argument("--lr-ref", type=float, default=5e-4, help="learning rate at --lr-ref-batch")
+    p.add_argument("--lr-ref-batch", type=int, default=128)
+    p.add_argument("--subset", type=int, help="proxy samples to use (deterministic)")
+    p.add_argument("--eval-every", type=int, help="samples between evaluations")
+    p.add_argument("--max-samples", type=int, help="stop a run here if the target is not met")
+    p.add_argument("--data-dir")
+    p.add_argument("--workers", type=int, help="parallel runs (default: one per core)")
+    p.add_argument(
+        "--ray-address", help="fan out onto an existing Ray cluster (e.g. ray://h:10001)"
+    )
+    p.add_argument("--cache-dir", help="where results are cached (default ~/.cache/powerfleet)")
+    p.add_argument("--out", required=True, help="efficiency CSV to write")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=run)
+
+
+def _batches(raw: str) -> tuple[int, ...]:
+    try:
+        out = tuple(int(x) for x in raw.split(",") if x.strip())
+    except ValueError:
+        raise InputError(f"--batch-sizes: {raw!r} is not a comma list of integers") from None
+    if not out or any(b <= 0 for b in out) or len(set(out)) != len(out):
+        raise InputError(f"--batch-sizes: need distinct positive integers, got {raw!r}")
+    return tuple(sorted(out))
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    spec = EstimateSpec(
+        model=args.model,
+        proxy=args.proxy,
+        batch_sizes=_batches(args.batch_sizes),
+        target_accuracy=args.target_accuracy,
+        seeds=args.seeds,
+        weights=args.weights,
+        optimizer=args.optimizer,
+        lr_ref_batch=args.lr_ref_batch,
+        lr_ref=args.lr_ref,
+        subset=args.subset,
+        eval_every_samples=args.eval_every,
+        max_samples=args.max_samples,
+        data_dir=args.data_dir,
+    )
+    with Progress(
+        TextColumn("[bold]estimate[/]"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=console.__class__(stderr=True),
+        transient=True,
+    ) as bar:
+        task = bar.add_task("", total=len(spec.batch_sizes) * spec.seeds)
+
+        def progress(done, total, run):
+            bar.update(
+                task,
+                completed=done,
+                description=f"b={run.batch_size} seed={run.seed}: {run.status}",
+            )
+
+        eff, runs, cached = estimate(
+            spec,
+            args.workers,
+            Path(args.cache_dir) if args.cache_dir else None,
+            args.ray_address,
+            progress,
+        )
+    write_outputs(eff, runs, spec, args.out)
+    if args.json:
+        emit_json(
+            {
+                "out": args.out,
+                "cached": cached,
+                "batch_sizes": eff.batch_sizes,
+                "samples_to_accuracy": [eff.samples[b] for b in eff.batch_sizes],
+                "unreached": eff.unreached,
+                "ratios": eff.ratios() if eff.reached else {},
+            }
+        )
+        return 0
+    ratios = eff.ratios() if eff.reached else {}
+    console.print(
+        table(
+            f"Samples to {spec.target_accuracy:g} accuracy on {spec.proxy} ({spec.model}, "
+            f"{spec.seeds} seeds{', cached' if cached else ''})",
+            ["batch", "samples", "std", "r", "runs reached"],
+            [
+                [
+                    b,
+                    eff.samples[b],
+                    eff.std.get(b),
+                    ratios.get(b),
+                    f"{sum(r.samples_to_accuracy is not None for r in runs if r.batch_size == b)}"
+                    f"/{spec.seeds}",
+                ]
+                for b in eff.batch_sizes
+            ],
+        )
+    )
+    if eff.unreached:
+        console.print(f"not reached (left empty): {eff.unreached}")
+    console.print(f"wrote {args.out}", highlight=False)
+    return 0 if not all(math.isnan(v) for v in eff.samples.values()) else 1
