@@ -100,8 +100,13 @@ def replay_device(
     target_accuracy: float,
     objective: str = "time",
     index: SelectionIndex | None = None,
+    baselines: bool = True,
 ) -> DeviceResult:
-    """Run one device's round on the virtual clock; never exceeds any budget in force."""
+    """Run one device's round on the virtual clock; never exceeds any budget in force.
+
+    ``baselines=False`` skips the B1/B2 columns: they need the true samples-to-accuracy of
+    batch sizes the device did not train (known for a trace, not after real training).
+    """
     index = index or SelectionIndex(profile)
     schedule = spec.schedule or (BudgetStep(0.0, spec.budget_w),)
     res = DeviceResult(
@@ -125,7 +130,8 @@ def replay_device(
     res.batch_size, res.freq_mhz = first.batch_size, first.freq_mhz
     res.predicted_time_s = first.predicted_time_s
     res.peak_power_w, res.mean_power_w = first.peak_power_w, first.mean_power_w
-    _baselines(res, profile, shipped, trace, spec.budget_w)
+    if baselines:
+        _baselines(res, profile, shipped, trace, spec.budget_w)
 
     clock = done = energy = samples = 0.0  # done: fraction of the target reached
     peak = 0.0
