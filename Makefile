@@ -18,9 +18,8 @@ $(VENV)/.installed: pyproject.toml
 $(VENV): $(VENV)/.installed
 
 run: $(VENV)/.installed
-	$(VENV)/bin/powerfleet compare --profile simulations/profiles/nano_resnet18.csv \
-	    --efficiency simulations/efficiency/resnet18_cifar10-proxy.csv \
-	    --truth simulations/efficiency/resnet18_svhn.csv --budgets 4.5,7,none
+	$(VENV)/bin/powerfleet data prepare
+	$(VENV)/bin/powerfleet simulate
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q

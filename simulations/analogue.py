@@ -71,16 +71,29 @@ def run_study(
     weights = out_dir / "small_cnn_fashion-pretrained.pt"
     if not weights.exists():
         meta = pretrain(
-            "small_cnn", "fashion-mnist", str(weights), data_dir, epochs=0.5, batch_size=64,
+            "small_cnn",
+            "fashion-mnist",
+            str(weights),
+            data_dir,
+            epochs=0.5,
+            batch_size=64,
             lr=1e-3,
         )
         log(f"pretrained: test accuracy {meta['accuracy']:.3f} in {meta['train_time_s']:.0f} s")
     effs = {}
     for name, target in TARGETS.items():
         spec = EstimateSpec(
-            model="small_cnn", proxy=paths[name], batch_sizes=BATCH_SIZES,
-            target_accuracy=target, seeds=seeds, weights=str(weights), lr_ref_batch=128,
-            lr_ref=1e-3, eval_every_samples=256, max_samples=80_000, data_dir=data_dir,
+            model="small_cnn",
+            proxy=paths[name],
+            batch_sizes=BATCH_SIZES,
+            target_accuracy=target,
+            seeds=seeds,
+            weights=str(weights),
+            lr_ref_batch=128,
+            lr_ref=1e-3,
+            eval_every_samples=256,
+            max_samples=80_000,
+            data_dir=data_dir,
         )
         eff, runs, cached = estimate(spec, workers)
         path = efficiency_dir / f"small_cnn_{name}.csv"
@@ -93,8 +106,11 @@ def run_study(
             "small_cnn", device, list(TARGETS), profiles_dir, efficiency_dir, (4.5, 7.0, None)
         )
         sens.append(s)
-    result = {"sensitivity": sens, "efficiency": {k: str(v) for k, v in effs.items()},
-              "wall_s": time.time() - t0}
+    result = {
+        "sensitivity": sens,
+        "efficiency": {k: str(v) for k, v in effs.items()},
+        "wall_s": time.time() - t0,
+    }
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "analogue.json").write_text(json.dumps(result, indent=1) + "\n")
     return result

@@ -62,6 +62,7 @@ MODELS = {
     "resnet18": ("3x32x32", [4, 8, 16, 32, 64, 128]),
     "mobilenetv2": ("3x32x32", [4, 8, 16, 32, 64]),
     "transformer": ("64", [4, 8, 16, 32, 64, 128]),
+    "small_cnn": ("1x28x28", [4, 8, 16, 32, 64, 128]),
 }
 EFFICIENCY_FILES = {
     "resnet18": ["cifar10-proxy", "svhn", "cinic"],
@@ -259,6 +260,40 @@ def test_tx2nx_faster_than_nano_under_same_budget(model, budget):
 
 
 @pytest.mark.parametrize("device", sorted(DEVICES))
+def test_small_cnn_below_resnet18(device):
+    """small_cnn draws less peak (and mean) power than ResNet18 at every shared (b, f), so adding
+    it to the fleet cannot move the baselines' "safe for every model" caps."""
+    r18 = load_profile(device, "resnet18")
+    small = load_profile(device, "small_cnn")
+    shared = set(small) & set(r18)
+    assert shared == set(small), "small_cnn's grid is a subset of ResNet18's"
+    for key in shared:
+        assert small[key]["peak"] < r18[key]["peak"], key
+        assert small[key]["mean"] < r18[key]["mean"], key
+
+
+@pytest.mark.parametrize("device", sorted(DEVICES))
+def test_small_cnn_is_launch_bound(device):
+    """A tiny net: far less time per sample than ResNet18, and per-sample time keeps falling up
+    to the largest batch because the fixed per-step host cost dominates small batches."""
+    r18 = load_profile(device, "resnet18")
+    small = load_profile(device, "small_cnn")
+    f = DEVICES[device][1][-1]
+    batches = MODELS["small_cnn"][1]
+    per = [per_sample(small, b, f) for b in batches]
+    assert per == sorted(per, reverse=True) and len(set(per)) == len(per)
+    assert per[0] / per[-1] > 4, "b=4 pays mostly for host overhead"
+    for b in batches:
+        assert per_sample(small, b, f) * 20 < per_sample(r18, b, f)
+
+
+def test_no_small_cnn_efficiency_file():
+    """small_cnn's samples-to-accuracy come from real training, never from the device model."""
+    assert not list(EFFICIENCY.glob("small_cnn_*.csv"))
+    assert all(model != "small_cnn" for model, _ in devicemodel.EFFICIENCY_CURVES)
+
+
+@pytest.mark.parametrize("device", sorted(DEVICES))
 def test_model_power_order(device):
     """MobileNetV2 draws less peak power than the transformer, which draws less than ResNet18."""
     r18 = load_profile(device, "resnet18")
@@ -332,7 +367,16 @@ def test_regeneration_is_byte_identical(tmp_path):
             assert (fresh / name).read_bytes() == (committed / name).read_bytes(), name
 
 
+@pytest.mark.parametrize("device", sorted(DEVICES))
+def test_small_cnn_profile_is_deterministic(tmp_path, device):
+    """Writing the small_cnn profile twice gives the committed bytes both times."""
+    committed = (PROFILES / f"{device}_small_cnn.csv").read_bytes()
+    for name in ("a.csv", "b.csv"):
+        path = devicemodel.write_profile(device, "small_cnn", tmp_path / name)
+        assert path.read_bytes() == committed
+
+
 def test_default_efficiency_folder_is_beside_profiles(tmp_path):
     devicemodel.main(["--out", str(tmp_path / "profiles")])
     assert len(list((tmp_path / "efficiency").glob("*.csv"))) == 9
-    assert len(list((tmp_path / "profiles").glob("*.csv"))) == 6
+    assert len(list((tmp_path / "profiles").glob("*.csv"))) == 8

@@ -1,0 +1,233 @@
+"""AgentLink: the client side of the on-device agent's JSON-lines protocol (fleet/agent/protocol).
+
+Why a subprocess and not an import: on a Jetson the agent runs under JetPack's Python 3.6 and
+torch 1.10 while Flower needs Python >= 3.11, so the hardware client starts
+``python -m fleet.agent`` (under whichever interpreter the node config names) and talks to it
+over stdin/stdout. Plain Python, no Flower, so it is testable against a replay agent.
+
+Every request has a deadline: a reader thread queues the agent's lines, and a request that sees
+no final response in time kills nothing by itself but raises ``AgentTimeout`` (the caller's
+``finally: close()`` then stops the agent). An agent that dies mid-request raises ``AgentError``
+with the last line of its stderr, which is where it writes its one-line reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import fleet
+
+# The directory that holds the ``fleet`` package: the agent's interpreter imports from here.
+PACKAGE_ROOT = str(Path(fleet.__file__).resolve().parent.parent)
+
+ProgressCallback = Callable[[dict[str, Any]], None]
+
+
+class AgentError(RuntimeError):
+    """The agent refused a command or went away; the message is the agent's own one line."""
+
+    def __init__(self, command: str, message: str) -> None:
+        super().__init__(f"agent {command}: {message}")
+        self.command = command
+        self.reason = message
+
+
+class AgentTimeout(AgentError):
+    """No final response within the request's deadline."""
+
+
+def agent_command(
+    python: str | None = None,
+    backend: str = "jetson",
+    sysfs_root: str | None = None,
+    rail: str | None = None,
+    profile_csv: str | None = None,
+    log_level: str | None = None,
+) -> list[str]:
+    """The agent's argv; only the options given, since each backend rejects foreign ones."""
+    argv = [python or sys.executable, "-m", "fleet.agent", "--backend", backend]
+    for flag, value in (
+        ("--sysfs-root", sysfs_root),
+        ("--rail", rail),
+        ("--profile-csv", profile_csv),
+        ("--log-level", log_level),
+    ):
+        if value:
+            argv += [flag, value]
+    return argv
+
+
+class AgentLink:
+    """One agent subprocess; ``with AgentLink(argv) as link: link.request("hello")``."""
+
+    def __init__(
+        self,
+        argv: list[str],
+        *,
+        timeout_s: float = 60.0,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+    ) -> None:
+        self.argv = list(argv)
+        self.timeout_s = float(timeout_s)
+        self.env = env
+        self.cwd = cwd
+        self.proc: subprocess.Popen[str] | None = None
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        self._stderr: deque[str] = deque(maxlen=50)
+        self._next_id = 0
+        self._stderr_thread: threading.Thread | None = None
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def start(self) -> AgentLink:
+        env = dict(os.environ if self.env is None else self.env)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (PACKAGE_ROOT, env.get("PYTHONPATH", "")) if p
+        )
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        try:
+            self.proc = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                encoding="utf-8",
+                errors="replace",
+                bufsize=1,
+                env=env,
+                cwd=self.cwd,
+            )
+        except OSError as exc:
+            raise AgentError("start", f"cannot start {self.argv[0]}: {exc.strerror}") from None
+        threading.Thread(target=self._pump_stdout, daemon=True).start()
+        self._stderr_thread = threading.Thread(target=self._pump_stderr, daemon=True)
+        self._stderr_thread.start()
+        return self
+
+    def __enter__(self) -> AgentLink:
+        return self.start() if self.proc is None else self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _pump_stdout(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._lines.put(line)
+        self._lines.put(None)  # EOF
+
+    def _pump_stderr(self) -> None:
+        assert self.proc is not None and self.proc.stderr is not None
+        for line in self.proc.stderr:
+            if line.strip():
+                self._stderr.append(line.rstrip("\n"))
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stderr_tail(self) -> str:
+        return self._stderr[-1] if self._stderr else ""
+
+    def close(self, timeout_s: float = 5.0) -> int | None:
+        """Ask the agent to restore and exit; kill it if it does not. Returns its exit code."""
+        proc = self.proc
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            try:
+                self.request("shutdown", timeout_s=timeout_s)
+            except AgentError:
+                pass
+        try:
+            if proc.stdin is not None:
+                proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            return proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.terminate()  # SIGTERM: the agent restores the clocks, then exits 143
+            try:
+                return proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                return proc.wait()
+
+    # ---------------------------------------------------------------- requests
+
+    def request(
+        self,
+        cmd: str,
+        *,
+        timeout_s: float | None = None,
+        on_progress: ProgressCallback | None = None,
+        **args: Any,
+    ) -> dict[str, Any]:
+        """Send one command; return its ``ok`` response, passing progress events to the callback.
+
+        Raises ``AgentError`` with the agent's message when it answers ``ok: false`` or exits,
+        ``AgentTimeout`` when no final response arrives within ``timeout_s``.
+        """
+        proc = self.proc
+        if proc is None or proc.stdin is None:
+            raise AgentError(cmd, "agent not started")
+        if proc.poll() is not None:
+            raise AgentError(cmd, self._exit_reason())
+        self._next_id += 1
+        rid = self._next_id
+        line = json.dumps({"id": rid, "cmd": cmd, **args}, separators=(",", ":"))
+        try:
+            proc.stdin.write(line + "\n")
+            proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise AgentError(cmd, self._exit_reason()) from None
+        deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AgentTimeout(cmd, f"no response within {timeout_s or self.timeout_s:g} s")
+            try:
+                raw = self._lines.get(timeout=left)
+            except queue.Empty:
+                continue
+            if raw is None:
+                self._lines.put(None)  # keep EOF visible to later calls
+                raise AgentError(cmd, self._exit_reason())
+            try:
+                msg = json.loads(raw)
+            except ValueError:
+                continue  # not a protocol line; the agent keeps stdout clean, so ignore it
+            if not isinstance(msg, dict) or msg.get("id") != rid:
+                continue
+            if msg.get("event") == "progress":
+                if on_progress is not None:
+                    on_progress(msg)
+                continue
+            if msg.get("ok"):
+                return msg
+            raise AgentError(cmd, str(msg.get("error") or "failed without a reason"))
+
+    def _exit_reason(self) -> str:
+        assert self.proc is not None
+        try:
+            code = self.proc.wait(timeout=2.0)
+        except subprocess.TimeoutExpired:
+            code = None
+        if code is not None and self._stderr_thread is not None:
+            self._stderr_thread.join(timeout=1.0)  # let the last stderr line arrive
+        tail = self.stderr_tail()
+        status = "closed its output" if code is None else f"exited with code {code}"
+        return f"agent {status}" + (f": {tail}" if tail else "")

@@ -1,0 +1,318 @@
+"""The wire format between the coordinator and the devices, as plain functions.
+
+Why one module for both directions: the coordinator builds what the devices parse and parses
+what they build, and the two sides drift apart the moment the key names live in two places. It
+sits under ``clients/`` because a device must be able to decode its instruction without the
+coordinator's code; ``strategies/coordinator.py`` imports it from here.
+
+Instruction (server -> device), a ``RecordDict``:
+    ``arrays``  ArrayRecord: the model weights, or empty when the run ships no weights
+                (trace replay of 1,000 devices needs none).
+    ``config``  ConfigRecord: the efficiency vector (``batch-sizes`` list[int] and
+                ``samples-to-accuracy`` list[float], -1.0 = never reached the target),
+                ``efficiency-source``, ``target-accuracy``, ``objective``, ``mode``, the
+                learning-rate rule (``optimizer``, ``lr-ref-batch``, ``lr-ref``), ``model``,
+                ``seed``, ``run-name``, ``fleet-path`` (simulation: where the device finds its
+                fleet entry) and ``server-round``.
+
+Reply (device -> server), a ``RecordDict``:
+    ``metrics`` MetricRecord: every numeric column of the report row (``batch-size``,
+                ``freq-mhz``, ``time-s``, ``energy-j``, ...); a value the device does not have
+                is left out, except ``budget-w`` where -1 means no limit. ``num-examples`` is
+                the samples trained (FedAvg's weight).
+    ``report``  ConfigRecord: the text columns (``device``, ``device-type``, ``status``,
+                ``message``, ``profile``, ``efficiency``, ``learning``, ``trace``...) and
+                ``segments`` (the budget-schedule segments, as JSON).
+    ``arrays``  ArrayRecord, only in federated mode and only from a device that trained.
+
+Decoding a reply gives a dict with exactly the keys of ``fleet.replay.DeviceResult.to_dict()``,
+so rows from Flower and from the direct engine are interchangeable in ``fleet.report``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+from dataclasses import dataclass, fields
+
+from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
+
+from fleet.efficiency import Efficiency
+from fleet.errors import InputError
+from fleet.fleetconfig import (
+    DEVICE_TYPES,
+    LEARNING,
+    MODES,
+    OBJECTIVES,
+    DeviceSpec,
+    Fleet,
+    load_fleet,
+    parse_budget_value,
+    parse_schedule,
+)
+from fleet.replay import DeviceResult
+
+# RecordDict keys
+ARRAYS = "arrays"
+CONFIG = "config"
+METRICS = "metrics"
+REPORT = "report"
+
+UNREACHED = -1.0  # samples-to-accuracy of a batch size that never reached the target
+NO_BUDGET = -1.0  # budget-w of a device without a power limit
+
+# Row columns, in DeviceResult's order. How each travels is decided by its value: numbers in the
+# MetricRecord, text in the ConfigRecord, None by its absence (so a column added to DeviceResult
+# travels without touching this module).
+ROW_FIELDS = [f.name for f in fields(DeviceResult)]
+
+
+def wire_key(field_name: str) -> str:
+    """Flower record keys use dashes, report columns use underscores."""
+    return field_name.replace("_", "-")
+
+
+# --------------------------------------------------------------------------- instruction
+
+
+@dataclass(frozen=True)
+class TrainInstruction:
+    """What the coordinator tells every device at the start of a round."""
+
+    efficiency: Efficiency
+    target_accuracy: float
+    objective: str = "time"
+    mode: str = "local"
+    optimizer: str = "adam"
+    lr_ref_batch: int = 128
+    lr_ref: float = 5e-4
+    model: str = ""
+    seed: int = 0
+    run_name: str = ""
+    fleet_path: str = ""
+    server_round: int = 0
+
+
+def encode_efficiency(eff: Efficiency) -> tuple[list[int], list[float]]:
+    """Two homogeneous lists (a ConfigRecord rejects None and mixed lists): NaN -> -1.0."""
+    bs = [int(b) for b in eff.batch_sizes]
+    samples = [UNREACHED if math.isnan(eff.samples[b]) else float(eff.samples[b]) for b in bs]
+    return bs, samples
+
+
+def decode_efficiency(batch_sizes: list[int], samples: list[float], source: str) -> Efficiency:
+    values: list[float | None] = [None if float(n) < 0 else float(n) for n in samples]
+    return Efficiency.from_vector([int(b) for b in batch_sizes], values, source=source)
+
+
+def encode_instruction(ins: TrainInstruction) -> ConfigRecord:
+    bs, samples = encode_efficiency(ins.efficiency)
+    return ConfigRecord(
+        {
+            "batch-sizes": bs,
+            "samples-to-accuracy": samples,
+            "efficiency-source": ins.efficiency.source,
+            "target-accuracy": float(ins.target_accuracy),
+            "objective": ins.objective,
+            "mode": ins.mode,
+            "optimizer": ins.optimizer,
+            "lr-ref-batch": int(ins.lr_ref_batch),
+            "lr-ref": float(ins.lr_ref),
+            "model": ins.model,
+            "seed": int(ins.seed),
+            "run-name": ins.run_name,
+            "fleet-path": ins.fleet_path,
+            "server-round": int(ins.server_round),
+        }
+    )
+
+
+def decode_instruction(cfg: ConfigRecord) -> TrainInstruction:
+    """Parse and validate; a missing or bad key is one InputError naming it."""
+    try:
+        eff = decode_efficiency(
+            list(cfg["batch-sizes"]),  # type: ignore[arg-type]
+            list(cfg["samples-to-accuracy"]),  # type: ignore[arg-type]
+            str(cfg.get("efficiency-source", "<coordinator>")),
+        )
+        ins = TrainInstruction(
+            efficiency=eff,
+            target_accuracy=float(cfg["target-accuracy"]),  # type: ignore[arg-type]
+            objective=str(cfg.get("objective", "time")),
+            mode=str(cfg.get("mode", "local")),
+            optimizer=str(cfg.get("optimizer", "adam")),
+            lr_ref_batch=int(cfg.get("lr-ref-batch", 128)),  # type: ignore[arg-type]
+            lr_ref=float(cfg.get("lr-ref", 5e-4)),  # type: ignore[arg-type]
+            model=str(cfg.get("model", "")),
+            seed=int(cfg.get("seed", 0)),  # type: ignore[arg-type]
+            run_name=str(cfg.get("run-name", "")),
+            fleet_path=str(cfg.get("fleet-path", "")),
+            server_round=int(cfg.get("server-round", 0)),  # type: ignore[arg-type]
+        )
+    except KeyError as exc:
+        raise InputError(f"train instruction: missing key {exc.args[0]!r}") from None
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, InputError):
+            raise
+        raise InputError(f"train instruction: bad value: {exc}") from None
+    if ins.objective not in OBJECTIVES:
+        raise InputError(f"train instruction: unknown objective {ins.objective!r}")
+    if ins.mode not in MODES:
+        raise InputError(f"train instruction: unknown mode {ins.mode!r}")
+    return ins
+
+
+# --------------------------------------------------------------------------- reply
+
+
+def encode_reply(row: dict[str, object]) -> tuple[MetricRecord, ConfigRecord]:
+    """A report row (DeviceResult.to_dict()) -> (MetricRecord, ConfigRecord)."""
+    metrics = MetricRecord()
+    report = ConfigRecord()
+    for name in ROW_FIELDS:
+        key, value = wire_key(name), row.get(name)
+        if name == "segments":
+            report[key] = json.dumps(value or [])
+        elif name == "budget_w" and value is None:
+            metrics[key] = NO_BUDGET
+        elif value is None:
+            continue
+        elif isinstance(value, bool) or isinstance(value, str):
+            report[key] = value
+        elif isinstance(value, (int, float)):
+            if math.isfinite(value):
+                metrics[key] = value
+    samples = row.get("samples")
+    ok = row.get("status") == "ok" and isinstance(samples, (int, float)) and samples > 0
+    metrics["num-examples"] = int(round(float(samples))) if ok else 0  # type: ignore[arg-type]
+    return metrics, report
+
+
+def decode_reply(metrics: MetricRecord, report: ConfigRecord) -> dict[str, object]:
+    """(MetricRecord, ConfigRecord) -> a row with DeviceResult's keys, in its order."""
+    row: dict[str, object] = {}
+    for name in ROW_FIELDS:
+        key = wire_key(name)
+        if name == "segments":
+            try:
+                row[name] = json.loads(str(report.get(key, "[]")))
+            except ValueError:
+                row[name] = []
+        elif key in metrics:
+            value = metrics[key]
+            row[name] = None if name == "budget_w" and value == NO_BUDGET else value
+        else:
+            row[name] = report.get(key)
+    return row
+
+
+def reply_content(row: dict[str, object], arrays: ArrayRecord | None = None) -> RecordDict:
+    """The reply's RecordDict: the row's records, plus weights when the device sends them."""
+    metrics, report = encode_reply(row)
+    content = RecordDict({METRICS: metrics, REPORT: report})
+    if arrays is not None:
+        content[ARRAYS] = arrays
+    return content
+
+
+def error_row(device: str, message: str, device_type: str = "", status: str = "error") -> dict:
+    """A row for a device that could not report properly (it stays in the table)."""
+    return DeviceResult(device, device_type, None, "", "", status, message=message).to_dict()
+
+
+def has_weights(arrays: ArrayRecord | None) -> bool:
+    return arrays is not None and len(arrays) > 0
+
+
+# --------------------------------------------------------------------------- device identity
+
+
+def _config_str(nc: dict, key: str, where: str, required: bool = True) -> str | None:
+    value = nc.get(key)
+    if value is None or value == "":
+        if required:
+            raise InputError(f"{where}: missing node config '{key}'")
+        return None
+    if not isinstance(value, str):
+        raise InputError(f"{where}: node config '{key}' must be a string, got {value!r}")
+    return value
+
+
+def spec_from_node_config(nc: dict) -> DeviceSpec:
+    """A SuperNode's --node-config (deployment) -> DeviceSpec, with the fleet file's validators.
+
+    Keys: ``device-name``, ``device-type``, ``budget-w`` (-1 = no limit), ``profile``, optional
+    ``data``, ``budget-schedule`` ("0:7,600:4.5"), ``learning`` (trace | train).
+    """
+    name = _config_str(nc, "device-name", "node config")
+    where = f"node config of {name}"
+    dtype = _config_str(nc, "device-type", where)
+    if dtype not in DEVICE_TYPES:
+        raise InputError(
+            f"{where}: unknown device type {dtype!r}; expected one of {', '.join(DEVICE_TYPES)}"
+        )
+    raw_budget = nc.get("budget-w")
+    if isinstance(raw_budget, (int, float)) and not isinstance(raw_budget, bool):
+        budget = None if float(raw_budget) == NO_BUDGET else parse_budget_value(where, raw_budget)
+    else:
+        budget = parse_budget_value(f"{where} budget-w", raw_budget)
+    schedule = ()
+    raw_schedule = nc.get("budget-schedule")
+    if raw_schedule not in (None, ""):
+        schedule = parse_schedule(f"{where} budget-schedule", raw_schedule)
+        if "budget-w" in nc and budget != schedule[0].budget_w:
+            raise InputError(f"{where}: budget-w disagrees with the schedule's first step")
+        budget = schedule[0].budget_w
+    elif "budget-w" not in nc:
+        raise InputError(f"{where}: missing node config 'budget-w' (watts, -1 for no limit)")
+    learning = _config_str(nc, "learning", where, required=False) or "trace"
+    if learning not in LEARNING:
+        raise InputError(f"{where}: learning must be one of {', '.join(LEARNING)}")
+    profile = _config_str(nc, "profile", where, required=False) or ""
+    data = _config_str(nc, "data", where, required=False)
+    return DeviceSpec(name, dtype, budget, profile, data, schedule, learning)  # type: ignore[arg-type]
+
+
+@functools.lru_cache(maxsize=16)
+def _cached_fleet(path: str, mtime_ns: int) -> Fleet:
+    return load_fleet(path)
+
+
+def fleet_for(path: str) -> Fleet:
+    """Load a fleet file once per process (every virtual device of a Ray actor shares it)."""
+    if not path:
+        raise InputError("no fleet file: the instruction has an empty 'fleet-path'")
+    try:
+        mtime = os.stat(path).st_mtime_ns
+    except OSError:
+        raise InputError(f"{path}: fleet file not found") from None
+    return _cached_fleet(path, mtime)
+
+
+def device_spec_for(node_config: dict, fleet_path: str) -> DeviceSpec:
+    """Which device am I? Deployment: my node config. Simulation: my partition's fleet entry."""
+    if "device-name" in node_config:
+        return spec_from_node_config(node_config)
+    if "partition-id" in node_config:
+        pid = int(node_config["partition-id"])
+        devices = fleet_for(fleet_path).devices
+        if not 0 <= pid < len(devices):
+            raise InputError(
+                f"partition-id {pid} has no device: {fleet_path} lists {len(devices)} devices"
+            )
+        return devices[pid]
+    raise InputError(
+        "node config names no device: give the SuperNode --node-config with device-name, "
+        "device-type, budget-w and profile"
+    )
+
+
+def node_label(node_config: dict) -> str:
+    """A name for a device whose spec could not be built (for its error row)."""
+    if node_config.get("device-name"):
+        return str(node_config["device-name"])
+    if "partition-id" in node_config:
+        return f"partition-{node_config['partition-id']}"
+    return "unknown-device"

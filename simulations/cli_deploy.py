@@ -1,0 +1,228 @@
+"""`powerfleet coordinator` and `powerfleet device`: a fleet file deployed on real machines.
+
+Plugins for ``fleet/cli``: ``register_coordinator(sub)`` and ``register_device(sub)`` add their
+parser and set ``func(args) -> exit code``, like ``fleet/cli/cmd_*.py``. The work is in
+``simulations/deploy.py``.
+
+    powerfleet coordinator --fleet F [--host 127.0.0.1] [--port 9091] [--run-dir DIR]
+    powerfleet device --fleet F --name N [--superlink 127.0.0.1:9091] [--client replay|hardware]
+
+The SuperLink of Flower 1.41 serves devices, the `flwr` CLI and the ServerApp on one port, so a
+device's ``--superlink`` is the coordinator's ``--host:--port``. Beyond loopback both sides need
+TLS (coordinator: --ssl-certfile, --ssl-keyfile, --ssl-ca-certfile; device: --root-certificates).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from fleet.errors import InputError
+from fleet.fleetconfig import load_fleet
+from simulations import deploy
+
+DEFAULT_PORT = 9091
+
+
+def _note(command: str, message: str) -> None:
+    print(f"powerfleet {command}: {message}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- coordinator
+
+
+def register_coordinator(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "coordinator",
+        help="run a fleet's rounds on real devices (starts a Flower SuperLink, submits the app)",
+        description="Start a SuperLink, submit the powerfleet Flower app with `flwr run`, wait "
+        "for the devices (`powerfleet device`) to report, print the round report.",
+    )
+    p.add_argument("--fleet", required=True, help="fleet TOML")
+    p.add_argument("--host", default="127.0.0.1", help="address to serve on (default loopback)")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help="SuperLink port (all APIs)")
+    p.add_argument("--run-dir", help="report directory (default runs/<run name>-<time>)")
+    p.add_argument("--nodes", type=int, default=0, help="devices to wait for (0: all in fleet)")
+    p.add_argument(
+        "--ship-weights",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="send the model weights (default: the fleet's [run] ship_weights)",
+    )
+    p.add_argument("--timeout", type=float, default=3600.0, help="give up after this many s")
+    p.add_argument("--ssl-ca-certfile", help="TLS: CA certificate (PEM)")
+    p.add_argument("--ssl-certfile", help="TLS: server certificate (PEM)")
+    p.add_argument("--ssl-keyfile", help="TLS: server private key (PEM)")
+    p.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    p.set_defaults(func=cmd_coordinator)
+
+
+def _tls(args: argparse.Namespace) -> deploy.Tls | None:
+    files = (args.ssl_ca_certfile, args.ssl_certfile, args.ssl_keyfile)
+    if not any(files):
+        return None
+    return deploy.Tls(*files)
+
+
+def cmd_coordinator(args: argparse.Namespace) -> int:
+    fleet = load_fleet(args.fleet)
+    run_dir = Path(args.run_dir or f"runs/{fleet.run.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    n = args.nodes or len(fleet.devices)
+    deploy.superlink_command(args.host, args.port, _tls(args))  # refuse bad TLS settings first
+    public = socket.gethostname() if args.host in ("0.0.0.0", "::") else args.host
+    address = f"{public}:{args.port}"
+    _note("coordinator", f"SuperLink on {args.host}:{args.port}; waiting for {n} device(s):")
+    for spec in fleet.devices[:5]:
+        _note(
+            "coordinator",
+            f"  powerfleet device --fleet {args.fleet} --name {spec.name} --superlink {address}"
+            + (f" --root-certificates {args.ssl_ca_certfile}" if args.ssl_ca_certfile else ""),
+        )
+    if len(fleet.devices) > 5:
+        _note("coordinator", f"  ... and {len(fleet.devices) - 5} more")
+    result = deploy.run_coordinator(
+        args.fleet,
+        run_dir,
+        host=args.host,
+        port=args.port,
+        num_nodes=args.nodes,
+        tls=_tls(args),
+        ship_weights=args.ship_weights,
+        timeout_s=args.timeout,
+        on_status=lambda status: _note("coordinator", f"run status: {status}"),
+    )
+    if not result.ok:
+        why = result.details or "no report was written"
+        _note("coordinator", f"error: run {result.run_id} {result.status}: {why}")
+        return 1
+    report = result.report or {}
+    if args.json:
+        print(json.dumps(report))
+    else:
+        print_report(report)
+        _note("coordinator", f"report: {run_dir / 'report.json'}")
+    return 0
+
+
+def _fmt(value: Any, spec: str = ".1f") -> str:
+    if value is None or value == "":
+        return "-"
+    if isinstance(value, (int, float)):
+        return format(value, spec)
+    return str(value)
+
+
+def print_report(report: dict[str, Any]) -> None:
+    """The round's rows and fleet totals as a table for people."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console() if sys.stdout.isatty() else Console(width=200)
+    table = Table(title=f"{report.get('run', '')}: round {report.get('round', '')}")
+    for col in ("device", "type", "budget W", "status", "batch", "MHz", "time s", "energy J",
+                "peak W", "x B1"):  # fmt: skip
+        table.add_column(col, justify="left" if col in ("device", "type", "status") else "right")
+    for r in report.get("devices", []):
+        table.add_row(
+            str(r.get("device")),
+            str(r.get("device_type") or "-"),
+            "none" if r.get("budget_w") is None else _fmt(r.get("budget_w"), "g"),
+            str(r.get("status")),
+            _fmt(r.get("batch_size"), "d"),
+            _fmt(r.get("freq_mhz"), "g"),
+            _fmt(r.get("time_s")),
+            _fmt(r.get("energy_j"), ".0f"),
+            _fmt(r.get("peak_power_w"), ".2f"),
+            _fmt(r.get("speedup_vs_b1"), ".2f"),
+        )
+    console.print(table)
+    f = report.get("fleet", {})
+    console.print(
+        f"fleet: {f.get('trained')}/{f.get('devices')} trained, "
+        f"energy {_fmt(f.get('energy_j'), '.0f')} J, "
+        f"round {_fmt(f.get('round_time_s'))} s (median {_fmt(f.get('median_time_s'))} s), "
+        f"budget violations: {len(f.get('budget_violations') or [])}"
+    )
+
+
+# --------------------------------------------------------------------------- device
+
+
+def register_device(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "device",
+        help="run one fleet device as a Flower SuperNode (replayed or real hardware)",
+        description="Start a SuperNode for the fleet entry --name, with its budget, profile and "
+        "data as node config; runs until Ctrl-C.",
+    )
+    p.add_argument("--fleet", required=True, help="fleet TOML")
+    p.add_argument("--name", required=True, help="the device's name in the fleet file")
+    p.add_argument(
+        "--superlink",
+        default=f"127.0.0.1:{DEFAULT_PORT}",
+        help="the coordinator's HOST:PORT",
+    )
+    p.add_argument("--port", type=int, default=0, help="local Runtime API port (0: a free one)")
+    p.add_argument("--client", choices=("replay", "hardware"), default="replay")
+    p.add_argument("--root-certificates", help="TLS: the SuperLink's CA certificate (PEM)")
+    hw = p.add_argument_group("hardware client (--client hardware)")
+    hw.add_argument("--backend", help="agent backend: jetson (default), nvml, cpu, replay")
+    hw.add_argument("--agent-python", help="interpreter for the agent (e.g. JetPack's python3)")
+    hw.add_argument("--sysfs-root", help="agent: prefix for sysfs paths")
+    hw.add_argument("--rail", help="agent: power rail name")
+    hw.add_argument("--profile-csv", help="agent: recorded profile (replay backend)")
+    hw.add_argument("--agent-timeout-s", type=float, help="agent: limit for profile/train")
+    hw.add_argument("--work-dir", help="where a newly measured profile is written")
+    p.set_defaults(func=cmd_device)
+
+
+def cmd_device(args: argparse.Namespace) -> int:
+    fleet = load_fleet(args.fleet)
+    by_name = {d.name: d for d in fleet.devices}
+    spec = by_name.get(args.name)
+    if spec is None:
+        names = ", ".join(list(by_name)[:10]) + (" ..." if len(by_name) > 10 else "")
+        raise InputError(f"{args.fleet}: no device named {args.name!r} (devices: {names})")
+    config = spec.to_node_config()
+    if spec.learning != "trace":
+        config["learning"] = spec.learning
+    config = deploy.device_node_config(
+        config,
+        args.client,
+        backend=args.backend,
+        agent_python=args.agent_python,
+        sysfs_root=args.sysfs_root,
+        rail=args.rail,
+        profile_csv=args.profile_csv,
+        agent_timeout_s=args.agent_timeout_s,
+        work_dir=args.work_dir,
+    )
+    port = args.port or deploy.free_port()
+    argv = deploy.supernode_command(args.superlink, port, config, args.root_certificates)
+    home = deploy.private_home(f"device-{spec.name}")
+    log_path = home / "supernode.log"
+    proc = deploy.start_process(argv, home, log_path)
+    _note(
+        "device", f"{spec.name} ({args.client}) -> {args.superlink}; log {log_path}; Ctrl-C stops"
+    )
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, stop)
+    try:
+        code = proc.wait()
+        _note("device", f"SuperNode exited with code {code}; see {log_path}")
+        return 1 if code else 0
+    except KeyboardInterrupt:
+        _note("device", "stopping")
+        return 0
+    finally:
+        deploy.stop_tree(proc)
+        signal.signal(signal.SIGTERM, old)

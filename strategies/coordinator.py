@@ -1,0 +1,181 @@
+"""The coordinator's plain functions: what goes out to the devices, what comes back, and totals.
+
+Why separate from the strategy and the ServerApp: everything here is testable by calling it
+(no Flower processes, no grid). The strategy and the ServerApp only move records between these
+functions and Flower. The wire format itself is ``clients/records.py``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord
+
+from clients import records
+from fleet.efficiency import Efficiency
+from fleet.errors import InputError
+from fleet.fleetconfig import Fleet, RunSettings
+from fleet.report import fleet_totals
+
+# ----------------------------------------------------------------------------- outgoing
+
+
+def instruction_for(
+    fleet: Fleet, shipped: Efficiency, server_round: int = 0
+) -> records.TrainInstruction:
+    """The round's instruction from the fleet's run settings and the shipped efficiency."""
+    run = fleet.run
+    return records.TrainInstruction(
+        efficiency=shipped,
+        target_accuracy=run.target_accuracy,
+        objective=run.objective,
+        mode=run.mode,
+        optimizer=run.optimizer,
+        lr_ref_batch=run.lr_ref_batch,
+        lr_ref=run.lr_ref,
+        model=run.model,
+        seed=run.seed,
+        run_name=run.name,
+        fleet_path=fleet.path,
+        server_round=server_round,
+    )
+
+
+def train_config(fleet: Fleet, shipped: Efficiency) -> ConfigRecord:
+    """The ConfigRecord every device gets (the strategy stamps the server round on a copy)."""
+    return records.encode_instruction(instruction_for(fleet, shipped))
+
+
+def ship_weights(run: RunSettings, override: bool | None = None) -> bool:
+    """Whether the model travels: the override, else the fleet's ``ship_weights`` (default true).
+
+    A trace-replay fleet of 1,000 devices sets it false: the replay never reads the weights and
+    a ResNet18 copy per device would only cost memory and serialisation time.
+    """
+    if override is not None:
+        return bool(override)
+    value = run.extra.get("ship_weights", True)
+    if not isinstance(value, bool):
+        raise InputError(f"[run] ship_weights must be true or false, got {value!r}")
+    return value
+
+
+def initial_arrays(model: str, seed: int = 0) -> ArrayRecord:
+    """The pre-trained model's weights as an ArrayRecord (torch is imported only here)."""
+    from fleet.agent.models import build_model
+
+    try:
+        net = build_model(model, seed=seed)
+    except ValueError as exc:
+        raise InputError(f"[run] model: {exc}") from None
+    return ArrayRecord(net.state_dict())
+
+
+# ----------------------------------------------------------------------------- incoming
+
+
+def row_from_reply(msg: Message) -> dict[str, object]:
+    """One reply -> one report row; an error reply or a malformed one becomes an error row."""
+    node = f"node-{msg.metadata.src_node_id}"
+    if msg.has_error():
+        return records.error_row(node, f"device failed: {msg.error.reason}")
+    content = msg.content
+    try:
+        metrics = content.metric_records[records.METRICS]
+        report = content.config_records[records.REPORT]
+    except KeyError:
+        return records.error_row(node, "reply without metrics/report records")
+    row = records.decode_reply(metrics, report)
+    if not row.get("device"):
+        row["device"] = node
+    return row
+
+
+def rows_from_replies(
+    replies: Iterable[Message], sent_to: Iterable[int] = ()
+) -> tuple[list[dict[str, object]], list[tuple[ArrayRecord, float]]]:
+    """Rows for every reply plus a ``lost`` row per node that never answered; and the weights.
+
+    Weights come back only from devices that trained (status ok) in federated mode, each with
+    its number of examples for FedAvg.
+    """
+    rows: list[dict[str, object]] = []
+    weights: list[tuple[ArrayRecord, float]] = []
+    replied: set[int] = set()
+    for msg in replies:
+        replied.add(int(msg.metadata.src_node_id))
+        row = row_from_reply(msg)
+        rows.append(row)
+        if msg.has_error() or row.get("status") != "ok":
+            continue
+        arrays = msg.content.array_records.get(records.ARRAYS)
+        if records.has_weights(arrays):
+            n = msg.content.metric_records[records.METRICS].get("num-examples", 0)
+            weights.append((arrays, float(n)))  # type: ignore[arg-type]
+    for node in sent_to:
+        if int(node) not in replied:
+            rows.append(
+                records.error_row(
+                    f"node-{node}", "no reply within the round timeout", status="lost"
+                )
+            )
+    return rows, weights
+
+
+def order_rows(rows: list[dict[str, object]], device_order: list[str]) -> list[dict[str, object]]:
+    """Fleet-file order (then anything unknown, by name), so reports diff cleanly."""
+    rank = {name: i for i, name in enumerate(device_order)}
+    return sorted(rows, key=lambda r: (rank.get(str(r.get("device")), len(rank)), str(r["device"])))
+
+
+def average_weights(weighted: list[tuple[ArrayRecord, float]]) -> ArrayRecord | None:
+    """FedAvg: the example-weighted mean of the returned weights, each array in its own dtype.
+
+    Integer buffers (BatchNorm's num_batches_tracked) are rounded back instead of turning into
+    floats; equal weights are used if no device reports examples. None if nothing came back.
+    """
+    if not weighted:
+        return None
+    total = sum(w for _, w in weighted)
+    factors = (
+        [w / total for _, w in weighted] if total > 0 else [1.0 / len(weighted)] * len(weighted)
+    )
+    keys = list(weighted[0][0].keys())
+    out: dict[str, Array] = {}
+    for key in keys:
+        first = weighted[0][0][key].numpy()
+        acc = np.zeros(first.shape, dtype=np.float64)
+        for (arrays, _), f in zip(weighted, factors, strict=True):
+            if key not in arrays:
+                raise InputError(f"federated average: a device returned no array {key!r}")
+            acc += arrays[key].numpy().astype(np.float64) * f
+        if np.issubdtype(first.dtype, np.integer):
+            acc = np.rint(acc)
+        out[key] = Array(np.array(acc, dtype=first.dtype))  # np.array keeps 0-d shapes
+    return ArrayRecord(out)
+
+
+# ----------------------------------------------------------------------------- totals
+
+
+def round_metrics(rows: list[dict[str, object]]) -> MetricRecord:
+    """The fleet totals (fleet.report.fleet_totals) as a MetricRecord for Flower's history."""
+    totals = fleet_totals(rows)
+    metrics = MetricRecord()
+    for key, value in totals.items():
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, (int, float)) and math.isfinite(value):
+            metrics[records.wire_key(key)] = value
+    metrics["budget-violations"] = len(totals["budget_violations"])  # type: ignore[arg-type]
+    counts = totals["status_counts"]
+    for status in ("ok", "infeasible", "error", "lost", "selected"):
+        metrics[f"status-{status}"] = int(counts.get(status, 0))  # type: ignore[union-attr]
+    return metrics
+
+
+def round_summary(server_round: int, rows: list[dict[str, object]]) -> dict[str, object]:
+    """One entry of the report's ``rounds`` list: the round number and its fleet totals."""
+    return {"round": server_round, **fleet_totals(rows)}

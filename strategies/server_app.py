@@ -1,0 +1,194 @@
+"""The coordinator's ServerApp: load the fleet, ship model + efficiency, write the round reports.
+
+Settings (``ServerSettings``) reach it two ways, because Flower delivers them differently:
+- deployment (``flwr run simulations/flower_app <superlink> -c ...``): from ``context.run_config``,
+  keys ``fleet-path``, ``run-dir``, ``num-nodes`` (0 = every device of the fleet),
+  ``ship-weights`` ("fleet" = the fleet file's ``ship_weights``, or true/false),
+  ``round-timeout-s``, ``node-wait-s``, ``run-token``;
+- simulation (``flwr.simulation.run_simulation``): run_config is always empty there, so the
+  launcher builds the app with ``make_server_app(settings)`` (a closure; the ServerApp runs in a
+  thread of the launching process, so a progress callback works too).
+A non-empty ``fleet-path`` in run_config wins over the closure.
+
+Run directory layout (all written with ``fleet.report.write_report``):
+    run_dir/report.json, devices.csv    the last round: meta (the direct engine's keys, plus
+                                        ``round``, ``num_nodes``, ``ship_weights``,
+                                        ``run_token``, ``wall_s``) + ``devices`` + ``fleet``
+                                        totals, and ``round_totals``: every round's fleet totals
+    run_dir/rounds/round-001/...        each round's own report.json + devices.csv
+The top-level report.json is written once, after the last round, so its presence (with the
+launcher's ``run_token``) means the run finished.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from logging import INFO, WARNING
+from pathlib import Path
+from typing import Any
+
+from flwr.app import ArrayRecord, Context, Message
+from flwr.serverapp import Grid, ServerApp
+from flwr.supercore import log
+
+from fleet.errors import InputError
+from fleet.fleetconfig import Fleet, load_fleet
+from fleet.replay import cached_efficiency
+from fleet.report import write_report
+from strategies import coordinator
+from strategies.strategy import PowerAwareStrategy, ReportingGrid
+
+# (done, total, what): the runner's progress convention (simulations/runner.py); called with
+# (0, total, "starting") first, once per device reply with its name, and (total, total, "done").
+ProgressFn = Callable[[int, int, str], None]
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    fleet_path: str
+    run_dir: str
+    num_nodes: int = 0  # 0: as many as the fleet has devices
+    ship_weights: bool | None = None  # None: the fleet file's [run] ship_weights (default true)
+    round_timeout_s: float = 600.0
+    node_wait_s: float = 300.0
+    engine: str = "flower"
+    run_token: str = ""
+    progress: ProgressFn | None = None  # simulation only: called from the ServerApp thread
+
+
+def _as_bool(key: str, value: object) -> bool | None:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("", "fleet", "auto"):
+        return None
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no"):
+        return False
+    raise InputError(f"run config {key}={value!r}: expected true, false or 'fleet'")
+
+
+def settings_from_run_config(run_config: dict[str, Any]) -> ServerSettings | None:
+    """Deployment settings from ``flwr run -c``; None when run_config names no fleet."""
+    fleet_path = str(run_config.get("fleet-path", "") or "")
+    if not fleet_path:
+        return None
+    try:
+        return ServerSettings(
+            fleet_path=fleet_path,
+            run_dir=str(run_config.get("run-dir", "") or ""),
+            num_nodes=int(run_config.get("num-nodes", 0)),
+            ship_weights=_as_bool("ship-weights", run_config.get("ship-weights", "fleet")),
+            round_timeout_s=float(run_config.get("round-timeout-s", 600.0)),
+            node_wait_s=float(run_config.get("node-wait-s", 300.0)),
+            engine="flower-deployment",
+            run_token=str(run_config.get("run-token", "") or ""),
+        )
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, InputError):
+            raise
+        raise InputError(f"run config: {exc}") from None
+
+
+def resolve_settings(context: Context, fallback: ServerSettings | None) -> ServerSettings:
+    settings = settings_from_run_config(dict(context.run_config)) or fallback
+    if settings is None:
+        raise InputError(
+            "no fleet: pass -c \"fleet-path='/abs/fleet.toml' run-dir='/abs/run'\" to flwr run, "
+            "or build the app with make_server_app(settings)"
+        )
+    if not settings.run_dir:
+        raise InputError("no run directory: pass -c \"run-dir='/abs/run'\" to flwr run")
+    return settings
+
+
+def _emit(settings: ServerSettings, done: int, total: int, what: str) -> None:
+    """Report progress; a failing progress display must not stop the fleet's run."""
+    if settings.progress is None:
+        return
+    try:
+        settings.progress(done, total, what)
+    except Exception as exc:  # noqa: BLE001
+        log(WARNING, "progress callback failed: %s", exc)
+
+
+def run_fleet(grid: Grid, settings: ServerSettings) -> dict[str, Any]:
+    """All rounds of one fleet run on this grid; returns the final report (also on disk)."""
+    t0 = time.time()
+    fleet: Fleet = load_fleet(settings.fleet_path)
+    run = fleet.run
+    shipped = cached_efficiency(run.efficiency)
+    n = settings.num_nodes or len(fleet.devices)
+    ship = coordinator.ship_weights(run, settings.ship_weights)
+    arrays = coordinator.initial_arrays(run.model, run.seed) if ship else ArrayRecord()
+    run_dir = Path(settings.run_dir)
+    summaries: list[dict[str, Any]] = []
+    base_meta: dict[str, Any] = {  # the direct engine's keys (simulations/runner.py), and more
+        "run": run.name,
+        "fleet_file": str(fleet.path),
+        "engine": settings.engine,
+        "model": run.model,
+        "efficiency": run.efficiency,
+        "target_accuracy": run.target_accuracy,
+        "mode": run.mode,
+        "objective": run.objective,
+        "rounds": run.rounds,
+        "created_utc": datetime.now(UTC).isoformat(timespec="seconds"),
+        "num_nodes": n,
+        "ship_weights": ship,
+        "run_token": settings.run_token,
+    }
+    total = n * run.rounds
+    replies = {"done": 0}
+
+    def on_round(server_round: int, rows: list[dict[str, object]]) -> None:
+        summaries.append(coordinator.round_summary(server_round, rows))
+        meta = {**base_meta, "round": server_round}
+        write_report(run_dir / "rounds" / f"round-{server_round:03d}", rows, meta)
+
+    def on_reply(msg: Message) -> None:
+        replies["done"] += 1
+        row = coordinator.row_from_reply(msg)
+        _emit(settings, min(replies["done"], total), total, str(row.get("device")))
+
+    strategy = PowerAwareStrategy(
+        num_nodes=n,
+        mode=run.mode,
+        device_order=[d.name for d in fleet.devices],
+        node_wait_s=settings.node_wait_s,
+        on_round=on_round,
+    )
+    log(INFO, "powerfleet: %s, %d devices, %d round(s), mode %s", run.name, n, run.rounds, run.mode)
+    _emit(settings, 0, total, "starting")
+    strategy.start(
+        grid=ReportingGrid(grid, on_reply),
+        initial_arrays=arrays,
+        num_rounds=run.rounds,
+        timeout=settings.round_timeout_s,
+        train_config=coordinator.train_config(fleet, shipped),
+    )
+    last = max(strategy.rounds) if strategy.rounds else 0
+    meta = {**base_meta, "round": last, "round_totals": summaries, "wall_s": time.time() - t0}
+    report = write_report(run_dir, strategy.rounds.get(last, []), meta)
+    log(INFO, "powerfleet: report written to %s", run_dir / "report.json")
+    _emit(settings, total, total, "done")
+    return report
+
+
+def make_server_app(settings: ServerSettings | None = None) -> ServerApp:
+    """A ServerApp bound to ``settings`` (simulation); with None it reads run_config."""
+    server_app = ServerApp()
+
+    @server_app.main()
+    def main(grid: Grid, context: Context) -> None:
+        run_fleet(grid, resolve_settings(context, settings))
+
+    return server_app
+
+
+# The component `flwr run` loads (simulations/flower_app/pyproject.toml): settings from run_config.
+app = make_server_app()

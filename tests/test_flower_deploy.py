@@ -1,0 +1,143 @@
+"""Deployment end to end on 127.0.0.1: a real SuperLink, two SuperNodes, `flwr run`, a report.
+
+Each SuperNode describes its device only through --node-config (name, type, budget or a budget
+schedule string, profile, data), as `powerfleet device` starts it: one replays its profile (the
+replay client), the other is a "hardware" node whose client drives a replay agent subprocess
+(hello, select, lock). So this checks node config -> DeviceSpec -> selection -> reply -> report
+for both clients behind the one Flower app.
+Every process started here (and the flower-superexec / flwr-*app processes they spawn) is
+stopped in the finally block, and the test checks that none survives.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from fleet.errors import InputError
+from fleet.fleetconfig import load_fleet
+from fleet.profile import load_profile
+from fleet.replay import cached_efficiency
+from fleet.selection import align, select
+from simulations import deploy
+
+ROOT = Path(__file__).resolve().parents[1]
+SIM = ROOT / "simulations"
+
+FLEET = f"""
+[run]
+name = "deploy-test"
+model = "small_cnn"
+efficiency = "{SIM}/efficiency/resnet18_cifar10-proxy.csv"
+target_accuracy = 0.92
+mode = "local"
+objective = "time"
+
+[[devices]]
+name = "nano-a"
+type = "jetson-nano"
+budget_w = 4.5
+profile = "{SIM}/profiles/nano_resnet18.csv"
+data = "{SIM}/efficiency/resnet18_svhn.csv"
+
+[[devices]]
+name = "tx2-b"
+type = "jetson-tx2nx"
+budget_schedule = [[0, 7.0], [1000, 4.5]]
+profile = "{SIM}/profiles/tx2nx_resnet18.csv"
+data = "{SIM}/efficiency/resnet18_cinic.csv"
+"""
+
+
+def test_node_config_and_commands_without_processes(tmp_path: Path) -> None:
+    """The command lines and config files deployment writes (no process is started)."""
+    cfg = {"device-name": "nano 1", "budget-w": -1.0, "profile": '/p/"q".csv', "on": True}
+    text = deploy.format_node_config(cfg)
+    assert text == 'device-name="nano 1" budget-w=-1.0 profile="/p/\\"q\\".csv" on=true'
+    link = deploy.superlink_command("127.0.0.1", 9091)
+    assert link[-1] == "--insecure" and "--disable-runtime-dependency-installation" in link
+    with pytest.raises(InputError, match="refusing to serve on 0.0.0.0 without TLS"):
+        deploy.superlink_command("0.0.0.0", 9091)
+    with pytest.raises(InputError, match="needs --ssl-certfile, --ssl-keyfile"):
+        deploy.superlink_command("0.0.0.0", 9091, deploy.Tls(ca_certfile="/ca.pem"))
+    node = deploy.supernode_command("127.0.0.1:9091", 9094, {"device-name": "a"})
+    assert node[-1] == "--insecure" and node[node.index("--port") + 1] == "9094"
+    with pytest.raises(InputError, match="refusing to connect to 10.0.0.5 without TLS"):
+        deploy.supernode_command("10.0.0.5:9091", 9094, {})
+    conf = deploy.write_cli_config(tmp_path, "127.0.0.1:9091").read_text()
+    assert 'address = "127.0.0.1:9091"' in conf and "insecure = true" in conf
+    full = deploy.device_node_config({"device-name": "a"}, "hardware", agent_python="/py", rail="")
+    assert full == {"device-name": "a", "client": "hardware", "agent-python": "/py"}
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_superlink_two_supernodes_one_round(tmp_path: Path) -> None:
+    fleet_file = tmp_path / "fleet.toml"
+    fleet_file.write_text(FLEET)
+    fleet = load_fleet(fleet_file)
+    run_dir = tmp_path / "run"
+    home = tmp_path / "flwr"
+    link_port = deploy.free_port()
+    procs = []
+    spawned: set[int] = set()
+    try:
+        link = deploy.start_process(
+            deploy.superlink_command("127.0.0.1", link_port),
+            (home / "superlink").resolve(),
+            tmp_path / "logs" / "superlink.log",
+        )
+        procs.append(link)
+        deploy.wait_healthy("127.0.0.1", link_port, link)
+        for spec in fleet.devices:
+            node_home = home / spec.name
+            node_home.mkdir(parents=True)
+            config = deploy.device_node_config(spec.to_node_config(), "replay")
+            if spec.name == "nano-a":  # a board behind the agent (replaying its profile)
+                config = {k: v for k, v in config.items() if k != "data"}
+                config.update(client="hardware", backend="replay", **{"profile-csv": spec.profile})
+            argv = deploy.supernode_command(f"127.0.0.1:{link_port}", deploy.free_port(), config)
+            procs.append(deploy.start_process(argv, node_home, tmp_path / "logs" / spec.name))
+        cli = home / "cli"
+        deploy.write_cli_config(cli, f"127.0.0.1:{link_port}")
+        deploy.wait_for_nodes(cli, 2, timeout_s=40)
+        run_id = deploy.submit_run(
+            cli, {"fleet-path": str(fleet_file), "run-dir": str(run_dir), "run-token": "t-1"}
+        )
+        status, details = deploy.wait_for_run(cli, run_id, timeout_s=60)
+        for p in procs:
+            spawned.update(deploy.descendants(p.pid))
+    finally:
+        for p in procs:
+            spawned.update(deploy.descendants(p.pid))
+            deploy.stop_tree(p)
+    left = [pid for pid in spawned | {p.pid for p in procs} if deploy.is_alive(pid)]
+    assert not left, f"processes left running: {left}"
+
+    assert status == "finished:completed", details
+    report = deploy.read_report(run_dir, "t-1")
+    assert report is not None, (run_dir / "report.json").exists()
+    assert report["engine"] == "flower-deployment"
+    rows = {r["device"]: r for r in report["devices"]}
+    assert list(rows) == ["nano-a", "tx2-b"]  # fleet order
+    assert rows["nano-a"]["budget_w"] == 4.5
+    assert rows["tx2-b"]["budget_w"] == 7.0  # the schedule's first step
+    assert rows["nano-a"]["device_type"] == "jetson-nano"
+    eff = cached_efficiency(fleet.run.efficiency)
+    assert rows["nano-a"]["status"] == "selected", rows["nano-a"]["message"]
+    assert rows["nano-a"]["time_s"] is None and "locked" in rows["nano-a"]["message"]
+    assert rows["tx2-b"]["status"] == "ok", rows["tx2-b"]["message"]
+    for spec in fleet.devices:
+        row = rows[spec.name]
+        prof, shipped, _ = align(load_profile(spec.profile), eff)
+        choice = select(prof, shipped, spec.budget_w, "time")
+        assert (row["batch_size"], row["freq_mhz"]) == (choice.batch_size, choice.freq_mhz)
+        assert row["peak_power_w"] <= spec.budget_w
+    # the schedule dropped to 4.5 W at 1000 s: the device re-selected in a second segment
+    assert len(rows["tx2-b"]["segments"]) == 2
+    assert report["fleet"]["trained"] == 1 and report["fleet"]["budget_violations"] == []
+    assert (run_dir / "rounds" / "round-001" / "report.json").exists()
+    assert os.path.exists(run_dir / "devices.csv")
