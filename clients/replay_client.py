@@ -12,8 +12,9 @@ gives only ``partition-id``, which indexes the fleet file whose path the coordin
 instruction (``fleet-path``), so the client needs no run config.
 
 The learning seam: ``learn(spec, received)`` picks a learner by ``spec.learning``. "trace"
-replays the device's convergence trace; "train" (real training) is not available in this client
-yet and says so, as an error row for that device, without stopping the round.
+replays the device's convergence trace; "train" fine-tunes the shipped weights on the device's
+data on this host's CPU (``fleet.learning.train_device``) while time and energy still come from
+the device's profile; its fine-tuned weights go back in federated mode.
 
 The same app serves hardware devices: a SuperNode started with ``client="hardware"`` in its node
 config is handed to ``clients.hardware_client`` (one Flower app, one ``clientapp`` component).
@@ -29,7 +30,7 @@ from flwr.clientapp import ClientApp
 
 from clients import records
 from fleet.errors import InputError
-from fleet.fleetconfig import DeviceSpec
+from fleet.fleetconfig import DeviceSpec, RunSettings
 from fleet.replay import simulate_device
 
 
@@ -45,27 +46,51 @@ class Received:
     arrays: ArrayRecord
 
 
-def learn_from_trace(spec: DeviceSpec, received: Received) -> dict[str, object]:
+Learned = tuple[dict[str, object], ArrayRecord | None]  # (report row, weights to send back)
+
+
+def learn_from_trace(spec: DeviceSpec, received: Received) -> Learned:
     """Replay: the device's own convergence trace says how many samples it needs."""
     ins = received.instruction
-    return simulate_device(spec, ins.efficiency, ins.target_accuracy, ins.objective).to_dict()
+    row = simulate_device(spec, ins.efficiency, ins.target_accuracy, ins.objective).to_dict()
+    return row, None  # weights unchanged: a trace does not train
 
 
-def learn_by_training(spec: DeviceSpec, received: Received) -> dict[str, object]:
-    """Real training on the replayed clock: the seam a later issue fills in."""
-    raise LearningUnavailable(
-        f"device {spec.name}: learning = 'train' (real training) is not available in the replay "
-        "client yet; use learning = 'trace' for this device"
+def learn_by_training(spec: DeviceSpec, received: Received) -> Learned:
+    """Real training (CPU) on the device's data, timed and charged on the device's clock."""
+    from fleet.learning import train_device
+
+    ins = received.instruction
+    extra: dict[str, object] = {}
+    if ins.fleet_path:
+        extra = dict(records.fleet_for(ins.fleet_path).run.extra)
+    run = RunSettings(
+        name=ins.run_name,
+        model=ins.model,
+        efficiency=ins.efficiency.source,
+        target_accuracy=ins.target_accuracy,
+        objective=ins.objective,
+        optimizer=ins.optimizer,
+        lr_ref_batch=ins.lr_ref_batch,
+        lr_ref=ins.lr_ref,
+        seed=ins.seed,
+        extra=extra,
     )
+    weights = None
+    if records.has_weights(received.arrays):
+        weights = received.arrays.to_torch_state_dict()
+    data_dir = extra.get("data_dir")
+    row, trained = train_device(spec, ins.efficiency, run, weights, str(data_dir or "") or None)
+    return row.to_dict(), ArrayRecord(trained) if trained is not None else None
 
 
-LEARNERS: dict[str, Callable[[DeviceSpec, Received], dict[str, object]]] = {
+LEARNERS: dict[str, Callable[[DeviceSpec, Received], Learned]] = {
     "trace": learn_from_trace,
     "train": learn_by_training,
 }
 
 
-def learn(spec: DeviceSpec, received: Received) -> dict[str, object]:
+def learn(spec: DeviceSpec, received: Received) -> Learned:
     """Run this device's round with the learner its fleet entry names; returns a report row."""
     learner = LEARNERS.get(spec.learning)
     if learner is None:
@@ -91,14 +116,16 @@ def replay_round(node_config: dict, content: RecordDict) -> RecordDict:
         return records.reply_content(records.error_row(label, "no train instruction"))
     except InputError as exc:
         return records.reply_content(records.error_row(label, str(exc)))
+    trained = None
     try:
-        row = learn(spec, Received(ins, arrays))
+        row, trained = learn(spec, Received(ins, arrays))
     except InputError as exc:
         row = records.error_row(spec.name, str(exc), spec.device_type)
         row.update(budget_w=spec.budget_w, profile=spec.profile, learning=spec.learning)
-    # Federated mode: a device that trained sends its weights back (unchanged by a trace).
-    send = ins.mode == "federated" and row.get("status") == "ok" and records.has_weights(arrays)
-    return records.reply_content(row, arrays if send else None)
+    # Federated mode: a device sends its weights back (fine-tuned, or unchanged by a trace).
+    out = trained if trained is not None else arrays
+    send = ins.mode == "federated" and row.get("status") == "ok" and records.has_weights(out)
+    return records.reply_content(row, out if send else None)
 
 
 app = ClientApp()
