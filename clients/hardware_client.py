@@ -10,9 +10,11 @@ batch-size-scaled learning rate and the row gets its time, energy and accuracy. 
 reply says ``status = "selected"`` with the choice and no time or energy. The agent is shut down
 (which restores the clocks) or killed on every exit path.
 
-Not yet exchanged: weights. The agent trains from the model's seeded initial weights (what the
-coordinator ships in round 1); passing the received ArrayRecord as a state_dict file and
-returning the fine-tuned one for federated mode is the next step of the trainer issue.
+Weights travel as files beside the agent (``TrainFiles``): the received ArrayRecord is written
+as a state_dict the agent loads, the fine-tuned one comes back in federated mode, and the
+trainer checkpoints beside them so a board that loses power resumes instead of restarting.
+The device's ``data`` for a hardware node is a ``.pt`` file of ``{"train": (x, y), "test":
+(x, y)}`` tensors on the board.
 
 Node config keys (besides the device's own: device-name, device-type, budget-w, profile...):
 ``backend`` (jetson | nvml | cpu | replay; default jetson), ``agent-python``, ``sysfs-root``,
@@ -31,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flwr.app import Context, Message, RecordDict
+from flwr.app import ArrayRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
 from clients import records
@@ -193,6 +195,7 @@ def run_on_agent(
     ins: records.TrainInstruction,
     settings: AgentSettings,
     on_progress: ProgressCallback | None = None,
+    files: TrainFiles | None = None,
 ) -> dict[str, object]:
     """prepare_on_agent, then train if the agent can; returns the device's report row.
 
@@ -211,7 +214,7 @@ def run_on_agent(
         res.message += "; no data to train on (the device's node config names no 'data')"
     else:
         try:
-            _train(link, res, spec, ins, settings, choice, prepared.lr, on_progress)
+            _train(link, res, spec, ins, settings, choice, prepared.lr, on_progress, files)
         except (AgentError, OSError) as exc:
             res.status, res.message = "error", " ".join(str(exc).split())
     return res.to_dict()
@@ -226,6 +229,7 @@ def _train(
     choice: Choice,
     lr: float,
     on_progress: ProgressCallback | None,
+    files: TrainFiles | None = None,
 ) -> None:
     """The agent's ``train`` command (fleet/agent/protocol.py, being added with the trainer).
 
@@ -246,6 +250,7 @@ def _train(
         target_accuracy=ins.target_accuracy,
         data=spec.data,
         seed=ins.seed,
+        **(files.agent_args() if files else {}),
     )
     for key in ("time_s", "energy_j", "peak_power_w", "mean_power_w", "accuracy", "samples"):
         value = out.get(key)
@@ -265,15 +270,65 @@ def hardware_round(node_config: dict, content: RecordDict) -> RecordDict:
         return records.reply_content(records.error_row(label, "no train instruction"))
     except InputError as exc:
         return records.reply_content(records.error_row(label, str(exc)))
+    arrays = content.array_records.get(records.ARRAYS)
+    files = TrainFiles.for_round(settings, spec, ins, arrays)
     link = AgentLink(settings.argv(), timeout_s=settings.timeout_s)
     try:
         link.start()
-        row = run_on_agent(link, spec, ins, settings)
+        row = run_on_agent(link, spec, ins, settings, files=files)
     except AgentError as exc:
         row = records.error_row(spec.name, str(exc), spec.device_type)
     finally:
         link.close()
-    return records.reply_content(row)
+    back = files.trained() if ins.mode == "federated" and row.get("status") == "ok" else None
+    return records.reply_content(row, back)
+
+
+@dataclass(frozen=True)
+class TrainFiles:
+    """Where this round's tensors live on the board: JSON lines carry paths, not weights.
+
+    ``weights``: the shipped global model (absent: the agent's seeded initial weights, which
+    equal round 1's); ``out_weights``: the fine-tuned model the agent writes back; ``checkpoint``:
+    the trainer's atomic checkpoint, so a board that loses power mid-round resumes from its last
+    evaluation when the round is retried, instead of starting over.
+    """
+
+    weights: str | None
+    out_weights: str
+    checkpoint: str
+
+    @classmethod
+    def for_round(
+        cls,
+        settings: AgentSettings,
+        spec: DeviceSpec,
+        ins: records.TrainInstruction,
+        arrays: ArrayRecord | None,
+    ) -> TrainFiles:
+        base = Path(settings.work_dir or Path(tempfile.gettempdir()) / "powerfleet")
+        stem = base / f"{spec.name}_{ins.run_name or 'run'}_r{ins.server_round}"
+        base.mkdir(parents=True, exist_ok=True)
+        weights = None
+        if records.has_weights(arrays):
+            import torch
+
+            weights = f"{stem}_in.pt"
+            torch.save(arrays.to_torch_state_dict(), weights)
+        return cls(weights, f"{stem}_out.pt", f"{stem}.ckpt")
+
+    def agent_args(self) -> dict[str, str]:
+        args = {"out_weights": self.out_weights, "checkpoint": self.checkpoint}
+        if self.weights:
+            args["weights"] = self.weights
+        return args
+
+    def trained(self) -> ArrayRecord | None:
+        if not Path(self.out_weights).exists():
+            return None
+        import torch
+
+        return ArrayRecord(torch.load(self.out_weights, map_location="cpu", weights_only=True))
 
 
 app = ClientApp()

@@ -212,7 +212,8 @@ def test_replay_round_federated_returns_weights_and_errors_are_rows(fleet, shipp
     out = replay_round(nc, _instruction_content(fleet, shipped))
     row = records.decode_reply(out["metrics"], out["report"])  # type: ignore[arg-type]
     assert row["status"] == "error" and row["device"] == "nano-4w5"
-    assert "real training) is not available in the replay client yet" in row["message"]
+    # learning = "train" reads the device's data as a dataset: a trace CSV is refused, by name
+    assert "resnet18_svhn.csv" in row["message"]
     nc = {"device-name": "bad", "device-type": "toaster", "budget-w": 1.0}
     out = replay_round(nc, _instruction_content(fleet, shipped))
     row = records.decode_reply(out["metrics"], out["report"])  # type: ignore[arg-type]
