@@ -68,7 +68,10 @@ def run_study(
     """Pre-train, estimate on every dataset, and build the sensitivity matrices."""
     t0 = time.time()
     paths = {"mnist-5k": "mnist-5k", **derive_fashion_halves(data_dir)}
-    weights = out_dir / "small_cnn_fashion-pretrained.pt"
+    from fleet.estimate import default_cache_dir
+
+    # weights are a cache, not a result: they stay out of the report folder (and out of git)
+    weights = default_cache_dir().parent / "analogue" / "small_cnn_fashion-pretrained.pt"
     if not weights.exists():
         meta = pretrain(
             "small_cnn",
