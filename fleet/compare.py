@@ -97,7 +97,7 @@ def compare(
                 rows[method] = Row(budget, method, None, None, f"infeasible: {cap_err}")
                 continue
             try:
-                choice = evaluate(_choose(method, index, proxy, truth, budget, cap), truth)
+                choice = evaluate(choose(method, index, proxy, truth, budget, cap), truth)
             except InfeasibleError as exc:
                 rows[method] = Row(budget, method, None, None, f"infeasible: {exc}")
                 continue
@@ -109,7 +109,7 @@ def compare(
     return out
 
 
-def _choose(
+def choose(
     method: str,
     index: SelectionIndex,
     proxy: Efficiency,

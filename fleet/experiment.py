@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fleet.compare import METHODS
+from fleet.compare import METHODS, choose
 from fleet.efficiency import Efficiency, load_efficiency
 from fleet.errors import InfeasibleError, InputError
 from fleet.profile import Profile, load_profile
@@ -28,8 +28,6 @@ from fleet.selection import (
     Choice,
     SelectionIndex,
     align,
-    baseline_b1,
-    baseline_b2,
     evaluate,
     safe_frequency_cap,
 )
@@ -185,16 +183,9 @@ def _pick(
     budget: float | None,
     cap: float | None,
 ) -> Choice:
-    if method in ("b1", "b2"):
-        if cap is None:
-            raise InfeasibleError("no clock cap is safe for every model under this budget")
-        fn = baseline_b1 if method == "b1" else baseline_b2
-        return fn(index.profile, proxy, budget, cap)
-    if method == "ours":
-        return index.select(proxy, budget, "time", "ours")
-    if method == "ours-energy":
-        return index.select(proxy, budget, "energy", "ours-energy")
-    return index.select(truth, budget, "time", "oracle")
+    if method in ("b1", "b2") and cap is None:
+        raise InfeasibleError("no clock cap is safe for every model under this budget")
+    return choose(method, index, proxy, truth, budget, cap)
 
 
 def _ratios(rows: list[dict[str, object]]) -> None:

@@ -85,13 +85,14 @@ def fleet_totals(rows: list[dict[str, object]]) -> dict[str, object]:
     }
 
 
-def _clean(obj: object) -> object:
+def json_safe(obj: object) -> object:
+    """NaN/inf become null (JSON has neither), recursively."""
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     if isinstance(obj, dict):
-        return {k: _clean(v) for k, v in obj.items()}
+        return {k: json_safe(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
+        return [json_safe(v) for v in obj]
     return obj
 
 
@@ -102,7 +103,7 @@ def write_report(
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     report = {**meta, "devices": rows, "fleet": fleet_totals(rows)}
-    report = _clean(report)  # type: ignore[assignment]
+    report = json_safe(report)  # type: ignore[assignment]
     atomic_write_text(str(run_dir / "report.json"), json.dumps(report, indent=2) + "\n")
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=ROW_COLUMNS, extrasaction="ignore", lineterminator="\n")

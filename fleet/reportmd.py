@@ -137,33 +137,34 @@ def experiment_markdown(
         "",
     ]
     for s in sens:
-        ds = list(s["datasets"])  # type: ignore[arg-type]
-        mats = s["matrices"]  # type: ignore[assignment]
-        png = sensitivity_matrices(
-            ds,
-            mats,
-            figs / f"sensitivity_{s['model']}_{s['device']}.png",
-            f"{s['model']} on {s['device']}: rows proxy, columns target",
-        )
-        lines += [
-            f"### {s['model']} on {s['device']}",
-            "",
-            f"![sensitivity]({png.relative_to(out_dir)})",
-            "",
-        ]
-        for label, mat in mats.items():  # type: ignore[union-attr]
-            lines += [
-                f"Budget {_b(None if label == 'none' else float(label))}:",
-                "",
-                "| proxy \\ target | " + " | ".join(ds) + " |",
-                "|---" * (1 + len(ds)) + "|",
-            ]
-            for p, row in zip(ds, mat, strict=True):
-                lines.append(
-                    f"| {p} | " + " | ".join("—" if v is None else f"{v:.1f}" for v in row) + " |"
-                )
-            lines.append("")
+        lines += sensitivity_section(s, out_dir, f"### {s['model']} on {s['device']}")
     return "\n".join(lines) + "\n"
+
+
+def sensitivity_section(s: dict[str, object], out_dir: Path, heading: str) -> list[str]:
+    """Fig. 5/6 for one (model, device): the PNG and one Markdown matrix per budget."""
+    ds = list(s["datasets"])  # type: ignore[call-overload]
+    mats: dict[str, list[list[float | None]]] = s["matrices"]  # type: ignore[assignment]
+    png = sensitivity_matrices(
+        ds,
+        mats,
+        out_dir / "figures" / f"sensitivity_{s['model']}_{s['device']}.png",
+        f"{s['model']} on {s['device']}: rows proxy, columns target",
+    )
+    lines = [heading, "", f"![sensitivity]({png.relative_to(out_dir)})", ""]
+    for label, mat in mats.items():
+        lines += [
+            f"Budget {_b(None if label == 'none' else float(label))}:",
+            "",
+            "| proxy \\ target | " + " | ".join(ds) + " |",
+            "|---" * (1 + len(ds)) + "|",
+        ]
+        for p, row in zip(ds, mat, strict=True):
+            lines.append(
+                f"| {p} | " + " | ".join("—" if v is None else f"{v:.1f}" for v in row) + " |"
+            )
+        lines.append("")
+    return lines
 
 
 def _find(rows, dataset, budget, method) -> dict[str, object] | None:

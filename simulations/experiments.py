@@ -190,7 +190,7 @@ def summarise(rows: list[dict]) -> dict:
 def run_analogue(args: argparse.Namespace) -> int:
     """Pre-train, estimate on every dataset with real training, then the sensitivity study."""
     from fleet.efficiency import load_efficiency
-    from fleet.plots import sensitivity_matrices
+    from fleet.reportmd import sensitivity_section
     from simulations.analogue import TARGETS, run_study
 
     out = Path(args.out if args.out != "docs/paper-report" else "docs/analogue")
@@ -231,26 +231,7 @@ def run_analogue(args: argparse.Namespace) -> int:
         "",
     ]
     for s in res["sensitivity"]:
-        ds = list(s["datasets"])
-        png = sensitivity_matrices(
-            ds,
-            s["matrices"],
-            out / "figures" / f"sensitivity_small_cnn_{s['device']}.png",
-            f"small_cnn on {s['device']}: rows proxy, columns target",
-        )
-        lines += [f"### {s['device']}", "", f"![sensitivity]({png.relative_to(out)})", ""]
-        for label, mat in s["matrices"].items():
-            lines += [
-                f"Budget {'N/A' if label == 'none' else label + ' W'}:",
-                "",
-                "| proxy \\ target | " + " | ".join(ds) + " |",
-                "|---" * (1 + len(ds)) + "|",
-            ]
-            for p, row in zip(ds, mat, strict=True):
-                lines.append(
-                    f"| {p} | " + " | ".join("-" if v is None else f"{v:.1f}" for v in row) + " |"
-                )
-            lines.append("")
+        lines += sensitivity_section(s, out, f"### {s['device']}")
     atomic_write_text(str(out / "report.md"), "\n".join(lines) + "\n")
     if args.json:
         emit_json(res)

@@ -325,7 +325,7 @@ class FakeGrid(Grid):
         return None
 
     def create_message(self, *a, **k):  # type: ignore[no-untyped-def]
-        raise NotImplementedError
+        raise AssertionError("the strategy must not call this")
 
     def get_node_ids(self) -> Iterable[int]:
         return list(self.nodes)
@@ -340,7 +340,7 @@ class FakeGrid(Grid):
         return out
 
     def send_and_receive(self, messages, *, timeout=None):  # type: ignore[no-untyped-def]
-        raise NotImplementedError
+        raise AssertionError("the strategy must not call this")
 
 
 def test_configure_train_one_message_per_node_and_config_untouched(fleet, shipped) -> None:

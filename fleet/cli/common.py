@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from fleet.errors import InputError
+from fleet.report import json_safe
 
 console = Console()
 if not console.is_terminal:
@@ -67,18 +68,8 @@ def budget_label(budget: float | None) -> str:
 
 def emit_json(obj: Any) -> None:
     """One JSON object on stdout; NaN/inf become null so every JSON parser accepts it."""
-    json.dump(_clean(obj), sys.stdout, indent=None, sort_keys=False)
+    json.dump(json_safe(obj), sys.stdout, indent=None, sort_keys=False)
     sys.stdout.write("\n")
-
-
-def _clean(obj: Any) -> Any:
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
-    return obj
 
 
 def mhz(value: Any) -> str:
