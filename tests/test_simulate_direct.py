@@ -135,3 +135,16 @@ def test_bad_fleet_file_is_one_line(tmp_path):
     r = run_cli("simulate", "--fleet", str(bad), "--engine", "direct")
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "file not found" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("name", ["default", "large", "analogue"])
+def test_every_shipped_scenario_runs_within_budgets(tmp_path, name):
+    from simulations.runner import simulate
+
+    rep = simulate(ROOT / "simulations" / "fleets" / f"{name}.toml", "direct", tmp_path / name)
+    assert rep["fleet"]["budget_violations"] == []
+    assert rep["fleet"]["trained"] >= 1
+    for d in rep["devices"]:
+        assert d["status"] in ("ok", "infeasible")
+        if d["status"] == "ok" and d["budget_w"] is not None:
+            assert all(s["peak_power_w"] <= s["budget_w"] for s in d["segments"] if s["budget_w"])
