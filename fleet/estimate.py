@@ -273,12 +273,18 @@ def write_outputs(eff: Efficiency, runs: list[RunResult], spec: EstimateSpec, ou
         b: sum(r.samples_to_accuracy is not None for r in runs if r.batch_size == b)
         for b in spec.batch_sizes
     }
+    # names and content hashes, not machine paths: the file is meant to travel
+    weights = (
+        f"{Path(spec.weights).name} (sha256 {file_sha256(spec.weights)[:12]})"
+        if spec.weights
+        else "fresh init"
+    )
     comments = [
-        f"powerfleet estimate: model={spec.model} proxy={spec.proxy} "
+        f"powerfleet estimate: model={spec.model} proxy={Path(spec.proxy).name} "
         f"target_accuracy={spec.target_accuracy:g} seeds={spec.seeds}",
         f"lr rule: {spec.optimizer}, lr={spec.lr_ref:g} at batch {spec.lr_ref_batch} "
         f"({'square-root' if spec.optimizer.lower() in ('adam', 'adamw') else 'linear'} scaling)",
-        f"weights={spec.weights or 'fresh init'} cache_key={spec.key()}",
+        f"weights={weights} cache_key={spec.key()}",
         "reached in seeds: " + ", ".join(f"b={b}: {k}/{spec.seeds}" for b, k in reached.items()),
         "source=trained (real training on the proxy dataset)",
     ]

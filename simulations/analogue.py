@@ -115,5 +115,14 @@ def run_study(
         "wall_s": time.time() - t0,
     }
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "analogue.json").write_text(json.dumps(result, indent=1) + "\n")
+    portable = {**result, "efficiency": {k: _rel(v) for k, v in effs.items()}}
+    (out_dir / "analogue.json").write_text(json.dumps(portable, indent=1) + "\n")
     return result
+
+
+def _rel(path: Path) -> str:
+    """A repo-relative path where possible: the JSON is committed and read on other machines."""
+    try:
+        return str(Path(path).resolve().relative_to(HERE.parent))
+    except ValueError:
+        return str(path)

@@ -164,7 +164,7 @@ def run_fleet(grid: Grid, settings: ServerSettings) -> dict[str, Any]:
     )
     log(INFO, "powerfleet: %s, %d devices, %d round(s), mode %s", run.name, n, run.rounds, run.mode)
     _emit(settings, 0, total, "starting")
-    strategy.start(
+    result = strategy.start(
         grid=ReportingGrid(grid, on_reply),
         initial_arrays=arrays,
         num_rounds=run.rounds,
@@ -173,6 +173,14 @@ def run_fleet(grid: Grid, settings: ServerSettings) -> dict[str, Any]:
     )
     last = max(strategy.rounds) if strategy.rounds else 0
     meta = {**base_meta, "round": last, "round_totals": summaries, "wall_s": time.time() - t0}
+    if run.mode == "federated" and result is not None and len(result.arrays) > 0:
+        # the federated outcome is a model: keep it beside the report it came with
+        from fleet.agent.trainer import atomic_torch_save
+
+        path = run_dir / "global_model.pt"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        atomic_torch_save(result.arrays.to_torch_state_dict(), str(path))
+        meta["global_model"] = str(path)
     report = write_report(run_dir, strategy.rounds.get(last, []), meta)
     log(INFO, "powerfleet: report written to %s", run_dir / "report.json")
     _emit(settings, total, total, "done")
