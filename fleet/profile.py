@@ -52,6 +52,8 @@ class Profile:
     metadata: dict[str, str] = field(default_factory=dict)
     comments: list[str] = field(default_factory=list)
     failed: list[tuple[int, float, str]] = field(default_factory=list)  # (b, f, status)
+    # after restrict(): the whole file's lowest peak, which infeasibility messages name
+    file_lowest: Point | None = None
 
     @property
     def batch_sizes(self) -> list[int]:
@@ -78,12 +80,16 @@ class Profile:
 
     def restrict(self, batch_sizes: list[int]) -> Profile:
         keep = set(batch_sizes)
+        file_lowest = self.file_lowest
+        if file_lowest is None and self.has_power:
+            file_lowest = self.lowest_peak()
         return Profile(
             [p for p in self.points if p.batch_size in keep],
             self.source,
             dict(self.metadata),
             list(self.comments),
             [f for f in self.failed if f[0] in keep],
+            file_lowest,
         )
 
     def grids(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -150,12 +156,19 @@ def require_feasible(profile: Profile, budget_w: float | None) -> dict[int, Poin
     """The frontier, or an InfeasibleError naming the lowest peak power and where it occurs."""
     front = frontier(profile, budget_w)
     if not front:
-        low = profile.lowest_peak()
-        raise InfeasibleError(
+        low = profile.file_lowest or profile.lowest_peak()
+        msg = (
             f"{profile.source}: no operating point fits the budget of {budget_w:g} W; the lowest "
             f"measured peak power is {low.peak_power_w:g} W at batch_size={low.batch_size}, "
             f"freq_mhz={low.freq_mhz:g}"
         )
+        usable = profile.lowest_peak()
+        if usable != low:
+            msg += (
+                f" (among the batch sizes with an efficiency: {usable.peak_power_w:g} W at "
+                f"batch_size={usable.batch_size}, freq_mhz={usable.freq_mhz:g})"
+            )
+        raise InfeasibleError(msg)
     return front
 
 

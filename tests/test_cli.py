@@ -133,3 +133,14 @@ def test_compare_json_rows_and_table(files):
         "5",
     )
     assert r.returncode == 0 and "b1" in r.stdout and "oracle" in r.stdout
+
+
+def test_infeasible_names_the_files_lowest_peak_even_when_unused(write, files):
+    prof, _ = files
+    eff = write("e32.csv", "batch_size,samples_to_accuracy", ["32,15000"])
+    r = run_cli("select", "--profile", str(prof), "--efficiency", str(eff), "--budget-w", "4.2")
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert "lowest measured peak power is 4 W at batch_size=8, freq_mhz=307.2" in lines[0]
+    assert "among the batch sizes with an efficiency: 4.6 W at batch_size=32" in lines[0]

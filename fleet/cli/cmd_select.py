@@ -26,9 +26,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     budget = parse_budget(args.budget_w)
     profile, eff, msg = align(load_profile(args.profile), load_efficiency(args.efficiency))
-    if msg:
-        note("select", msg)
     choice = select(profile, eff, budget, args.objective)
+    if msg:  # said only on success: a failure's stderr is its one line
+        note("select", msg)
     if args.json:
         out = choice.to_dict()
         out["budget_w"] = budget
