@@ -422,3 +422,24 @@ def test_handlers_chain_previous_and_uninstall(tmp_path):
         b.restore()
     finally:
         signal.signal(signal.SIGUSR1, old)
+
+
+@pytest.mark.parametrize(
+    "node,of_node,board,expected",
+    [
+        ("57000000.gpu", "gpu", "NVIDIA Jetson Nano Developer Kit", "jetson-nano"),
+        ("17000000.gp10b", "gp10b", "NVIDIA Jetson TX2 NX Developer Kit", "jetson-tx2nx"),
+        ("17000000.gp10b", "gp10b", "quill", "jetson-tx2nx"),
+        ("17000000.ga10b", "", "NVIDIA Jetson Orin Nano Developer Kit", "jetson-orin"),
+        ("15340000.vic", "", "", ""),
+    ],
+)
+def test_device_type_names_match_the_fleet_types(node, of_node, board, expected):
+    from fleet.agent.devices.jetson import device_type
+
+    assert device_type(node, of_node, board) == expected
+
+
+def test_describe_names_the_device_type(tmp_path):
+    make_nano(tmp_path)
+    assert JetsonBackend(str(tmp_path)).describe()["device"] == "jetson-nano"

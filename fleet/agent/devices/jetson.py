@@ -348,8 +348,30 @@ class JetsonBackend(Backend):
             "rail": self.rail.name,
             "sensor": self.rail.layout,
         }  # type: Dict[str, object]
+        board = ""
         try:
-            info["board"] = _read_text(_under(self.sysfs_root, "proc/device-tree/model"))
+            board = _read_text(_under(self.sysfs_root, "proc/device-tree/model"))
+            info["board"] = board
         except OSError:
             pass
+        kind = device_type(self.node.name, self.node.of_node, board)
+        if kind:
+            info["device"] = kind
         return info
+
+
+def device_type(node_name: str, of_node: str, board: str = "") -> str:
+    """The fleet's device-type name for this GPU ('jetson-nano', ...), or '' if unknown.
+
+    Profiles record it in their ``device`` column so that a profile measured on a board and a
+    fleet entry of that type recognise each other (and a mismatch is caught).
+    """
+    text = " ".join((node_name, of_node, board)).lower()
+    b = board.lower()
+    if "ga10b" in text or "orin" in b:  # first: an "Orin Nano" is not a Nano
+        return "jetson-orin"
+    if "gp10b" in text or "tx2" in b:
+        return "jetson-tx2" if "tx2" in b and "nx" not in b else "jetson-tx2nx"
+    if "gm20b" in text or "57000000.gpu" in text or "nano" in b:
+        return "jetson-nano"
+    return ""
