@@ -21,11 +21,12 @@ import os
 import statistics
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from fleet.efficiency import Efficiency, save_efficiency, scaled_lr
 from fleet.errors import InputError
+from fleet.task import Task, build_for, load_task
 
 
 @dataclass(frozen=True)
@@ -79,54 +80,18 @@ def file_sha256(path: str) -> str:
     return h.hexdigest()
 
 
-def load_proxy(spec: EstimateSpec):
-    """(train, test, task, classes) tensors for the proxy; DatasetError -> InputError."""
-    from fleet.agent import datasets
-
-    try:
-        train = datasets.load_dataset(
-            spec.proxy, spec.data_dir, split="train", subset=spec.subset, seed=0
-        )
-        test = datasets.load_dataset(
-            spec.proxy, spec.data_dir, split="test", subset=spec.subset, seed=0
-        )
-    except datasets.DatasetError as exc:
-        raise InputError(str(exc)) from None
-    task = "char" if train.vocab is not None else "classification"
-    classes = len(train.vocab) if train.vocab is not None else train.num_classes
-    return (train.x, train.y), (test.x, test.y), task, classes
+def load_proxy(spec: EstimateSpec) -> Task:
+    """The proxy's splits (seed 0 always: every run of an estimate sees the same data)."""
+    return load_task(spec.proxy, spec.data_dir, spec.subset, seed=0)
 
 
-def build(spec: EstimateSpec, classes: int, seed: int, sample_shape: tuple[int, ...] = ()):
-    import torch
-
-    from fleet.agent.models import build_model
-
-    kw = (
-        {"vocab_size": classes}
-        if spec.model in ("transformer", "char_transformer")
-        else {"num_classes": classes}
-    )
-    shape = spec.input_shape or "x".join(str(d) for d in sample_shape) or None
-    model = build_model(spec.model, input_shape=shape, seed=seed, **kw)
-    if spec.weights:
-        try:
-            state = torch.load(spec.weights, map_location="cpu", weights_only=True)
-        except Exception as exc:  # noqa: BLE001 - torch raises several unpickling types
-            first = str(exc).strip().splitlines()[0][:160]
-            raise InputError(f"{spec.weights}: not a readable weights file ({first})") from None
-        if not isinstance(state, dict):
-            raise InputError(f"{spec.weights}: expected a state_dict (powerfleet pretrain)")
-        state = state.get("state_dict", state)
-        try:
-            model.load_state_dict(state)
-        except RuntimeError as exc:
-            first = str(exc).strip().splitlines()[0]
-            raise InputError(f"{spec.weights}: does not fit model {spec.model}: {first}") from None
-    return model
+def build(spec: EstimateSpec, task: Task, seed: int):
+    if spec.input_shape:  # an explicit shape wins over the data's (e.g. a resizing reader)
+        task = replace(task, input_shape=spec.input_shape)
+    return build_for(task, spec.model, seed, spec.weights)
 
 
-_DATA_CACHE: dict[str, tuple] = {}
+_DATA_CACHE: dict[str, Task] = {}
 
 
 def run_one(spec: EstimateSpec, batch_size: int, seed: int) -> RunResult:
@@ -139,14 +104,14 @@ def run_one(spec: EstimateSpec, batch_size: int, seed: int) -> RunResult:
     key = spec.key()
     if key not in _DATA_CACHE:
         _DATA_CACHE[key] = load_proxy(spec)
-    train, test, task, classes = _DATA_CACHE[key]
-    model = build(spec, classes, seed, tuple(train[0].shape[1:]))
+    task = _DATA_CACHE[key]
+    model = build(spec, task, seed)
     lr = scaled_lr(batch_size, spec.lr_ref_batch, spec.lr_ref, spec.optimizer)
     try:
         res = train_to_target(
             model,
-            train,
-            test,
+            task.train,
+            task.test,
             batch_size,
             lr,
             spec.target_accuracy,
@@ -154,7 +119,7 @@ def run_one(spec: EstimateSpec, batch_size: int, seed: int) -> RunResult:
             eval_every_samples=spec.eval_every_samples,
             max_samples=spec.max_samples,
             seed=seed,
-            task=task,
+            task=task.kind,
         )
     except TrainerError as exc:
         raise InputError(f"estimate b={batch_size} seed={seed}: {exc}") from None
@@ -225,8 +190,7 @@ def estimate(
         runs = [RunResult(**{**r, "curve": [tuple(c) for c in r["curve"]]}) for r in data["runs"]]
         return aggregate(spec, runs), runs, True
     # fail fast, in this process, on a dataset that is not prepared or weights that do not fit
-    train, _, _, classes = load_proxy(spec)
-    build(spec, classes, 0, tuple(train[0].shape[1:]))
+    build(spec, load_proxy(spec), 0)
     jobs = [(b, s) for b in spec.batch_sizes for s in range(spec.seeds)]
     runs: list[RunResult] = []
     if ray_address:

@@ -22,6 +22,7 @@ from fleet.errors import InfeasibleError, InputError
 from fleet.fleetconfig import DeviceSpec, RunSettings
 from fleet.replay import DeviceResult, cached_profile, replay_device
 from fleet.selection import align
+from fleet.task import build_for, load_task
 
 
 def train_device(
@@ -32,8 +33,6 @@ def train_device(
     data_dir: str | None = None,
 ) -> tuple[DeviceResult, dict[str, Any] | None]:
     """One device round with real training; returns the row and the fine-tuned weights."""
-    from fleet.agent import datasets
-    from fleet.agent.models import build_model
     from fleet.agent.trainer import TrainerError, train_to_target
 
     def failed(status: str, message: str) -> tuple[DeviceResult, None]:
@@ -63,28 +62,18 @@ def train_device(
     if not spec.data:
         return failed("error", f"device {spec.name}: learning = 'train' needs a data entry")
     try:
-        train = datasets.load_dataset(spec.data, data_dir, "train", seed=run.seed)
-        test = datasets.load_dataset(spec.data, data_dir, "test", seed=run.seed)
-    except datasets.DatasetError as exc:
+        task = load_task(spec.data, data_dir, seed=run.seed)
+        model = build_for(task, run.model, run.seed, weights)
+    except InputError as exc:
         return failed("error", str(exc))
-    text = train.vocab is not None
-    classes = len(train.vocab) if text else train.num_classes
-    shape = "x".join(str(d) for d in train.x.shape[1:])
-    kw = {"vocab_size": classes} if text else {"num_classes": classes}
-    model = build_model(run.model, input_shape=shape, seed=run.seed, **kw)
-    if weights:
-        try:
-            model.load_state_dict(weights)
-        except RuntimeError as exc:
-            return failed("error", f"shipped weights do not fit {run.model}: {str(exc)[:120]}")
     b = choice.batch_size
     lr = scaled_lr(b, run.lr_ref_batch, run.lr_ref, run.optimizer)
     extra = run.extra
     try:
         res = train_to_target(
             model,
-            (train.x, train.y),
-            (test.x, test.y),
+            task.train,
+            task.test,
             b,
             lr,
             run.target_accuracy,
@@ -92,7 +81,7 @@ def train_device(
             eval_every_samples=_opt_int(extra.get("eval_every_samples")),
             max_samples=_opt_int(extra.get("max_samples")),
             seed=run.seed,
-            task="char" if text else "classification",
+            task=task.kind,
         )
     except TrainerError as exc:
         return failed("error", str(exc))

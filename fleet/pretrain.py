@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from fleet.errors import InputError
+from fleet.task import build_for, load_task
 
 
 def pretrain(
@@ -29,29 +30,19 @@ def pretrain(
     """Train ``epochs`` passes over the dataset's train split; save weights + metadata."""
     import torch
 
-    from fleet.agent import datasets
-    from fleet.agent.models import build_model, canonical_name
+    from fleet.agent.models import canonical_name
     from fleet.agent.trainer import TrainerError, atomic_torch_save, train_to_target
 
     if epochs <= 0 or batch_size <= 0 or lr <= 0:
         raise InputError("pretrain: --epochs, --batch-size and --lr must all be > 0")
-    try:
-        name = canonical_name(model_name)
-        train = datasets.load_dataset(dataset, data_dir, "train", subset=subset, seed=seed)
-        test = datasets.load_dataset(dataset, data_dir, "test", subset=subset, seed=seed)
-    except (ValueError, datasets.DatasetError) as exc:
-        raise InputError(str(exc)) from None
-    text = train.vocab is not None
-    classes = len(train.vocab) if text else train.num_classes
-    shape = "x".join(str(d) for d in train.x.shape[1:])
-    kw = {"vocab_size": classes} if text else {"num_classes": classes}
-    model = build_model(name, input_shape=shape, seed=seed, **kw)
-    n = int(train.x.shape[0])
+    task = load_task(dataset, data_dir, subset, seed)
+    model = build_for(task, model_name, seed)
+    n = int(task.train[0].shape[0])
     try:
         res = train_to_target(
             model,
-            (train.x, train.y),
-            (test.x, test.y),
+            task.train,
+            task.test,
             batch_size,
             lr,
             0.999,
@@ -59,15 +50,15 @@ def pretrain(
             eval_every_samples=n,
             max_samples=max(batch_size, int(n * epochs)),
             seed=seed,
-            task="char" if text else "classification",
+            task=task.kind,
             progress=progress,
         )
     except TrainerError as exc:
         raise InputError(f"pretrain: {exc}") from None
     meta = {
-        "model": name,
-        "input_shape": shape,
-        "num_classes": classes,
+        "model": canonical_name(model_name),
+        "input_shape": task.input_shape,
+        "num_classes": task.classes,
         "dataset": dataset,
         "subset": subset,
         "epochs": epochs,

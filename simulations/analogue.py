@@ -115,7 +115,8 @@ def run_study(
         "wall_s": time.time() - t0,
     }
     out_dir.mkdir(parents=True, exist_ok=True)
-    portable = {**result, "efficiency": {k: _rel(v) for k, v in effs.items()}}
+    # committed: no machine paths, no timings (they change on every rebuild from the cache)
+    portable = {"sensitivity": sens, "efficiency": {k: _rel(v) for k, v in effs.items()}}
     (out_dir / "analogue.json").write_text(json.dumps(portable, indent=1) + "\n")
     return result
 

@@ -1,0 +1,83 @@
+"""A training task on the coordinator side: a dataset's splits and the model built to fit them.
+
+Pre-training, proxy estimation and a simulated device that trains for real all start the same
+way: load the train/test splits, tell images from text, and build the model with the data's
+input shape and class count (vocabulary for text), optionally from a weights file. One place
+does it, so the three cannot disagree about what "the model for this data" is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from fleet.errors import InputError
+
+
+@dataclass(frozen=True)
+class Task:
+    train: tuple[Any, Any]  # (inputs, targets) tensors
+    test: tuple[Any, Any]
+    kind: str  # "classification" | "char" (the trainer's task names)
+    classes: int  # classes, or the vocabulary size for text
+    input_shape: str  # per-sample, e.g. "1x28x28" or "64"
+
+
+def load_task(
+    dataset: str, data_dir: str | None = None, subset: int | None = None, seed: int = 0
+) -> Task:
+    """Both splits of a prepared dataset (or a path); a dataset problem is one InputError."""
+    from fleet.agent import datasets
+
+    try:
+        train = datasets.load_dataset(dataset, data_dir, "train", subset=subset, seed=seed)
+        test = datasets.load_dataset(dataset, data_dir, "test", subset=subset, seed=seed)
+    except datasets.DatasetError as exc:
+        raise InputError(str(exc)) from None
+    text = train.vocab is not None
+    return Task(
+        (train.x, train.y),
+        (test.x, test.y),
+        "char" if text else "classification",
+        len(train.vocab) if text else train.num_classes,
+        "x".join(str(d) for d in train.x.shape[1:]),
+    )
+
+
+def build_for(task: Task, model_name: str, seed: int = 0, weights: Any = None):
+    """The model for this task; ``weights`` is a state_dict or a weights file path."""
+    from fleet.agent.models import build_model, canonical_name
+
+    try:
+        name = canonical_name(model_name)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    kw = {"vocab_size": task.classes} if task.kind == "char" else {"num_classes": task.classes}
+    model = build_model(name, input_shape=task.input_shape, seed=seed, **kw)
+    if weights is not None:
+        state = read_weights(weights) if isinstance(weights, str) else weights
+        try:
+            model.load_state_dict(state)
+        except RuntimeError as exc:
+            first = str(exc).strip().splitlines()[0][:160]
+            where = weights if isinstance(weights, str) else "the weights"
+            raise InputError(f"{where}: does not fit model {name}: {first}") from None
+    return model
+
+
+def read_weights(path: str) -> dict[str, Any]:
+    """A state_dict file, bare or as written by ``powerfleet pretrain`` ({state_dict, meta})."""
+    import torch
+
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise InputError(
+            f"{path}: weights file not found (make it with powerfleet pretrain)"
+        ) from None
+    except Exception as exc:  # noqa: BLE001 - torch raises several unpickling types
+        first = str(exc).strip().splitlines()[0][:160]
+        raise InputError(f"{path}: not a readable weights file ({first})") from None
+    if not isinstance(state, dict):
+        raise InputError(f"{path}: expected a state_dict (powerfleet pretrain)")
+    return state.get("state_dict", state)
