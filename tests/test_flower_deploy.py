@@ -64,8 +64,8 @@ def test_node_config_and_commands_without_processes(tmp_path: Path) -> None:
         deploy.superlink_command("0.0.0.0", 9091, deploy.Tls(ca_certfile="/ca.pem"))
     node = deploy.supernode_command("127.0.0.1:9091", 9094, {"device-name": "a"})
     assert node[-1] == "--insecure" and node[node.index("--port") + 1] == "9094"
-    with pytest.raises(InputError, match="refusing to connect to 10.0.0.5 without TLS"):
-        deploy.supernode_command("10.0.0.5:9091", 9094, {})
+    with pytest.raises(InputError, match="refusing to connect to coordinator.example without TLS"):
+        deploy.supernode_command("coordinator.example:9091", 9094, {})
     conf = deploy.write_cli_config(tmp_path, "127.0.0.1:9091").read_text()
     assert 'address = "127.0.0.1:9091"' in conf and "insecure = true" in conf
     full = deploy.device_node_config({"device-name": "a"}, "hardware", agent_python="/py", rail="")
