@@ -43,8 +43,9 @@ class Agent:
     """A running agent: send a request, read lines with a timeout (a reader thread never hangs
     the test), and collect every stdout line to check that only protocol lines appear there."""
 
-    def __init__(self, csv):
-        env = dict(os.environ, PYTHONPATH=str(ROOT))
+    def __init__(self, csv, timeout=TIMEOUT, env=None):
+        env = dict(os.environ, PYTHONPATH=str(ROOT), **(env or {}))
+        self.timeout = timeout
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "fleet.agent", "--backend", "replay", "--profile-csv", csv],
             stdin=subprocess.PIPE,
@@ -73,7 +74,7 @@ class Agent:
         self.send_raw(json.dumps(req))
 
     def recv(self):
-        line = self.lines.get(timeout=TIMEOUT)
+        line = self.lines.get(timeout=self.timeout)
         assert line is not None, "agent closed stdout; stderr: " + self.proc.stderr.read()
         return json.loads(line)
 
@@ -91,7 +92,7 @@ class Agent:
     def kill(self):
         if self.proc.poll() is None:
             self.proc.kill()
-        self.proc.wait(timeout=TIMEOUT)
+        self.proc.wait(timeout=self.timeout)
         for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
             try:
                 stream.close()

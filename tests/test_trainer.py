@@ -8,12 +8,10 @@ width 4), one torch thread (2-core machine shared with other test runs), a few s
 import hashlib
 import json
 import os
-import queue
 import signal
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 from pathlib import Path
 
@@ -25,6 +23,7 @@ from fleet.agent.models import build_model
 from fleet.agent.protocol import Context, handle_train
 from fleet.agent.sampler import PowerSampler
 from fleet.agent.trainer import TrainerError, evaluate, train_to_target
+from tests.test_agent_protocol import Agent
 
 ROOT = Path(__file__).resolve().parents[1]
 NANO_CSV = ROOT / "simulations" / "profiles" / "nano_resnet18.csv"
@@ -356,51 +355,11 @@ def test_train_handler_locks_during_training_and_restores_on_error(tmp_path):
     assert backend.restores == 2 and backend.batch_size is None
 
 
-class Agent:
-    def __init__(self):
-        env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "fleet.agent", "--backend", "replay", "--profile-csv",
-             str(NANO_CSV)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            cwd=str(ROOT), env=env, text=True, bufsize=1,
-        )  # fmt: skip
-        self.lines = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self):
-        for line in self.proc.stdout:
-            self.lines.put(line)
-        self.lines.put(None)
-
-    def call(self, **req):
-        self.proc.stdin.write(json.dumps(req) + "\n")
-        self.proc.stdin.flush()
-        events = []
-        while True:
-            line = self.lines.get(timeout=TIMEOUT)
-            assert line is not None, "agent closed stdout: " + self.proc.stderr.read()[-2000:]
-            msg = json.loads(line)
-            if msg.get("event"):
-                events.append(msg)
-            else:
-                return events, msg
-
-    def kill(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(timeout=TIMEOUT)
-        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-            try:
-                stream.close()
-            except OSError:
-                pass
-
-
 @pytest.mark.integration
 def test_agent_train_command_over_stdio(tmp_path):
     req = _train_request(tmp_path)
-    agent = Agent()
+    # the protocol tests' real agent subprocess, with room for a training run
+    agent = Agent(str(NANO_CSV), timeout=TIMEOUT, env={"OMP_NUM_THREADS": "1"})
     try:
         _, hello = agent.call(id=1, cmd="hello")
         assert "train" in hello["capabilities"]["commands"]

@@ -15,7 +15,7 @@ import csv
 import io
 import os
 import tempfile
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import IO, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 REQUIRED_COLUMNS = ("batch_size", "freq_mhz", "time_per_batch_s", "peak_power_w")
 OPTIONAL_COLUMNS = ("mean_power_w", "device", "model", "input_shape", "samples", "status")
@@ -113,12 +113,31 @@ def write_rows(
 
 def atomic_write_text(path: str, text: str) -> None:
     """Write text to path through a temp file in the same directory and os.replace."""
+
+    def write(fh: IO) -> None:
+        fh.write(text.encode("utf-8"))
+
+    atomic_write(path, write)
+
+
+def temp_prefix(path: str) -> str:
+    """Temp files of ``path`` are named after it, so a crashed write's leftovers can be found."""
+    return "." + os.path.basename(path) + ".tmp-"
+
+
+def atomic_write(path: str, write: Callable[[IO], None]) -> None:
+    """Call ``write(binary_file)`` on a temp file beside ``path``, fsync, then os.replace.
+
+    A reader sees the old file or the new one, never half of one; on any failure the temp file
+    is removed and the old file stays. Text files, profiles and torch checkpoints all go
+    through here.
+    """
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".part", dir=directory)
+    fd, tmp = tempfile.mkstemp(prefix=temp_prefix(path), suffix=".part", dir=directory)
     try:
-        with os.fdopen(fd, "w", newline="") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)

@@ -49,7 +49,6 @@ import inspect
 import json
 import math
 import os
-import tempfile
 import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -57,6 +56,7 @@ import torch
 import torch.nn as nn
 
 from .models import loss_fn
+from .profile_io import atomic_write, temp_prefix
 from .sampler import PowerSampler
 
 CHECKPOINT_FORMAT = "powerfleet-trainer-checkpoint"
@@ -376,29 +376,13 @@ def torch_load_cpu(path: str) -> Any:
 
 def atomic_torch_save(obj: Any, path: str) -> None:
     """torch.save through a temp file in the same directory + os.replace: never half a file."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=_tmp_prefix(path), suffix=".part", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            torch.save(obj, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def _tmp_prefix(path: str) -> str:
-    return "." + os.path.basename(path) + ".tmp-"
+    atomic_write(path, lambda fh: torch.save(obj, fh))
 
 
 def _remove_stale_temps(path: str) -> None:
     """A crash during a checkpoint write leaves a temp file beside it; the next start drops it."""
     directory = os.path.dirname(os.path.abspath(path))
-    prefix = _tmp_prefix(path)
+    prefix = temp_prefix(path)
     try:
         names = os.listdir(directory)
     except OSError:
