@@ -1,10 +1,12 @@
-"""The hardware ClientApp: drives a real board through the on-device agent.
+"""A hardware node's round: drives a real board through the on-device agent.
 
-One round on a board: start the agent (``python -m fleet.agent`` under the interpreter the node
-config names, e.g. JetPack's Python 3.6), say hello, get a profile (the node config's ``profile``
-CSV when it exists, else the agent profiles the model with the staircase plan under the budget
-and writes the CSV there), select (b, f) under the budget with ``fleet.selection`` and the
-shipped efficiency, lock the chosen frequency, then train if the agent can: when its hello lists
+``clients.client_app`` hands a node whose config says ``client = "hardware"`` here. One round
+on a board: start the agent (``python -m fleet.agent`` under the interpreter the node config
+names, e.g. JetPack's Python 3.6), say hello, get a profile (the node config's ``profile`` CSV
+when it exists, else the agent profiles the model with the staircase plan under the budget and
+writes the CSV there), then the device round (``fleet.device_round.run_device``: align, check
+the device type, select under the budget with the shipped efficiency) on the ``AgentRunner``,
+which locks the chosen frequency, then trains if the agent can: when its hello lists
 ``train`` and the node config names ``data``, the agent fine-tunes at the choice with the
 batch-size-scaled learning rate and the row gets its time, energy and accuracy. Otherwise the
 reply says ``status = "selected"`` with the choice and no time or energy. The agent is shut down
@@ -33,17 +35,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flwr.app import ArrayRecord, Context, Message, RecordDict
-from flwr.clientapp import ClientApp
+from flwr.app import ArrayRecord, RecordDict
 
 from clients import records
 from clients.agent_link import AgentError, AgentLink, ProgressCallback, agent_command
-from fleet.efficiency import scaled_lr
-from fleet.errors import InfeasibleError, InputError
+from fleet.device_round import DeviceResult, Round, run_device
+from fleet.efficiency import Efficiency, scaled_lr
+from fleet.errors import InputError
 from fleet.fleetconfig import DeviceSpec
 from fleet.profile import Profile, load_profile
-from fleet.replay import DeviceResult
-from fleet.selection import Choice, align, select
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ def profile_path_for(
     if spec.profile:
         return spec.profile
     base = Path(settings.work_dir or Path(tempfile.gettempdir()) / "powerfleet")
-    return str(base / f"{spec.name}_{ins.model or 'model'}.csv")
+    return str(base / f"{spec.name}_{ins.run.model or 'model'}.csv")
 
 
 def obtain_profile(
@@ -104,20 +104,20 @@ def obtain_profile(
     ins: records.TrainInstruction,
     settings: AgentSettings,
     on_progress: ProgressCallback | None = None,
-) -> tuple[Profile, bool]:
-    """Reuse the profile CSV if it exists, else ask the agent to measure it. (profile, measured)
+) -> Profile:
+    """Reuse the profile CSV if it exists, else ask the agent to measure it.
 
     Under a budget the agent runs the staircase plan (only the points near the budget's
     frontier); without one it measures the full grid. Batch sizes are the shipped efficiency's.
     """
     path = profile_path_for(spec, ins, settings)
     if Path(path).is_file():
-        return load_profile(path), False
-    if not ins.model:
+        return load_profile(path)
+    if not ins.run.model:
         raise InputError(f"device {spec.name}: no profile at {path} and no model to profile")
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     args: dict[str, Any] = {
-        "model": ins.model,
+        "model": ins.run.model,
         "batch_sizes": ins.efficiency.batch_sizes,
         "out": path,
         "rows": False,
@@ -125,68 +125,77 @@ def obtain_profile(
     if spec.budget_w is not None:
         args["budget_w"] = spec.budget_w
     link.request("profile", timeout_s=settings.long_timeout_s, on_progress=on_progress, **args)
-    return load_profile(path), True
-
-
-def choose(profile: Profile, spec: DeviceSpec, ins: records.TrainInstruction) -> Choice:
-    """Algorithm 1 on this board's profile with the shipped efficiency (raises if infeasible)."""
-    prof, eff, _ = align(profile, ins.efficiency)
-    return select(prof, eff, spec.budget_w, ins.objective)
+    return load_profile(path)
 
 
 @dataclass
-class Prepared:
-    """A board after hello, profile, select and lock: the row so far and what was chosen."""
+class AgentRunner:
+    """Runner of the device round on a board: lock the chosen clock, train through the agent.
 
-    result: DeviceResult
-    commands: frozenset[str] = frozenset()
-    choice: Choice | None = None
-    lr: float | None = None
-    measured: bool = False  # the agent measured a new profile (vs. reusing the CSV)
-
-
-def prepare_on_agent(
-    link: AgentLink,
-    spec: DeviceSpec,
-    ins: records.TrainInstruction,
-    settings: AgentSettings,
-    on_progress: ProgressCallback | None = None,
-) -> Prepared:
-    """hello -> profile -> select -> lock. The row's status says how far it got: ``selected``
-    (locked at the choice), ``infeasible`` (nothing fits the budget) or ``error`` (agent/input).
+    The row says ``selected`` (locked at the choice, no time or energy) when the agent cannot
+    train (its hello lists no ``train``) or the node config names no ``data``; otherwise the
+    agent's measured time, energy, power and accuracy fill it. Only the schedule's first budget
+    is honoured here: re-selecting mid-training is the trainer's closed loop.
     """
-    res = DeviceResult(
-        spec.name,
-        spec.device_type,
-        spec.budget_w,
-        profile_path_for(spec, ins, settings),
-        ins.efficiency.source,
-        "error",
-        learning=spec.learning,
-    )
-    prepared = Prepared(res)
-    try:
-        hello = link.request("hello", timeout_s=settings.timeout_s)
-        prepared.commands = frozenset(hello.get("capabilities", {}).get("commands", []))
-        profile, prepared.measured = obtain_profile(link, spec, ins, settings, on_progress)
+
+    link: AgentLink
+    settings: AgentSettings
+    commands: frozenset[str] = frozenset()
+    files: TrainFiles | None = None
+    on_progress: ProgressCallback | None = None
+    learning: str | None = None
+    truth: Efficiency | None = None
+
+    def run(self, rnd: Round, res: DeviceResult) -> None:
+        choice, run = rnd.first, rnd.run
+        lr = scaled_lr(choice.batch_size, run.lr_ref_batch, run.lr_ref, run.optimizer)
         try:
-            choice = choose(profile, spec, ins)
-        except InfeasibleError as exc:
-            res.status, res.message = "infeasible", str(exc)
-            return prepared
-        res.batch_size, res.freq_mhz = choice.batch_size, choice.freq_mhz
-        res.predicted_time_s = choice.predicted_time_s
-        res.peak_power_w, res.mean_power_w = choice.peak_power_w, choice.mean_power_w
-        link.request("lock", timeout_s=settings.timeout_s, freq_mhz=choice.freq_mhz)
-        prepared.choice = choice
-        prepared.lr = scaled_lr(choice.batch_size, ins.lr_ref_batch, ins.lr_ref, ins.optimizer)
+            self.link.request("lock", timeout_s=self.settings.timeout_s, freq_mhz=choice.freq_mhz)
+        except (AgentError, OSError) as exc:
+            res.status, res.message = "error", " ".join(str(exc).split())
+            return
         res.status = "selected"
-        res.message = (
-            f"locked {choice.freq_mhz:g} MHz for batch {choice.batch_size} (lr {prepared.lr:.3g})"
+        res.message = f"locked {choice.freq_mhz:g} MHz for batch {choice.batch_size} (lr {lr:.3g})"
+        if "train" not in self.commands:
+            res.message += (
+                "; training on the device needs the trainer: this agent has no 'train' command"
+            )
+        elif not rnd.spec.data:
+            res.message += "; no data to train on (the device's node config names no 'data')"
+        else:
+            try:
+                self._train(rnd, res, lr)
+            except (AgentError, OSError) as exc:
+                res.status, res.message = "error", " ".join(str(exc).split())
+
+    def _train(self, rnd: Round, res: DeviceResult, lr: float) -> None:
+        """The agent's ``train`` command at the choice with the batch-size-scaled lr.
+
+        Reads back ``time_s`` (training time, evaluation excluded), ``energy_j``, measured
+        peak/mean power, ``accuracy`` (final), ``samples`` and ``reached``. Measured power
+        replaces the profile's in the row, so a board that ran over its budget shows up in the
+        report's budget violations.
+        """
+        choice, run = rnd.first, rnd.run
+        out = self.link.request(
+            "train",
+            timeout_s=self.settings.long_timeout_s,
+            on_progress=self.on_progress,
+            model=run.model,
+            batch_size=choice.batch_size,
+            freq_mhz=choice.freq_mhz,
+            lr=lr,
+            optimizer=run.optimizer,
+            target_accuracy=run.target_accuracy,
+            data=rnd.spec.data,
+            seed=run.seed,
+            **(self.files.agent_args() if self.files else {}),
         )
-    except (AgentError, InputError, OSError) as exc:
-        res.status, res.message = "error", " ".join(str(exc).split())
-    return prepared
+        for key in ("time_s", "energy_j", "peak_power_w", "mean_power_w", "accuracy", "samples"):
+            value = out.get(key)
+            if isinstance(value, (int, float)) and math.isfinite(value):
+                setattr(res, key, float(value))
+        res.status = "ok" if out.get("reached", True) else "not reached"
 
 
 def run_on_agent(
@@ -197,66 +206,24 @@ def run_on_agent(
     on_progress: ProgressCallback | None = None,
     files: TrainFiles | None = None,
 ) -> dict[str, object]:
-    """prepare_on_agent, then train if the agent can; returns the device's report row.
+    """hello -> profile -> the device round on the agent runner; returns the report row.
 
     Infeasible budgets and agent failures become the row's status and message, never an
     exception, so one board cannot stop the fleet's round.
     """
-    prepared = prepare_on_agent(link, spec, ins, settings, on_progress)
-    res, choice = prepared.result, prepared.choice
-    if choice is None or prepared.lr is None:
+    path = profile_path_for(spec, ins, settings)
+    try:
+        hello = link.request("hello", timeout_s=settings.timeout_s)
+        commands = frozenset(hello.get("capabilities", {}).get("commands", []))
+        profile = obtain_profile(link, spec, ins, settings, on_progress)
+    except (AgentError, InputError, OSError) as exc:
+        res = DeviceResult.for_device(spec, ins.efficiency.source, profile=path)
+        res.message = " ".join(str(exc).split())
         return res.to_dict()
-    if "train" not in prepared.commands:
-        res.message += (
-            "; training on the device needs the trainer: this agent has no 'train' command"
-        )
-    elif not spec.data:
-        res.message += "; no data to train on (the device's node config names no 'data')"
-    else:
-        try:
-            _train(link, res, spec, ins, settings, choice, prepared.lr, on_progress, files)
-        except (AgentError, OSError) as exc:
-            res.status, res.message = "error", " ".join(str(exc).split())
-    return res.to_dict()
-
-
-def _train(
-    link: AgentLink,
-    res: DeviceResult,
-    spec: DeviceSpec,
-    ins: records.TrainInstruction,
-    settings: AgentSettings,
-    choice: Choice,
-    lr: float,
-    on_progress: ProgressCallback | None,
-    files: TrainFiles | None = None,
-) -> None:
-    """The agent's ``train`` command (fleet/agent/protocol.py, being added with the trainer).
-
-    Sends the choice, the scaled lr and the data file; reads back ``time_s`` (training time,
-    evaluation excluded), ``energy_j``, measured peak/mean power, ``accuracy`` (final),
-    ``samples`` and ``reached``. Measured power replaces the profile's in the row, so a board
-    that ran over its budget shows up in the report's budget violations.
-    """
-    out = link.request(
-        "train",
-        timeout_s=settings.long_timeout_s,
-        on_progress=on_progress,
-        model=ins.model,
-        batch_size=choice.batch_size,
-        freq_mhz=choice.freq_mhz,
-        lr=lr,
-        optimizer=ins.optimizer,
-        target_accuracy=ins.target_accuracy,
-        data=spec.data,
-        seed=ins.seed,
-        **(files.agent_args() if files else {}),
-    )
-    for key in ("time_s", "energy_j", "peak_power_w", "mean_power_w", "accuracy", "samples"):
-        value = out.get(key)
-        if isinstance(value, (int, float)) and math.isfinite(value):
-            setattr(res, key, float(value))
-    res.status = "ok" if out.get("reached", True) else "not reached"
+    runner = AgentRunner(link, settings, commands, files, on_progress)
+    row = run_device(spec, profile, ins.efficiency, ins.run, runner)
+    row.profile = path
+    return row.to_dict()
 
 
 def hardware_round(node_config: dict, content: RecordDict) -> RecordDict:
@@ -280,8 +247,8 @@ def hardware_round(node_config: dict, content: RecordDict) -> RecordDict:
         row = records.error_row(spec.name, str(exc), spec.device_type)
     finally:
         link.close()
-    back = files.trained() if ins.mode == "federated" and row.get("status") == "ok" else None
-    return records.reply_content(row, back)
+    send = ins.run.mode == "federated" and row.get("status") == "ok"
+    return records.reply_content(row, files.trained() if send else None)
 
 
 @dataclass(frozen=True)
@@ -307,7 +274,7 @@ class TrainFiles:
         arrays: ArrayRecord | None,
     ) -> TrainFiles:
         base = Path(settings.work_dir or Path(tempfile.gettempdir()) / "powerfleet")
-        stem = base / f"{spec.name}_{ins.run_name or 'run'}_r{ins.server_round}"
+        stem = base / f"{spec.name}_{ins.run.name or 'run'}_r{ins.server_round}"
         base.mkdir(parents=True, exist_ok=True)
         weights = None
         if records.has_weights(arrays):
@@ -329,11 +296,3 @@ class TrainFiles:
         import torch
 
         return ArrayRecord(torch.load(self.out_weights, map_location="cpu", weights_only=True))
-
-
-app = ClientApp()
-
-
-@app.train()
-def train(msg: Message, context: Context) -> Message:
-    return Message(hardware_round(dict(context.node_config), msg.content), reply_to=msg)

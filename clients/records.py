@@ -10,22 +10,23 @@ Instruction (server -> device), a ``RecordDict``:
                 (trace replay of 1,000 devices needs none).
     ``config``  ConfigRecord: the efficiency vector (``batch-sizes`` list[int] and
                 ``samples-to-accuracy`` list[float], -1.0 = never reached the target),
-                ``efficiency-source``, ``target-accuracy``, ``objective``, ``mode``, the
-                learning-rate rule (``optimizer``, ``lr-ref-batch``, ``lr-ref``), ``model``,
-                ``seed``, ``run-name``, ``fleet-path`` (simulation: where the device finds its
-                fleet entry) and ``server-round``.
+                ``efficiency-source``, and the fleet's run settings (``RunSettings``, one
+                key per field: ``run-name``, ``model``, ``target-accuracy``, ``mode``,
+                ``objective``, ``rounds``, ``optimizer``, ``lr-ref-batch``, ``lr-ref``,
+                ``seed``, ``extra`` as JSON), ``fleet-path`` (simulation: where the device
+                finds its fleet entry) and ``server-round``.
 
 Reply (device -> server), a ``RecordDict``:
     ``metrics`` MetricRecord: every numeric column of the report row (``batch-size``,
                 ``freq-mhz``, ``time-s``, ``energy-j``, ...); a value the device does not have
-                is left out, except ``budget-w`` where -1 means no limit. ``num-examples`` is
-                the samples trained (FedAvg's weight).
+                is left out (a device without a power limit has no ``budget-w``).
+                ``num-examples`` is the samples trained (FedAvg's weight).
     ``report``  ConfigRecord: the text columns (``device``, ``device-type``, ``status``,
                 ``message``, ``profile``, ``efficiency``, ``learning``, ``trace``...) and
                 ``segments`` (the budget-schedule segments, as JSON).
     ``arrays``  ArrayRecord, only in federated mode and only from a device that trained.
 
-Decoding a reply gives a dict with exactly the keys of ``fleet.replay.DeviceResult.to_dict()``,
+Decoding a reply gives a dict with exactly the keys of ``fleet.device_round.row_fields()``,
 so rows from Flower and from the direct engine are interchangeable in ``fleet.report``.
 """
 
@@ -35,24 +36,24 @@ import functools
 import json
 import math
 import os
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
+from fleet.device_round import DeviceResult, row_fields
 from fleet.efficiency import Efficiency
 from fleet.errors import InputError
 from fleet.fleetconfig import (
     DEVICE_TYPES,
     LEARNING,
     MODES,
-    OBJECTIVES,
     DeviceSpec,
     Fleet,
+    RunSettings,
     load_fleet,
-    parse_budget_value,
-    parse_schedule,
+    read_budget,
 )
-from fleet.replay import DeviceResult
+from fleet.objectives import OBJECTIVES
 
 # RecordDict keys
 ARRAYS = "arrays"
@@ -61,12 +62,9 @@ METRICS = "metrics"
 REPORT = "report"
 
 UNREACHED = -1.0  # samples-to-accuracy of a batch size that never reached the target
-NO_BUDGET = -1.0  # budget-w of a device without a power limit
 
-# Row columns, in DeviceResult's order. How each travels is decided by its value: numbers in the
-# MetricRecord, text in the ConfigRecord, None by its absence (so a column added to DeviceResult
-# travels without touching this module).
-ROW_FIELDS = [f.name for f in fields(DeviceResult)]
+# Row columns travel by their value: numbers in the MetricRecord, text in the ConfigRecord, None
+# by its absence (so a column added to DeviceResult travels without touching this module).
 
 
 def wire_key(field_name: str) -> str:
@@ -79,18 +77,12 @@ def wire_key(field_name: str) -> str:
 
 @dataclass(frozen=True)
 class TrainInstruction:
-    """What the coordinator tells every device at the start of a round."""
+    """What the coordinator tells every device at the start of a round: the fleet's run
+    settings as they are (one settings object, encoded and decoded here), the shipped
+    efficiency, and where the round stands."""
 
     efficiency: Efficiency
-    target_accuracy: float
-    objective: str = "time"
-    mode: str = "local"
-    optimizer: str = "adam"
-    lr_ref_batch: int = 128
-    lr_ref: float = 5e-4
-    model: str = ""
-    seed: int = 0
-    run_name: str = ""
+    run: RunSettings
     fleet_path: str = ""
     server_round: int = 0
 
@@ -109,20 +101,23 @@ def decode_efficiency(batch_sizes: list[int], samples: list[float], source: str)
 
 def encode_instruction(ins: TrainInstruction) -> ConfigRecord:
     bs, samples = encode_efficiency(ins.efficiency)
+    run = ins.run
     return ConfigRecord(
         {
             "batch-sizes": bs,
             "samples-to-accuracy": samples,
             "efficiency-source": ins.efficiency.source,
-            "target-accuracy": float(ins.target_accuracy),
-            "objective": ins.objective,
-            "mode": ins.mode,
-            "optimizer": ins.optimizer,
-            "lr-ref-batch": int(ins.lr_ref_batch),
-            "lr-ref": float(ins.lr_ref),
-            "model": ins.model,
-            "seed": int(ins.seed),
-            "run-name": ins.run_name,
+            "run-name": run.name,
+            "model": run.model,
+            "target-accuracy": float(run.target_accuracy),
+            "mode": run.mode,
+            "objective": run.objective,
+            "rounds": int(run.rounds),
+            "optimizer": run.optimizer,
+            "lr-ref-batch": int(run.lr_ref_batch),
+            "lr-ref": float(run.lr_ref),
+            "seed": int(run.seed),
+            "extra": json.dumps(run.extra, default=str),
             "fleet-path": ins.fleet_path,
             "server-round": int(ins.server_round),
         }
@@ -132,22 +127,32 @@ def encode_instruction(ins: TrainInstruction) -> ConfigRecord:
 def decode_instruction(cfg: ConfigRecord) -> TrainInstruction:
     """Parse and validate; a missing or bad key is one InputError naming it."""
     try:
+        source = str(cfg.get("efficiency-source", "<coordinator>"))
         eff = decode_efficiency(
             list(cfg["batch-sizes"]),  # type: ignore[arg-type]
             list(cfg["samples-to-accuracy"]),  # type: ignore[arg-type]
-            str(cfg.get("efficiency-source", "<coordinator>")),
+            source,
         )
-        ins = TrainInstruction(
-            efficiency=eff,
+        extra = json.loads(str(cfg.get("extra", "{}")))
+        if not isinstance(extra, dict):
+            raise ValueError("'extra' is not a JSON object")
+        run = RunSettings(
+            name=str(cfg.get("run-name", "")),
+            model=str(cfg.get("model", "")),
+            efficiency=source,
             target_accuracy=float(cfg["target-accuracy"]),  # type: ignore[arg-type]
-            objective=str(cfg.get("objective", "time")),
             mode=str(cfg.get("mode", "local")),
+            objective=str(cfg.get("objective", "time")),
+            rounds=int(cfg.get("rounds", 1)),  # type: ignore[arg-type]
             optimizer=str(cfg.get("optimizer", "adam")),
             lr_ref_batch=int(cfg.get("lr-ref-batch", 128)),  # type: ignore[arg-type]
             lr_ref=float(cfg.get("lr-ref", 5e-4)),  # type: ignore[arg-type]
-            model=str(cfg.get("model", "")),
             seed=int(cfg.get("seed", 0)),  # type: ignore[arg-type]
-            run_name=str(cfg.get("run-name", "")),
+            extra=extra,
+        )
+        ins = TrainInstruction(
+            eff,
+            run,
             fleet_path=str(cfg.get("fleet-path", "")),
             server_round=int(cfg.get("server-round", 0)),  # type: ignore[arg-type]
         )
@@ -157,10 +162,10 @@ def decode_instruction(cfg: ConfigRecord) -> TrainInstruction:
         if isinstance(exc, InputError):
             raise
         raise InputError(f"train instruction: bad value: {exc}") from None
-    if ins.objective not in OBJECTIVES:
-        raise InputError(f"train instruction: unknown objective {ins.objective!r}")
-    if ins.mode not in MODES:
-        raise InputError(f"train instruction: unknown mode {ins.mode!r}")
+    if run.objective not in OBJECTIVES:
+        raise InputError(f"train instruction: unknown objective {run.objective!r}")
+    if run.mode not in MODES:
+        raise InputError(f"train instruction: unknown mode {run.mode!r}")
     return ins
 
 
@@ -171,12 +176,10 @@ def encode_reply(row: dict[str, object]) -> tuple[MetricRecord, ConfigRecord]:
     """A report row (DeviceResult.to_dict()) -> (MetricRecord, ConfigRecord)."""
     metrics = MetricRecord()
     report = ConfigRecord()
-    for name in ROW_FIELDS:
+    for name in row_fields():
         key, value = wire_key(name), row.get(name)
         if name == "segments":
             report[key] = json.dumps(value or [])
-        elif name == "budget_w" and value is None:
-            metrics[key] = NO_BUDGET
         elif value is None:
             continue
         elif isinstance(value, bool) or isinstance(value, str):
@@ -193,7 +196,7 @@ def encode_reply(row: dict[str, object]) -> tuple[MetricRecord, ConfigRecord]:
 def decode_reply(metrics: MetricRecord, report: ConfigRecord) -> dict[str, object]:
     """(MetricRecord, ConfigRecord) -> a row with DeviceResult's keys, in its order."""
     row: dict[str, object] = {}
-    for name in ROW_FIELDS:
+    for name in row_fields():
         key = wire_key(name)
         if name == "segments":
             try:
@@ -201,8 +204,7 @@ def decode_reply(metrics: MetricRecord, report: ConfigRecord) -> dict[str, objec
             except ValueError:
                 row[name] = []
         elif key in metrics:
-            value = metrics[key]
-            row[name] = None if name == "budget_w" and value == NO_BUDGET else value
+            row[name] = metrics[key]
         else:
             row[name] = report.get(key)
     return row
@@ -219,7 +221,7 @@ def reply_content(row: dict[str, object], arrays: ArrayRecord | None = None) -> 
 
 def error_row(device: str, message: str, device_type: str = "", status: str = "error") -> dict:
     """A row for a device that could not report properly (it stays in the table)."""
-    return DeviceResult(device, device_type, None, "", "", status, message=message).to_dict()
+    return DeviceResult(device, device_type, status=status, message=message).to_dict()
 
 
 def has_weights(arrays: ArrayRecord | None) -> bool:
@@ -243,7 +245,7 @@ def _config_str(nc: dict, key: str, where: str, required: bool = True) -> str | 
 def spec_from_node_config(nc: dict) -> DeviceSpec:
     """A SuperNode's --node-config (deployment) -> DeviceSpec, with the fleet file's validators.
 
-    Keys: ``device-name``, ``device-type``, ``budget-w`` (-1 = no limit), ``profile``, optional
+    Keys: ``device-name``, ``device-type``, ``budget-w`` (watts or "none"), ``profile``, optional
     ``data``, ``budget-schedule`` ("0:7,600:4.5"), ``learning`` (trace | train).
     """
     name = _config_str(nc, "device-name", "node config")
@@ -253,20 +255,9 @@ def spec_from_node_config(nc: dict) -> DeviceSpec:
         raise InputError(
             f"{where}: unknown device type {dtype!r}; expected one of {', '.join(DEVICE_TYPES)}"
         )
-    raw_budget = nc.get("budget-w")
-    if isinstance(raw_budget, (int, float)) and not isinstance(raw_budget, bool):
-        budget = None if float(raw_budget) == NO_BUDGET else parse_budget_value(where, raw_budget)
-    else:
-        budget = parse_budget_value(f"{where} budget-w", raw_budget)
-    schedule = ()
-    raw_schedule = nc.get("budget-schedule")
-    if raw_schedule not in (None, ""):
-        schedule = parse_schedule(f"{where} budget-schedule", raw_schedule)
-        if "budget-w" in nc and budget != schedule[0].budget_w:
-            raise InputError(f"{where}: budget-w disagrees with the schedule's first step")
-        budget = schedule[0].budget_w
-    elif "budget-w" not in nc:
-        raise InputError(f"{where}: missing node config 'budget-w' (watts, -1 for no limit)")
+    if "budget-w" not in nc and nc.get("budget-schedule") in (None, ""):
+        raise InputError(f"{where}: missing node config 'budget-w' (watts, or \"none\")")
+    budget, schedule = read_budget(where, nc.get("budget-w"), nc.get("budget-schedule"))
     learning = _config_str(nc, "learning", where, required=False) or "trace"
     if learning not in LEARNING:
         raise InputError(f"{where}: learning must be one of {', '.join(LEARNING)}")

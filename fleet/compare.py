@@ -1,9 +1,14 @@
-"""The paper's comparison: B1, B2, ours (time and energy objectives) and the oracle, per budget.
+"""The paper's comparison: the baselines, ours (every objective) and the oracle, per budget.
 
-Every method chooses with what it would know in practice (B1: nothing but memory; B2 and ours:
-the proxy efficiency; the oracle: the target's true efficiency) and every choice is then costed
-with the same truth, so the speed-ups compare like with like. Without a truth file the proxy is
-the truth and the oracle equals ours by construction.
+Every method chooses with what it would know in practice (a baseline: its own rule at the safe
+cap; ours: the proxy efficiency; the oracle: the target's true efficiency) and every choice is
+then costed with the same truth, so the speed-ups compare like with like. Without a truth file
+the proxy is the truth and the oracle equals ours by construction.
+
+The methods come from the registries (``fleet.baselines.BASELINES``,
+``fleet.objectives.OBJECTIVES``): a baseline adds a row and a ``speedup_vs_<name>`` column, an
+objective without parameters adds an "ours-<name>" row ("ours" for ``time``). Nothing here
+names a particular baseline or objective.
 """
 
 from __future__ import annotations
@@ -11,19 +16,24 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from fleet.baselines import BASELINES, run_baseline, speedup_column
 from fleet.efficiency import Efficiency
 from fleet.errors import InfeasibleError
+from fleet.objectives import OBJECTIVES
 from fleet.profile import Profile
-from fleet.selection import (
-    Choice,
-    SelectionIndex,
-    baseline_b1,
-    baseline_b2,
-    evaluate,
-    safe_frequency_cap,
-)
+from fleet.selection import Choice, SelectionIndex, evaluate, safe_frequency_cap
 
-METHODS = ("b1", "b2", "ours", "ours-energy", "oracle")
+ORACLE = "oracle"
+
+
+def ours_method(objective: str) -> str:
+    return "ours" if objective == "time" else f"ours-{objective}"
+
+
+def methods() -> list[str]:
+    """Every method compared, in report order: baselines, ours per objective, the oracle."""
+    ours = [ours_method(o) for o, obj in OBJECTIVES.items() if not obj.context]
+    return [*BASELINES, *ours, ORACLE]
 
 
 @dataclass(frozen=True)
@@ -34,7 +44,7 @@ class Row:
     choice: Choice | None  # costed with the truth; None when infeasible
     status: str  # "ok" or "infeasible: ..."
 
-    def to_dict(self, b1: Row | None, b2: Row | None, oracle: Row | None) -> dict[str, object]:
+    def to_dict(self, rows: dict[str, Row]) -> dict[str, object]:
         d: dict[str, object] = {"budget_w": self.budget_w, "method": self.method}
         d["cap_mhz"] = self.cap_mhz
         d["status"] = self.status
@@ -49,14 +59,14 @@ class Row:
         ):
             v = getattr(c, k) if c else None
             d[k] = None if isinstance(v, float) and not math.isfinite(v) else v
-        d["speedup_vs_b1"] = _ratio(b1, self)
-        d["speedup_vs_b2"] = _ratio(b2, self)
-        gap = _ratio(self, oracle)
+        for name in BASELINES:
+            d[speedup_column(name)] = ratio(rows.get(name), self)
+        gap = ratio(self, rows.get(ORACLE))
         d["gap_to_oracle_pct"] = None if gap is None else (gap - 1.0) * 100.0
         return d
 
 
-def _ratio(num: Row | None, den: Row | None) -> float | None:
+def ratio(num: Row | None, den: Row | None) -> float | None:
     if not num or not den or not num.choice or not den.choice:
         return None
     a, b = num.choice.predicted_time_s, den.choice.predicted_time_s
@@ -87,13 +97,17 @@ def compare(
         try:
             cap = (caps or {}).get(budget)
             if cap is None:
-                cap = safe_frequency_cap(cap_profiles or [profile], budget)
+                cap = (
+                    safe_frequency_cap(cap_profiles, budget)
+                    if cap_profiles
+                    else index.safe_cap(budget)
+                )
         except InfeasibleError as exc:
             cap, cap_err = None, str(exc)
         else:
             cap_err = ""
-        for method in METHODS:
-            if method in ("b1", "b2") and cap is None:
+        for method in methods():
+            if method in BASELINES and cap is None:
                 rows[method] = Row(budget, method, None, None, f"infeasible: {cap_err}")
                 continue
             try:
@@ -102,10 +116,9 @@ def compare(
                 rows[method] = Row(budget, method, None, None, f"infeasible: {exc}")
                 continue
             status = "ok" if math.isfinite(choice.predicted_time_s) else "target not reached"
-            row_cap = cap if method in ("b1", "b2") else None
+            row_cap = cap if method in BASELINES else None
             rows[method] = Row(budget, method, row_cap, choice, status)
-        for method in METHODS:
-            out.append(rows[method].to_dict(rows["b1"], rows["b2"], rows["oracle"]))
+        out.extend(row.to_dict(rows) for row in rows.values())
     return out
 
 
@@ -118,12 +131,13 @@ def choose(
     cap: float | None,
 ) -> Choice:
     """What each method picks, knowing only what it would know in practice."""
-    if method == "b1":
-        return baseline_b1(index.profile, proxy, budget, cap)
-    if method == "b2":
-        return baseline_b2(index.profile, proxy, budget, cap)
-    if method == "ours":
-        return index.select(proxy, budget, "time", "ours")
-    if method == "ours-energy":
-        return index.select(proxy, budget, "energy", "ours-energy")
-    return index.select(truth, budget, "time", "oracle")
+    if method in BASELINES:
+        if cap is None:
+            raise InfeasibleError("no clock cap is safe for every model under this budget")
+        return run_baseline(method, index.profile, proxy, budget, cap)
+    if method == ORACLE:
+        return index.select(truth, budget, "time", ORACLE)
+    for objective in OBJECTIVES:
+        if ours_method(objective) == method:
+            return index.select(proxy, budget, objective, method)
+    raise InfeasibleError(f"unknown method {method!r}; expected one of {', '.join(methods())}")

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fleet.compare import METHODS, choose
+from fleet.compare import choose, methods
 from fleet.efficiency import Efficiency, load_efficiency
 from fleet.errors import InfeasibleError, InputError
 from fleet.profile import Profile, load_profile
@@ -131,7 +131,7 @@ def run_case(
             cap = safe_frequency_cap(cap_profiles, budget)
         except InfeasibleError:
             cap = None
-        for method in METHODS:
+        for method in methods():
             times, energies, choices = [], [], []
             status = "ok"
             for t in realisations:
@@ -171,7 +171,7 @@ def run_case(
                 if not all(math.isfinite(x) for x in times):
                     row["status"] = "target not reached"
             rows.append(row)
-        _ratios(rows[-len(METHODS) :])
+        _ratios(rows[-len(methods()) :])
     return rows
 
 

@@ -1,9 +1,9 @@
 """The fleet TOML: which devices, on which budgets, with which profiles and data.
 
-One file drives both a simulation and a real deployment (DESIGN.md), so it says everything a
-device needs and nothing about how it is run. Paths are relative to the file. A device entry
-with ``count = N`` stands for N identical devices (``name-0001`` ...), which is how a
-1,000-device what-if fleet stays a ten-line file. Every problem is one ``InputError`` naming
+One file drives both a simulation and a real deployment (docs/architecture.md), so it says
+everything a device needs and nothing about how it is run. Paths are relative to the file. A
+device entry with ``count = N`` stands for N identical devices (``name-0001`` ...), which is how
+a 1,000-device what-if fleet stays a ten-line file. Every problem is one ``InputError`` naming
 the file, the device and the field; nothing falls back to a silent default.
 
     [run]
@@ -18,7 +18,7 @@ the file, the device and the field; nothing falls back to a silent default.
     [[devices]]
     name = "nano-1"
     type = "jetson-nano"
-    budget_w = 4.5            # watts, or "none"
+    budget_w = 4.5            # watts, or "none" / "unlimited" / "inf" (fleetconfig.parse_budget)
     budget_schedule = [[0, 7.0], [600, 4.5]]   # optional: (seconds into training, watts)
     profile = "../profiles/nano_resnet18.csv"
     data = "../efficiency/resnet18_svhn.csv"    # replay: the device's convergence trace
@@ -32,9 +32,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fleet.errors import InputError
+from fleet.objectives import OBJECTIVES
 
-# Known device types and what they are; a fleet naming another type is refused, because the
-# type decides the backend (and so whether frequencies can be locked at all).
+# Known device types and what they are; a fleet naming another type is refused, because a
+# profile records the type it was measured on and the device round checks the two agree (a Nano
+# must not run on a TX2 NX's profile). Which agent backend drives a type is the deployment's
+# node config (``backend``), not this table.
 DEVICE_TYPES: dict[str, str] = {
     "jetson-nano": "NVIDIA Jetson Nano (gm20b GPU, devfreq 57000000.gpu, INA3221 POM_5V_IN)",
     "jetson-tx2nx": "NVIDIA Jetson TX2 NX (gp10b GPU, devfreq 17000000.gp10b, INA3221)",
@@ -43,7 +46,6 @@ DEVICE_TYPES: dict[str, str] = {
     "cpu": "a CPU-only host (no frequency control; RAPL power when readable)",
 }
 MODES = ("local", "federated")
-OBJECTIVES = ("time", "energy")
 LEARNING = ("trace", "train")
 
 
@@ -65,18 +67,24 @@ class DeviceSpec:
     schedule: tuple[BudgetStep, ...] = ()
     learning: str = "trace"
 
-    def to_node_config(self) -> dict[str, str | float]:
-        """The flat key/values a SuperNode's --node-config carries in deployment."""
-        cfg: dict[str, str | float] = {
+    def to_node_config(self) -> dict[str, str]:
+        """The flat key/values a SuperNode's --node-config carries in deployment.
+
+        Budgets travel as text in the budget codec's exact form (``format_budget``), so the
+        device reads back the very number the fleet file holds.
+        """
+        cfg: dict[str, str] = {
             "device-name": self.name,
             "device-type": self.device_type,
-            "budget-w": -1.0 if self.budget_w is None else float(self.budget_w),
+            "budget-w": format_budget(self.budget_w),
             "profile": self.profile,
         }
         if self.data:
             cfg["data"] = self.data
         if self.schedule:
             cfg["budget-schedule"] = format_schedule(self.schedule)
+        if self.learning != "trace":
+            cfg["learning"] = self.learning
         return cfg
 
 
@@ -103,24 +111,63 @@ class Fleet:
     devices: tuple[DeviceSpec, ...]
 
 
-def parse_budget_value(where: str, raw: object) -> float | None:
-    """A budget in watts; 'none' (or absent) means unlimited. Never <= 0."""
-    if raw is None or (isinstance(raw, str) and raw.strip().lower() in ("none", "inf", "")):
-        return None
-    if isinstance(raw, bool) or not isinstance(raw, (int, float, str)):
-        raise InputError(f"{where}: expected watts (a number) or 'none', got {raw!r}")
-    try:
-        v = float(raw)
-    except ValueError:
-        raise InputError(f"{where}: expected watts (a number) or 'none', got {raw!r}") from None
-    if math.isinf(v) and v > 0:
-        return None
-    if math.isnan(v) or v <= 0:
-        raise InputError(f"{where}: budget must be > 0 W (or 'none'), got {raw!r}")
-    return v
+# ------------------------------------------------------------------------------ budget codec
+#
+# One vocabulary for every surface (CLI ``--budget-w``, the fleet TOML, a SuperNode's node
+# config, a budget file): a positive finite number of watts, or one of NO_BUDGET_WORDS (any
+# case) for "no limit", which is ``None`` in Python and the word "none" on the wire. Positive
+# infinity (a TOML ``inf`` or the string "inf") means no limit too. Nothing else is a budget:
+# zero, negatives, NaN, booleans and empty strings are refused with one line naming the field.
+
+NO_BUDGET = "none"  # the wire / node-config form of "no budget"
+NO_BUDGET_WORDS = ("none", "unlimited", "inf")
 
 
-def parse_schedule(where: str, raw: object) -> tuple[BudgetStep, ...]:
+def check_budget(where: str, value: float | None) -> float | None:
+    """The one place a budget is validated: None, or a finite number of watts > 0."""
+    if value is None:
+        return None
+    if math.isinf(value) and value > 0:
+        return None
+    if not math.isfinite(value) or value <= 0:
+        raise InputError(f"{where}: budget must be > 0 W (or 'none'), got {value!r}")
+    return float(value)
+
+
+def parse_budget(raw: object, where: str = "budget") -> float | None:
+    """A budget from any surface: a number, a numeric string, or a no-budget word -> watts/None."""
+    if isinstance(raw, str):
+        text = raw.strip()
+        if text.lower() in NO_BUDGET_WORDS:
+            return None
+        try:
+            value = float(text)
+        except ValueError:
+            raise InputError(
+                f"{where}: expected watts (a number) or one of {', '.join(NO_BUDGET_WORDS)}, "
+                f"got {raw!r}"
+            ) from None
+        return check_budget(where, value)
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+        raise InputError(
+            f"{where}: expected watts (a number) or one of {', '.join(NO_BUDGET_WORDS)}, "
+            f"got {raw!r}"
+        )
+    return check_budget(where, float(raw))
+
+
+def format_number(value: float) -> str:
+    """The shortest text that reads back as exactly ``value`` (``repr``; 7.0 -> "7")."""
+    v = float(value)
+    return str(int(v)) if v.is_integer() and abs(v) < 1e15 else repr(v)
+
+
+def format_budget(budget_w: float | None) -> str:
+    """The exact inverse of ``parse_budget``: "none" or the shortest exact decimal."""
+    return NO_BUDGET if budget_w is None else format_number(budget_w)
+
+
+def parse_schedule(raw: object, where: str = "budget schedule") -> tuple[BudgetStep, ...]:
     """[[0, 7.0], [600, 4.5]] or "0:7,600:4.5" -> steps sorted by time, first at 0."""
     items: list[tuple[object, object]] = []
     if isinstance(raw, str):
@@ -139,12 +186,14 @@ def parse_schedule(where: str, raw: object) -> tuple[BudgetStep, ...]:
     steps = []
     for at, w in items:
         try:
+            if isinstance(at, bool):
+                raise TypeError
             at_s = float(at)  # type: ignore[arg-type]
         except (TypeError, ValueError):
             raise InputError(f"{where}: time {at!r} is not a number of seconds") from None
-        if at_s < 0 or math.isnan(at_s):
+        if at_s < 0 or not math.isfinite(at_s):
             raise InputError(f"{where}: time {at!r} must be >= 0 seconds")
-        steps.append(BudgetStep(at_s, parse_budget_value(where, w)))
+        steps.append(BudgetStep(at_s, parse_budget(w, where)))
     steps.sort(key=lambda s: s.at_s)
     if not steps or steps[0].at_s != 0:
         raise InputError(f"{where}: the first step must start at 0 seconds")
@@ -154,9 +203,28 @@ def parse_schedule(where: str, raw: object) -> tuple[BudgetStep, ...]:
 
 
 def format_schedule(steps: tuple[BudgetStep, ...]) -> str:
-    return ",".join(
-        f"{s.at_s:g}:{'none' if s.budget_w is None else format(s.budget_w, 'g')}" for s in steps
-    )
+    """The exact inverse of ``parse_schedule`` for its string form (no digit is lost)."""
+    return ",".join(f"{format_number(s.at_s)}:{format_budget(s.budget_w)}" for s in steps)
+
+
+def read_budget(
+    where: str, budget: object = None, schedule: object = None
+) -> tuple[float | None, tuple[BudgetStep, ...]]:
+    """The one reader of a device's budget, whatever the surface: (first budget, schedule).
+
+    ``budget`` and ``schedule`` are the raw values as the surface gives them; ``None`` means
+    the surface has no such field (no surface spells "no limit" as a null: that is a word).
+    With a schedule, a budget given beside it must equal the schedule's first step; without
+    one, the budget is required. The schedule is ``()`` for a fixed budget.
+    """
+    if schedule is not None and schedule != "":
+        steps = parse_schedule(schedule, f"{where} budget schedule")
+        if budget is not None and parse_budget(budget, f"{where} budget") != steps[0].budget_w:
+            raise InputError(f"{where}: the budget disagrees with the schedule's first step")
+        return steps[0].budget_w, steps
+    if budget is None:
+        raise InputError(f'{where}: missing budget (watts, or "none" for no limit)')
+    return parse_budget(budget, f"{where} budget"), ()
 
 
 def _req(table: dict, key: str, where: str, kind: type | tuple[type, ...]) -> object:
@@ -247,14 +315,7 @@ def load_fleet(path: str | Path) -> Fleet:
             )
         if "budget_w" not in d and "budget_schedule" not in d:
             raise InputError(f"{w}: missing field 'budget_w' (watts, or \"none\" for no limit)")
-        schedule: tuple[BudgetStep, ...] = ()
-        if "budget_schedule" in d:
-            schedule = parse_schedule(f"{w} budget_schedule", d["budget_schedule"])
-            budget = schedule[0].budget_w
-            if "budget_w" in d and parse_budget_value(w, d["budget_w"]) != budget:
-                raise InputError(f"{w}: budget_w disagrees with the schedule's first step")
-        else:
-            budget = parse_budget_value(f"{w} budget_w", d["budget_w"])
+        budget, schedule = read_budget(w, d.get("budget_w"), d.get("budget_schedule"))
         profile = _resolve(base, str(_req(d, "profile", w, str)), f"{w} profile")
         learning = str(d.get("learning", "trace"))
         if learning not in LEARNING:

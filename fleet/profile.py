@@ -15,8 +15,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
+from fleet import fleetconfig
 from fleet.agent.profile_io import (
     REQUIRED_COLUMNS,
     ProfileFormatError,
@@ -92,29 +91,12 @@ class Profile:
             file_lowest,
         )
 
-    def grids(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(time, peak, mean) as |B| x |F| arrays with NaN where a point was not measured."""
-        bs, fs = self.batch_sizes, self.freqs_mhz
-        bi = {b: i for i, b in enumerate(bs)}
-        fi = {f: j for j, f in enumerate(fs)}
-        t = np.full((len(bs), len(fs)), np.nan)
-        pk = np.full_like(t, np.nan)
-        mn = np.full_like(t, np.nan)
-        for p in self.points:
-            t[bi[p.batch_size], fi[p.freq_mhz]] = p.time_per_batch_s
-            pk[bi[p.batch_size], fi[p.freq_mhz]] = p.peak_power_w
-            mn[bi[p.batch_size], fi[p.freq_mhz]] = p.mean_power_w
-        return np.asarray(bs), t, pk, mn
-
 
 def check_budget(budget_w: float | None) -> float:
-    """Normalise a budget: None means unlimited; anything <= 0 or NaN is an input error."""
-    if budget_w is None:
-        return UNLIMITED
-    b = float(budget_w)
-    if math.isnan(b) or b <= 0:
-        raise InputError(f"budget must be a positive number of watts (or 'none'), got {budget_w}")
-    return b
+    """A budget as a limit to compare peaks with: None (unlimited) is +inf; validated once,
+    by the budget codec (``fleet.fleetconfig.check_budget``)."""
+    checked = fleetconfig.check_budget("budget", budget_w)
+    return UNLIMITED if checked is None else checked
 
 
 def feasible(point: Point, budget_w: float) -> bool:

@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
+from typing import Any, Protocol
 
 from fleet.efficiency import Efficiency
 from fleet.errors import InfeasibleError, InputError
-from fleet.profile import Point, Profile, check_budget, feasible, require_feasible
-
-OBJECTIVES = ("time", "energy")
+from fleet.fleetconfig import check_budget
+from fleet.objectives import Objective, get_objective
+from fleet.profile import Point, Profile, feasible, require_feasible
 
 
 @dataclass(frozen=True)
@@ -49,10 +51,9 @@ class Choice:
         return d
 
 
-def _per_sample_cost(p: Point, objective: str) -> float:
-    if objective == "time":
-        return p.time_per_batch_s / p.batch_size
-    return p.mean_power_w * p.time_per_batch_s / p.batch_size
+def limit_w(budget_w: float | None) -> float:
+    """A validated budget as a comparable limit: None (no budget) is +inf."""
+    return math.inf if budget_w is None else budget_w
 
 
 def predict(p: Point, samples: float) -> tuple[float, float]:
@@ -77,17 +78,18 @@ def make_choice(p: Point, samples: float, method: str, objective: str) -> Choice
     )
 
 
-def _check_objective(objective: str) -> None:
-    if objective not in OBJECTIVES:
-        raise InputError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
-
-
-def _check_energy_needs_power(profile: Profile, objective: str) -> None:
-    if objective == "energy" and not profile.has_power:
+def _objective_for(profile: Profile, name: str, context: dict[str, Any]) -> Objective:
+    """The registered objective, checked against the profile and the caller's context."""
+    obj = get_objective(name)
+    if obj.needs_power and not profile.has_power:
         raise InputError(
-            f"{profile.source}: the energy objective needs power measurements; this profile "
+            f"{profile.source}: the {name} objective needs power measurements; this profile "
             "is time-only"
         )
+    missing = [k for k in obj.context if k not in context]
+    if missing:
+        raise InputError(f"the {name} objective needs {', '.join(missing)}")
+    return obj
 
 
 def _tie_key(value: float, p: Point) -> tuple[float, float, float, int]:
@@ -125,37 +127,66 @@ def _fmt(xs: list[int]) -> str:
 
 
 class SelectionIndex:
-    """Per batch size: points sorted by (peak, freq) with a running best for each objective."""
+    """Per batch size: points sorted by (peak, freq) with a running best for each objective.
+
+    The running best of an objective is built on first use (so an objective registered later
+    costs nothing until asked for), and the baselines' safe cap is memoised per budget: a
+    device round asks both many times for the same profile.
+    """
 
     def __init__(self, profile: Profile):
         self.profile = profile
         self._peaks: dict[int, list[float]] = {}
-        self._best: dict[str, dict[int, list[Point]]] = {o: {} for o in OBJECTIVES}
-        by_batch: dict[int, list[Point]] = {}
+        self._sorted: dict[int, list[Point]] = {}
+        self._best: dict[str, dict[int, list[Point]]] = {}
+        self._caps: dict[float | None, float | InfeasibleError] = {}
         for p in profile.points:
-            by_batch.setdefault(p.batch_size, []).append(p)
-        for b, pts in by_batch.items():
+            self._sorted.setdefault(p.batch_size, []).append(p)
+        for b, pts in self._sorted.items():
             pts.sort(key=lambda p: (_peak(p), p.freq_mhz))
             self._peaks[b] = [_peak(p) for p in pts]
-            for obj in OBJECTIVES:
+        self.batch_sizes = sorted(self._sorted)
+        self.has_power = profile.has_power
+        self._min_peak = min(pk[0] for pk in self._peaks.values()) if self._peaks else math.inf
+        self._max_peak_at = max_peak_by_freq(profile.points)
+
+    def _running_best(self, obj: Objective) -> dict[int, list[Point]]:
+        best = self._best.get(obj.name)
+        if best is None:
+            best = {}
+            for b, pts in self._sorted.items():
                 run: list[Point] = []
                 for p in pts:
-                    if not run or _per_sample_cost(p, obj) < _per_sample_cost(run[-1], obj):
-                        run.append(p)
-                    else:
-                        run.append(run[-1])
-                self._best[obj][b] = run
-        self.batch_sizes = sorted(by_batch)
-        self.has_power = profile.has_power
-        self._min_peak = min(peaks[0] for peaks in self._peaks.values()) if by_batch else math.inf
+                    run.append(p if not run or obj.cost(p) < obj.cost(run[-1]) else run[-1])
+                best[b] = run
+            self._best[obj.name] = best
+        return best
 
     def best_point(self, batch_size: int, budget_w: float, objective: str = "time") -> Point | None:
         """The cheapest point of this batch size whose peak fits the budget, or None."""
         peaks = self._peaks.get(batch_size)
         if not peaks:
             return None
-        k = len(peaks) if math.isinf(budget_w) else bisect.bisect_right(peaks, budget_w)
-        return self._best[objective][batch_size][k - 1] if k else None
+        k = self._fitting(batch_size, budget_w)
+        return self._running_best(get_objective(objective))[batch_size][k - 1] if k else None
+
+    def _fitting(self, batch_size: int, budget: float) -> int:
+        """How many of this batch size's points (sorted by peak) fit the budget."""
+        peaks = self._peaks[batch_size]
+        return len(peaks) if math.isinf(budget) else bisect.bisect_right(peaks, budget)
+
+    def safe_cap(self, budget_w: float | None) -> float:
+        """The baselines' safe frequency cap for this profile alone, once per budget."""
+        hit = self._caps.get(budget_w)
+        if hit is None:
+            try:
+                hit = cap_from_peaks(self._max_peak_at, budget_w)
+            except InfeasibleError as exc:
+                hit = exc
+            self._caps[budget_w] = hit
+        if isinstance(hit, InfeasibleError):
+            raise hit
+        return hit
 
     def select(
         self,
@@ -163,25 +194,39 @@ class SelectionIndex:
         budget_w: float | None,
         objective: str = "time",
         method: str = "ours",
+        **context: Any,
     ) -> Choice:
-        """Algorithm 1 over this profile; raises InfeasibleError when nothing fits."""
-        _check_objective(objective)
-        if objective == "energy" and not self.has_power:
-            _check_energy_needs_power(self.profile, objective)
-        budget = check_budget(budget_w)
+        """Algorithm 1 over this profile; raises InfeasibleError when nothing fits.
+
+        ``context`` is what an objective with parameters needs (``Objective.context``, e.g. a
+        deadline in seconds); objectives without parameters ignore it.
+        """
+        obj = _objective_for(self.profile, objective, context)
+        budget = limit_w(check_budget("budget", budget_w))
         if budget < self._min_peak or (not math.isinf(budget) and not self.has_power):
             require_feasible(self.profile, budget_w)  # raises the precise message
         reached = eff.reached
-        best: tuple | None = None
         batches = [b for b in self.batch_sizes if b in reached]
         if not batches:
             common_batches(self.profile, eff)  # raises if nothing is shared
+        if obj.pick is not None:
+            cands = [
+                make_choice(p, reached[b], method, objective)
+                for b in batches
+                for p in self._sorted[b][: self._fitting(b, budget)]
+            ]
+            picked = obj.pick(cands, context) if cands else None
+            if picked is None:
+                raise _no_candidate(self.profile, eff, budget_w)
+            return picked
+        best: tuple | None = None
+        running = self._running_best(obj)
         for b in batches:
-            p = self.best_point(b, budget, objective)
-            if p is None:
+            k = self._fitting(b, budget)
+            if not k:
                 continue
-            value = _per_sample_cost(p, objective) * reached[b]
-            key = _tie_key(value, p)
+            p = running[b][k - 1]
+            key = _tie_key(obj.cost(p) * reached[b], p)
             if best is None or key < best[0]:
                 best = (key, p)
         if best is None:
@@ -189,7 +234,7 @@ class SelectionIndex:
         return make_choice(best[1], reached[best[1].batch_size], method, objective)
 
 
-def _peak(p: Point) -> float:
+def _peak(p: _HasPeak) -> float:
     return p.peak_power_w if not math.isnan(p.peak_power_w) else math.inf
 
 
@@ -207,25 +252,25 @@ def select(
     budget_w: float | None,
     objective: str = "time",
     method: str = "ours",
+    **context: Any,
 ) -> Choice:
     """One-off selection (builds the index; reuse a SelectionIndex for many budgets)."""
-    return SelectionIndex(profile).select(eff, budget_w, objective, method)
+    return SelectionIndex(profile).select(eff, budget_w, objective, method, **context)
 
 
 def select_brute_force(
     profile: Profile, eff: Efficiency, budget_w: float | None, objective: str = "time"
 ) -> Choice:
     """The reference: scan every (b, f) point. Kept for tests and the benchmark."""
-    _check_objective(objective)
-    _check_energy_needs_power(profile, objective)
-    budget = check_budget(budget_w)
+    obj = _objective_for(profile, objective, {})
+    budget = limit_w(check_budget("budget", budget_w))
     require_feasible(profile, budget_w)
     reached = eff.reached
     best: tuple | None = None
     for p in profile.points:
         if p.batch_size not in reached or not feasible(p, budget):
             continue
-        key = _tie_key(_per_sample_cost(p, objective) * reached[p.batch_size], p)
+        key = _tie_key(obj.cost(p) * reached[p.batch_size], p)
         if best is None or key < best[0]:
             best = (key, p)
     if best is None:
@@ -236,34 +281,58 @@ def select_brute_force(
 # ------------------------------------------------------------------------------- baselines
 
 
+class _HasPeak(Protocol):
+    batch_size: int
+    freq_mhz: float
+    peak_power_w: float
+
+
+def max_peak_by_freq(points: Iterable[_HasPeak]) -> dict[float, _HasPeak]:
+    """Per frequency, the point with the highest peak there (an unmeasured peak counts as +inf).
+
+    One pass over the points: the safe cap is then a walk up the frequencies, O(F x B) in all
+    instead of rescanning every point at every frequency.
+    """
+    worst: dict[float, _HasPeak] = {}
+    for p in points:
+        cur = worst.get(p.freq_mhz)
+        if cur is None or _peak(p) > _peak(cur):
+            worst[p.freq_mhz] = p
+    return worst
+
+
+def cap_from_peaks(worst_at: dict[float, _HasPeak], budget_w: float | None) -> float:
+    """The highest frequency at or below which every point (of every frequency) fits."""
+    freqs = sorted(worst_at)
+    if budget_w is None:
+        return freqs[-1]
+    cap = None
+    for f in freqs:
+        if _peak(worst_at[f]) > budget_w:
+            break
+        cap = f
+    if cap is None:
+        low = worst_at[freqs[0]]
+        raise InfeasibleError(
+            f"no frequency cap keeps every point within {budget_w:g} W: at the lowest clock "
+            f"{freqs[0]:g} MHz batch_size={low.batch_size} peaks at {low.peak_power_w:g} W"
+        )
+    return cap
+
+
 def safe_frequency_cap(profiles: list[Profile], budget_w: float | None) -> float:
     """Baselines' cap: the highest frequency at or below which *every* profiled point fits.
 
     This is how the paper sets 307/614/921 MHz on the Nano: a clock cap that keeps any model at
     any batch size within the budget, the way a power-capping governor works. Pass several
     profiles (models) to get a fleet-wide cap. Raises InfeasibleError if even the lowest clock
-    breaks the budget for some point.
+    breaks the budget for some point. O(F x B) per call; ``SelectionIndex.safe_cap`` memoises
+    it per budget for one profile.
     """
-    budget = check_budget(budget_w)
-    freqs = sorted({p.freq_mhz for prof in profiles for p in prof.points})
-    if math.isinf(budget):
-        return freqs[-1]
-    cap = None
-    for f in freqs:
-        at_f = [p for prof in profiles for p in prof.points if p.freq_mhz == f]
-        if all(feasible(p, budget) for p in at_f):
-            cap = f
-        else:
-            break
-    if cap is None:
-        worst = max(
-            (p for prof in profiles for p in prof.points if p.freq_mhz == freqs[0]), key=_peak
-        )
-        raise InfeasibleError(
-            f"no frequency cap keeps every point within {budget:g} W: at the lowest clock "
-            f"{freqs[0]:g} MHz batch_size={worst.batch_size} peaks at {worst.peak_power_w:g} W"
-        )
-    return cap
+    return cap_from_peaks(
+        max_peak_by_freq(p for prof in profiles for p in prof.points),
+        check_budget("budget", budget_w),
+    )
 
 
 def _at_cap(profile: Profile, batch_size: int, cap_mhz: float, budget: float) -> Point | None:
@@ -276,28 +345,11 @@ def _at_cap(profile: Profile, batch_size: int, cap_mhz: float, budget: float) ->
     return max(pts, key=lambda p: p.freq_mhz) if pts else None
 
 
-def baseline_b1(
-    profile: Profile, eff: Efficiency, budget_w: float | None, cap_mhz: float
+def capped_choice(
+    profile: Profile, eff: Efficiency, b: int, cap: float, budget_w: float | None, method: str
 ) -> Choice:
-    """B1: the largest batch size that fits in memory, at the safe frequency cap."""
-    budget = check_budget(budget_w)
-    b = max(common_batches(profile, eff))
-    return _capped_choice(profile, eff, b, cap_mhz, budget, "b1")
-
-
-def baseline_b2(
-    profile: Profile, eff: Efficiency, budget_w: float | None, cap_mhz: float
-) -> Choice:
-    """B2: the batch size with the fewest samples-to-accuracy (on the proxy), at the cap."""
-    budget = check_budget(budget_w)
-    b = eff.restrict(common_batches(profile, eff)).best_batch()
-    return _capped_choice(profile, eff, b, cap_mhz, budget, "b2")
-
-
-def _capped_choice(
-    profile: Profile, eff: Efficiency, b: int, cap: float, budget: float, method: str
-) -> Choice:
-    p = _at_cap(profile, b, cap, budget)
+    """Batch size ``b`` at the capped governor's clock, costed with ``eff`` (a baseline's run)."""
+    p = _at_cap(profile, b, cap, limit_w(budget_w))
     if p is None:
         raise InfeasibleError(
             f"{method}: batch_size={b} has no profiled point at or below the {cap:g} MHz cap "

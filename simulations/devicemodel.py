@@ -661,19 +661,15 @@ def safe_cap_mhz(profiles: Iterable[Sequence[ProfileRow]], budget_w: float | Non
     This is how the paper's baselines pick their caps (§5.1): a frequency bound that keeps the
     device within its limit "irrespective of what model or b is used".
     """
-    profiles = [list(p) for p in profiles]
-    freqs = sorted({r.freq_mhz for p in profiles for r in p})
-    if budget_w is None:
-        return freqs[-1]
-    best = None
-    for f in freqs:
-        if all(r.peak_power_w <= budget_w for p in profiles for r in p if r.freq_mhz == f):
-            best = f
-        else:
-            break
-    if best is None:
-        raise ValueError(f"no frequency is safe for every model and batch at {budget_w} W")
-    return best
+    from fleet.errors import InfeasibleError
+    from fleet.selection import cap_from_peaks, max_peak_by_freq  # the one safe-cap rule
+
+    try:
+        return cap_from_peaks(max_peak_by_freq(r for p in profiles for r in p), budget_w)
+    except InfeasibleError:
+        raise ValueError(
+            f"no frequency is safe for every model and batch at {budget_w} W"
+        ) from None
 
 
 def check_baseline_caps(all_nano: dict[str, Sequence[ProfileRow]]) -> dict[str, float]:

@@ -2,7 +2,7 @@
 
 Why this shape: ``flwr.simulation.run_simulation`` gives both apps an empty run_config and
 returns nothing, but runs the ServerApp in a thread of this process. So the settings go in by
-closure (``make_server_app(settings)``), the replay ClientApp needs none (its device comes from
+closure (``make_server_app(settings)``), the ClientApp needs none (its device comes from
 ``partition-id`` and the fleet path travels in the instruction), and the result comes back as the
 report the ServerApp writes, checked against a per-call token so a stale report.json from an
 earlier run in the same directory can never be mistaken for this one.
@@ -106,7 +106,7 @@ def run_flower(
     with flower_environment():
         from flwr.simulation import run_simulation
 
-        from clients.replay_client import app as client_app
+        from clients.client_app import app as client_app
         from strategies.server_app import ServerSettings, make_server_app
 
         settings = ServerSettings(

@@ -1,6 +1,7 @@
 """Run a fleet scenario: through Flower's simulation engine, or directly for large what-ifs.
 
-Both engines call the same device code (``fleet.replay.simulate_device``) and write the same
+Both engines call the same device code (``fleet.virtual_clock.simulate_device``, the device
+round on the virtual clock) and write the same
 round report (``fleet.report.write_report``), so a 1,000-device direct run answers the same
 question a Flower run does, minus Flower's per-message cost. Flower is imported only when the
 ``flower`` engine is asked for.
@@ -15,8 +16,8 @@ from pathlib import Path
 
 import simulations
 from fleet.fleetconfig import Fleet, load_fleet
-from fleet.replay import cached_efficiency, simulate_device
 from fleet.report import write_report
+from fleet.virtual_clock import cached_efficiency, simulate_device
 
 ENGINES = ("flower", "direct")
 DEFAULT_FLEET = Path(simulations.__file__).resolve().parent / "fleets" / "default.toml"
@@ -51,7 +52,7 @@ def run_direct(fleet: Fleet, run_dir: Path, progress: Progress | None = None) ->
     rows = []
     total = len(fleet.devices)
     for k, spec in enumerate(fleet.devices, start=1):
-        res = simulate_device(spec, shipped, fleet.run.target_accuracy, fleet.run.objective)
+        res = simulate_device(spec, shipped, fleet.run)
         rows.append(res.to_dict())
         if progress:
             progress(k, total, spec.name)

@@ -26,21 +26,7 @@ def instruction_for(
     fleet: Fleet, shipped: Efficiency, server_round: int = 0
 ) -> records.TrainInstruction:
     """The round's instruction from the fleet's run settings and the shipped efficiency."""
-    run = fleet.run
-    return records.TrainInstruction(
-        efficiency=shipped,
-        target_accuracy=run.target_accuracy,
-        objective=run.objective,
-        mode=run.mode,
-        optimizer=run.optimizer,
-        lr_ref_batch=run.lr_ref_batch,
-        lr_ref=run.lr_ref,
-        model=run.model,
-        seed=run.seed,
-        run_name=run.name,
-        fleet_path=fleet.path,
-        server_round=server_round,
-    )
+    return records.TrainInstruction(shipped, fleet.run, fleet.path, server_round)
 
 
 def train_config(fleet: Fleet, shipped: Efficiency) -> ConfigRecord:

@@ -36,8 +36,8 @@ from flwr.supercore import log
 
 from fleet.errors import InputError
 from fleet.fleetconfig import Fleet, load_fleet
-from fleet.replay import cached_efficiency
 from fleet.report import write_report
+from fleet.virtual_clock import cached_efficiency
 from strategies import coordinator
 from strategies.strategy import PowerAwareStrategy, ReportingGrid
 

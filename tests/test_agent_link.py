@@ -14,9 +14,9 @@ import pytest
 
 from clients import records
 from clients.agent_link import AgentError, AgentLink, AgentTimeout, agent_command
-from clients.hardware_client import AgentSettings, prepare_on_agent, run_on_agent
+from clients.hardware_client import AgentSettings, run_on_agent
 from fleet.efficiency import load_efficiency
-from fleet.fleetconfig import DeviceSpec
+from fleet.fleetconfig import DeviceSpec, RunSettings
 from fleet.profile import load_profile
 from fleet.selection import align, select
 
@@ -98,9 +98,8 @@ def test_request_timeout() -> None:
 
 
 def _instruction() -> records.TrainInstruction:
-    return records.TrainInstruction(
-        efficiency=load_efficiency(EFFICIENCY), target_accuracy=0.92, model="resnet18"
-    )
+    eff = load_efficiency(EFFICIENCY)
+    return records.TrainInstruction(eff, RunSettings("hw", "resnet18", eff.source, 0.92))
 
 
 @pytest.mark.parametrize("budget", [5.0, 7.0])
@@ -111,19 +110,17 @@ def test_hardware_steps_choose_what_selection_chooses(tmp_path: Path, budget: fl
     ins = _instruction()
     settings = AgentSettings(backend="replay", profile_csv=PROFILE, timeout_s=20)
     with AgentLink(settings.argv(), timeout_s=20) as link:
-        prepared = prepare_on_agent(link, spec, ins, settings)
-    res = prepared.result
-    assert res.status == "selected", res.message
-    assert prepared.measured and new_profile.exists()
-    assert prepared.choice is not None and prepared.lr is not None
+        res = run_on_agent(link, spec, ins, settings)
+    assert res["status"] == "selected", res["message"]
+    assert new_profile.exists() and res["profile"] == str(new_profile)
 
     full, eff, _ = align(load_profile(PROFILE), ins.efficiency)
     expected = select(full, eff, budget, "time")
     staircase, eff2, _ = align(load_profile(new_profile), ins.efficiency)
     assert select(staircase, eff2, budget, "time") == expected
-    assert (res.batch_size, res.freq_mhz) == (expected.batch_size, expected.freq_mhz)
-    assert res.peak_power_w <= budget
-    assert f"locked {expected.freq_mhz:g} MHz" in res.message
+    assert (res["batch_size"], res["freq_mhz"]) == (expected.batch_size, expected.freq_mhz)
+    assert res["peak_power_w"] <= budget
+    assert f"locked {expected.freq_mhz:g} MHz" in res["message"]
 
 
 def test_hardware_round_reuses_profile_and_reports_selected(tmp_path: Path) -> None:

@@ -18,11 +18,12 @@ from flwr.serverapp import Grid
 from flwr.supercore.task_identity import TaskIdentity
 
 from clients import records
-from clients.replay_client import replay_round
+from clients.client_app import simulated_round
+from fleet.device_round import row_fields
 from fleet.efficiency import Efficiency
 from fleet.errors import InputError
 from fleet.fleetconfig import BudgetStep, DeviceSpec, load_fleet
-from fleet.replay import cached_efficiency, simulate_device
+from fleet.virtual_clock import cached_efficiency, simulate_device
 from strategies import coordinator
 from strategies.server_app import settings_from_run_config
 from strategies.strategy import NodesMissing, PowerAwareStrategy, ReportingGrid, wait_for_nodes
@@ -82,8 +83,9 @@ def test_instruction_round_trip(fleet, shipped) -> None:
     back = records.decode_instruction(cfg)
     assert back.efficiency.samples == shipped.samples
     assert back.efficiency.source == shipped.source
-    assert (back.target_accuracy, back.objective, back.mode) == (0.92, "time", "local")
-    assert back.fleet_path == str(DEFAULT) and back.server_round == 3 and back.model == "resnet18"
+    assert back.run == fleet.run  # the one settings object travels whole, extra included
+    assert (back.run.target_accuracy, back.run.objective, back.run.mode) == (0.92, "time", "local")
+    assert back.fleet_path == str(DEFAULT) and back.server_round == 3
 
 
 def test_instruction_errors_are_one_line(fleet, shipped) -> None:
@@ -106,21 +108,21 @@ def test_instruction_errors_are_one_line(fleet, shipped) -> None:
 
 def test_reply_round_trip_for_every_default_device(fleet, shipped) -> None:
     for spec in fleet.devices:
-        row = simulate_device(spec, shipped, 0.92, "time").to_dict()
+        row = simulate_device(spec, shipped, fleet.run).to_dict()
         metrics, report = records.encode_reply(row)
         assert all(isinstance(v, (int, float)) for v in metrics.values())
         assert _same(records.decode_reply(metrics, report), row), spec.name
     free = next(d for d in fleet.devices if d.budget_w is None)
-    metrics, _ = records.encode_reply(simulate_device(free, shipped, 0.92).to_dict())
-    assert metrics["budget-w"] == -1.0
+    metrics, _ = records.encode_reply(simulate_device(free, shipped, fleet.run).to_dict())
+    assert "budget-w" not in metrics  # no budget: no value (the row decodes it as None)
 
 
 def test_reply_num_examples_and_missing_values(fleet, shipped) -> None:
-    ok = simulate_device(fleet.devices[0], shipped, 0.92).to_dict()
+    ok = simulate_device(fleet.devices[0], shipped, fleet.run).to_dict()
     metrics, report = records.encode_reply(ok)
     assert metrics["num-examples"] == round(ok["samples"]) and metrics["batch-size"] == 16
     starved = next(d for d in fleet.devices if d.name == "nano-starved")
-    row = simulate_device(starved, shipped, 0.92).to_dict()
+    row = simulate_device(starved, shipped, fleet.run).to_dict()
     metrics, report = records.encode_reply(row)
     assert "time-s" not in metrics and metrics["num-examples"] == 0
     assert report["status"] == "infeasible" and "1.5" in str(report["message"])
@@ -135,9 +137,9 @@ def test_node_config_round_trips_every_fleet_device(fleet) -> None:
         assert records.spec_from_node_config(spec.to_node_config()) == spec
 
 
-def test_node_config_budget_minus_one_and_schedule_string() -> None:
+def test_node_config_budget_none_and_schedule_string() -> None:
     base = {"device-name": "n1", "device-type": "jetson-nano", "profile": "/p.csv"}
-    spec = records.spec_from_node_config({**base, "budget-w": -1})
+    spec = records.spec_from_node_config({**base, "budget-w": "none"})
     assert spec.budget_w is None and spec.schedule == () and spec.data is None
     spec = records.spec_from_node_config({**base, "budget-w": 4.5, "data": "/d.csv"})
     assert spec.budget_w == 4.5 and spec.data == "/d.csv" and spec.learning == "trace"
@@ -191,31 +193,31 @@ def _instruction_content(fleet, shipped, mode: str = "local", arrays=None) -> Re
     return RecordDict({"arrays": arrays or ArrayRecord(), "config": cfg})
 
 
-def test_replay_round_in_process_equals_direct(fleet, shipped) -> None:
+def test_simulated_round_in_process_equals_direct(fleet, shipped) -> None:
     for pid, spec in enumerate(fleet.devices):
-        out = replay_round({"partition-id": pid}, _instruction_content(fleet, shipped))
+        out = simulated_round({"partition-id": pid}, _instruction_content(fleet, shipped))
         row = records.decode_reply(out["metrics"], out["report"])  # type: ignore[arg-type]
-        assert _same(row, simulate_device(spec, shipped, 0.92).to_dict())
+        assert _same(row, simulate_device(spec, shipped, fleet.run).to_dict())
         assert "arrays" not in out  # local mode: weights stay on the device
 
 
-def test_replay_round_federated_returns_weights_and_errors_are_rows(fleet, shipped) -> None:
+def test_simulated_round_federated_returns_weights_and_errors_are_rows(fleet, shipped) -> None:
     weights = ArrayRecord({"w": Array(np.arange(4, dtype=np.float32))})
-    out = replay_round(
+    out = simulated_round(
         {"partition-id": 0}, _instruction_content(fleet, shipped, "federated", weights)
     )
     assert np.array_equal(out["arrays"]["w"].numpy(), np.arange(4, dtype=np.float32))
     starved = {"partition-id": 7}  # infeasible: trained nothing, so sends no weights
-    out = replay_round(starved, _instruction_content(fleet, shipped, "federated", weights))
+    out = simulated_round(starved, _instruction_content(fleet, shipped, "federated", weights))
     assert "arrays" not in out
     nc = {**fleet.devices[0].to_node_config(), "learning": "train"}
-    out = replay_round(nc, _instruction_content(fleet, shipped))
+    out = simulated_round(nc, _instruction_content(fleet, shipped))
     row = records.decode_reply(out["metrics"], out["report"])  # type: ignore[arg-type]
     assert row["status"] == "error" and row["device"] == "nano-4w5"
     # learning = "train" reads the device's data as a dataset: a trace CSV is refused, by name
     assert "resnet18_svhn.csv" in row["message"]
     nc = {"device-name": "bad", "device-type": "toaster", "budget-w": 1.0}
-    out = replay_round(nc, _instruction_content(fleet, shipped))
+    out = simulated_round(nc, _instruction_content(fleet, shipped))
     row = records.decode_reply(out["metrics"], out["report"])  # type: ignore[arg-type]
     assert row["device"] == "bad" and "unknown device type 'toaster'" in row["message"]
 
@@ -232,7 +234,7 @@ HAND_ROWS = [
 
 
 def _reply(to: Message, row: dict, arrays: ArrayRecord | None = None) -> Message:
-    full = {k: row.get(k) for k in records.ROW_FIELDS}
+    full = {k: row.get(k) for k in row_fields()}
     return Message(records.reply_content(full, arrays), reply_to=to)
 
 
@@ -407,5 +409,5 @@ def test_initial_arrays_are_the_models_state_dict() -> None:
 
 def test_error_row_has_every_report_column() -> None:
     row = records.error_row("x", "why")
-    assert list(row) == records.ROW_FIELDS and row["status"] == "error"
+    assert list(row) == row_fields() and row["status"] == "error"
     assert isinstance(DeviceSpec("n", "cpu", None, "", None).to_node_config(), dict)

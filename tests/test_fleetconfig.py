@@ -39,7 +39,7 @@ def test_load_resolves_paths_counts_and_budgets(fleet_dir):
     assert f.devices[0].profile == str(fleet_dir / "p.csv")
     assert f.run.mode == "local" and f.run.objective == "time"
     nc = f.devices[0].to_node_config()
-    assert nc["device-name"] == "n1" and nc["budget-w"] == 4.5
+    assert nc["device-name"] == "n1" and nc["budget-w"] == "4.5"  # the codec's exact text
 
 
 def test_schedule_parsed_sorted(fleet_dir):

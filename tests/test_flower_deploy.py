@@ -19,8 +19,8 @@ import pytest
 from fleet.errors import InputError
 from fleet.fleetconfig import load_fleet
 from fleet.profile import load_profile
-from fleet.replay import cached_efficiency
 from fleet.selection import align, select
+from fleet.virtual_clock import cached_efficiency
 from simulations import deploy
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,8 +1,9 @@
 """run_flower: a 3-device fleet through Flower's Simulation Runtime (Ray), checked row by row.
 
 The Flower path must give exactly what the device model gives when called directly
-(``fleet.replay.simulate_device``): same choice, time, energy, segments. Two federated rounds with
-a small model also exercise weights travelling both ways and the per-round report layout.
+(``fleet.virtual_clock.simulate_device``): same choice, time, energy, segments. Two federated
+rounds with a small model also exercise weights travelling both ways and the per-round report
+layout.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from fleet.fleetconfig import load_fleet
-from fleet.replay import cached_efficiency, simulate_device
+from fleet.virtual_clock import cached_efficiency, simulate_device
 from simulations.flower_engine import run_flower
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(120)]
@@ -75,7 +76,7 @@ def test_run_flower_matches_direct_replay(tmp_path: Path) -> None:
     rows = {r["device"]: r for r in report["devices"]}
     assert list(rows) == [d.name for d in fleet.devices]
     for spec in fleet.devices:
-        expected = simulate_device(spec, shipped, fleet.run.target_accuracy, "time").to_dict()
+        expected = simulate_device(spec, shipped, fleet.run).to_dict()
         assert rows[spec.name] == _finite(expected), spec.name
 
     assert rows["nano-starved"]["status"] == "infeasible"

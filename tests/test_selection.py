@@ -4,14 +4,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fleet.baselines import run_baseline
 from fleet.compare import compare
 from fleet.efficiency import Efficiency
 from fleet.errors import InfeasibleError, InputError
 from fleet.profile import Point, Profile
 from fleet.selection import (
     SelectionIndex,
-    baseline_b1,
-    baseline_b2,
     safe_frequency_cap,
     select,
     select_brute_force,
@@ -140,8 +139,8 @@ def test_baselines_hand_computed():
     assert safe_frequency_cap([prof], 5.0) == 307.2
     assert safe_frequency_cap([prof], None) == 460.8
     eff = Efficiency({8: 1000.0, 32: 1500.0, 128: 4000.0})
-    b1 = baseline_b1(prof, eff, 5.0, 307.2)
-    b2 = baseline_b2(prof, eff, 5.0, 307.2)
+    b1 = run_baseline("b1", prof, eff, 5.0, 307.2)
+    b2 = run_baseline("b2", prof, eff, 5.0, 307.2)
     assert (b1.batch_size, b1.freq_mhz) == (128, 307.2)
     assert (b2.batch_size, b2.freq_mhz) == (8, 307.2)
     ours = select(prof, eff, 5.0)

@@ -1,4 +1,4 @@
-"""`powerfleet select`: the choice one device makes under its budget (DESIGN.md contract)."""
+"""`powerfleet select`: the choice one device makes under its budget (docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import argparse
 
 from fleet.cli.common import budget_label, console, emit_json, mhz, note, parse_budget, table
 from fleet.efficiency import load_efficiency
+from fleet.objectives import OBJECTIVES
 from fleet.profile import load_profile
-from fleet.selection import OBJECTIVES, align, select
+from fleet.selection import align, select
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -18,7 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--profile", required=True, help="profile CSV of the device (the LUT)")
     p.add_argument("--efficiency", required=True, help="efficiency CSV (samples-to-accuracy)")
     p.add_argument("--budget-w", required=True, type=str, help="power budget in watts, or 'none'")
-    p.add_argument("--objective", choices=OBJECTIVES, default="time")
+    p.add_argument("--objective", choices=list(OBJECTIVES), default="time")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.set_defaults(func=run)
 

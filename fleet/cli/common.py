@@ -1,4 +1,4 @@
-"""Small helpers the subcommands share: budget parsing, JSON output, rich tables."""
+"""Small helpers the subcommands share: budget parsing, JSON output, tables, progress bars."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from fleet import fleetconfig
 from fleet.errors import InputError
 from fleet.report import json_safe
 
@@ -24,26 +25,13 @@ def note(command: str, message: str) -> None:
     print(f"powerfleet {command}: note: {message}", file=sys.stderr)
 
 
-NO_BUDGET = ("none", "inf", "unlimited", "n/a", "na")
+def parse_budget(raw: str, flag: str = "--budget-w") -> float | None:
+    """A budget from the command line, with the fleet file's and node config's vocabulary."""
+    return fleetconfig.parse_budget(raw, flag)
 
 
-def parse_budget(raw: str) -> float | None:
-    """A budget in watts, or None for 'none'/'inf' (no power limit)."""
-    if raw.strip().lower() in NO_BUDGET:
-        return None
-    try:
-        value = float(raw)
-    except ValueError:
-        raise InputError(f"--budget-w: {raw!r} is not a number of watts or 'none'") from None
-    if math.isinf(value):
-        return None
-    if math.isnan(value) or value <= 0:
-        raise InputError(f"--budget-w: budget must be > 0 W (or 'none'), got {raw}")
-    return value
-
-
-def parse_budgets(raw: str) -> list[float | None]:
-    return [parse_budget(x) for x in raw.split(",") if x.strip()]
+def parse_budgets(raw: str, flag: str = "--budgets") -> list[float | None]:
+    return [parse_budget(x, flag) for x in raw.split(",") if x.strip()]
 
 
 def parse_caps(raw: str | None) -> dict[float | None, float]:
@@ -56,7 +44,7 @@ def parse_caps(raw: str | None) -> dict[float | None, float]:
             raise InputError(f"--caps: {item!r} is not BUDGET=MHZ (e.g. 4.5=307.2)")
         budget, mhz = item.split("=", 1)
         try:
-            caps[parse_budget(budget)] = float(mhz)
+            caps[parse_budget(budget, "--caps")] = float(mhz)
         except ValueError:
             raise InputError(f"--caps: {mhz!r} is not a frequency in MHz") from None
     return caps

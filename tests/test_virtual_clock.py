@@ -4,11 +4,12 @@ import math
 
 import pytest
 
+from fleet.device_round import run_device
 from fleet.efficiency import Efficiency
-from fleet.fleetconfig import BudgetStep, DeviceSpec
+from fleet.fleetconfig import BudgetStep, DeviceSpec, RunSettings
 from fleet.profile import Point, Profile
-from fleet.replay import replay_device
 from fleet.report import fleet_totals
+from fleet.virtual_clock import VirtualClock
 
 PROFILE = Profile(
     [
@@ -27,6 +28,12 @@ def spec(budget=None, schedule=()):
     return DeviceSpec("d1", "jetson-nano", budget, "hand.csv", "trace.csv", tuple(schedule))
 
 
+def replay_device(spec, profile, shipped, trace, target):
+    """The device round on the virtual clock, with the hand-made profile and trace."""
+    run = RunSettings("t", "m", shipped.source, target)
+    return run_device(spec, profile, shipped, run, VirtualClock(trace))
+
+
 def test_single_budget_time_energy_hand_computed():
     # unlimited: b=8@460.8 -> 0.01 s/sample * 1000 = 10 s; b=32@460.8 -> 0.005 * 1200 = 6 s
     r = replay_device(spec(None), PROFILE, SHIPPED, TRACE, 0.9)
@@ -38,10 +45,11 @@ def test_single_budget_time_energy_hand_computed():
     assert r.samples == pytest.approx(1500)
     assert r.accuracy == 0.9
     # B1 = b=32 at the unlimited cap 460.8 -> same point; speed-up 1
-    assert r.speedup_vs_b1 == pytest.approx(1.0)
+    row = r.to_dict()
+    assert row["speedup_vs_b1"] == pytest.approx(1.0)
     # B2 = b=8 (fewest proxy samples) at 460.8: truth 1100 * 0.01 = 11 s
-    assert r.b2_time_s == pytest.approx(11.0)
-    assert r.speedup_vs_b2 == pytest.approx(11.0 / 7.5)
+    assert row["b2_time_s"] == pytest.approx(11.0)
+    assert row["speedup_vs_b2"] == pytest.approx(11.0 / 7.5)
 
 
 def test_budget_change_reselects_and_carries_fraction_done():

@@ -1,12 +1,13 @@
-"""The replay ClientApp's real-learning mode as a plain function (no Flower processes)."""
+"""The ClientApp's real-learning mode as a plain function (no Flower processes)."""
 
 import numpy as np
 from flwr.app import ArrayRecord, RecordDict
 
 from clients import records
-from clients.replay_client import replay_round
+from clients.client_app import simulated_round
 from fleet.agent.models import build_model
 from fleet.efficiency import Efficiency
+from fleet.fleetconfig import RunSettings
 from tests.test_estimate import tiny_idx
 from tests.test_learning import HEADER
 
@@ -19,14 +20,10 @@ def test_federated_device_trains_and_sends_fine_tuned_weights(tmp_path):
     )
     model = build_model("small_cnn", num_classes=2, input_shape="1x12x12", seed=0)
     sent = ArrayRecord(model.state_dict())
-    ins = records.TrainInstruction(
-        efficiency=Efficiency({8: 400.0, 16: 900.0}, source="proxy.csv"),
-        target_accuracy=0.9,
-        mode="federated",
-        model="small_cnn",
-        lr_ref_batch=16,
-        lr_ref=2e-3,
+    run = RunSettings(
+        "t", "small_cnn", "proxy.csv", 0.9, mode="federated", lr_ref_batch=16, lr_ref=2e-3
     )
+    ins = records.TrainInstruction(Efficiency({8: 400.0, 16: 900.0}, source="proxy.csv"), run)
     content = RecordDict({records.ARRAYS: sent, records.CONFIG: records.encode_instruction(ins)})
     node = {
         "device-name": "nano-t",
@@ -36,7 +33,7 @@ def test_federated_device_trains_and_sends_fine_tuned_weights(tmp_path):
         "data": str(data),
         "learning": "train",
     }
-    reply = replay_round(node, content)
+    reply = simulated_round(node, content)
     row = records.decode_reply(
         reply.metric_records[records.METRICS], reply.config_records[records.REPORT]
     )

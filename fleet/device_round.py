@@ -1,0 +1,237 @@
+"""One device round, whatever runs it: align, check the type, select, hand over to a runner.
+
+Every device of a fleet does the same thing in a round (docs/architecture.md): restrict its
+profile and the shipped efficiency to their common batch sizes, check that the profile was
+recorded on its device type, pick (b, f) under the first budget of its schedule with the
+fleet's objective, and then *run*. Only the run differs:
+
+- ``fleet.virtual_clock.VirtualClock``: the device's convergence trace says how many samples
+  it needs; time advances by the profiled step time (thousands of devices, no training);
+- ``fleet.learning.HostTraining``: fine-tune on this host's CPU, charge the virtual clock;
+- ``clients.hardware_client.AgentRunner``: lock the board's clock and train through the agent.
+
+A runner is any object with a ``learning`` label (or None to keep the fleet entry's) and a
+``run(rnd, res)`` method that fills the row's time/energy/accuracy columns; it may re-select at
+each budget step with ``rnd.choose(budget)`` (or ``rnd.choose(budget, batch_size=b)`` when the
+batch size is fixed by training that already started). A runner that knows the device's true
+samples-to-accuracy (``truth``) also gets the baselines costed on it. Adding a runner is one
+class; nothing here changes.
+
+``DeviceResult`` is the row: its fields define the report's columns (``row_columns``), with
+the baseline registry's ``<name>_time_s`` / ``speedup_vs_<name>`` in place of
+``baseline_time_s``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any, Protocol
+
+from fleet.baselines import BASELINES, run_baseline, speedup_column, time_column
+from fleet.efficiency import Efficiency
+from fleet.errors import InfeasibleError, InputError
+from fleet.fleetconfig import DEVICE_TYPES, BudgetStep, DeviceSpec, RunSettings
+from fleet.profile import Profile
+from fleet.selection import Choice, SelectionIndex, align, evaluate
+
+
+@dataclass
+class Segment:
+    """A stretch of training under one budget step (no batch size: paused, nothing fits)."""
+
+    start_s: float
+    end_s: float
+    budget_w: float | None
+    batch_size: int | None
+    freq_mhz: float | None
+    samples: float
+    energy_j: float
+    peak_power_w: float | None
+
+
+@dataclass
+class DeviceResult:
+    """What a device reports back after a round: one row of the round report.
+
+    The field order is the report's column order; ``baseline_time_s`` expands into the baseline
+    registry's columns and ``segments`` travels in report.json only (not in devices.csv).
+    """
+
+    device: str
+    device_type: str
+    budget_w: float | None = None
+    status: str = "error"  # ok | selected | infeasible | not reached | error
+    batch_size: int | None = None
+    freq_mhz: float | None = None
+    predicted_time_s: float | None = None
+    time_s: float | None = None
+    energy_j: float | None = None
+    peak_power_w: float | None = None
+    mean_power_w: float | None = None
+    accuracy: float | None = None
+    samples: float | None = None
+    baseline_time_s: dict[str, float] = field(default_factory=dict)
+    profile: str = ""
+    efficiency: str = ""
+    learning: str = "trace"
+    message: str = ""
+    trace: str | None = None  # the convergence trace (true samples-to-accuracy) replayed
+    segments: list[Segment] = field(default_factory=list)
+
+    @classmethod
+    def for_device(cls, spec: DeviceSpec, efficiency: str, **values: Any) -> DeviceResult:
+        """A row that names the device (status ``error`` until something better is known)."""
+        values.setdefault("learning", spec.learning)
+        values.setdefault("profile", spec.profile)
+        return cls(spec.name, spec.device_type, spec.budget_w, efficiency=efficiency, **values)
+
+    def take(self, choice: Choice) -> None:
+        """The chosen point's columns (what the device runs and what it is predicted to cost)."""
+        self.batch_size, self.freq_mhz = choice.batch_size, choice.freq_mhz
+        self.predicted_time_s = choice.predicted_time_s
+        self.peak_power_w, self.mean_power_w = choice.peak_power_w, choice.mean_power_w
+
+    def to_dict(self) -> dict[str, object]:
+        """The row with exactly ``row_fields()`` keys; non-finite numbers become None."""
+        d: dict[str, object] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "baseline_time_s":
+                d.update(self._baseline_columns())
+            elif f.name == "segments":
+                d[f.name] = [vars(s).copy() for s in value]
+            else:
+                d[f.name] = value
+        return {
+            k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in d.items()
+        }
+
+    def _baseline_columns(self) -> dict[str, float | None]:
+        out: dict[str, float | None] = {}
+        times = {n: self.baseline_time_s.get(n) for n in BASELINES}
+        for n, t in times.items():
+            out[time_column(n)] = t
+        for n, t in times.items():
+            ok = self.status == "ok" and t and self.time_s
+            out[speedup_column(n)] = t / self.time_s if ok else None  # type: ignore[operator]
+        return out
+
+
+def row_fields() -> list[str]:
+    """Every key of a row (``DeviceResult.to_dict()``), in order, for today's baselines."""
+    names: list[str] = []
+    for f in fields(DeviceResult):
+        if f.name == "baseline_time_s":
+            names += [time_column(n) for n in BASELINES]
+            names += [speedup_column(n) for n in BASELINES]
+        else:
+            names.append(f.name)
+    return names
+
+
+def row_columns() -> list[str]:
+    """The report's table columns (devices.csv): every row field that is a single value."""
+    return [n for n in row_fields() if n != "segments"]
+
+
+# ------------------------------------------------------------------------------ the round
+
+
+@dataclass
+class Round:
+    """What a runner gets: the device, the run settings, the aligned inputs and the choice."""
+
+    spec: DeviceSpec
+    run: RunSettings
+    profile: Profile  # aligned with the shipped efficiency
+    shipped: Efficiency
+    index: SelectionIndex
+    schedule: tuple[BudgetStep, ...]
+    first: Choice  # the choice under the schedule's first budget
+    context: dict[str, Any] = field(default_factory=dict)
+
+    def choose(self, budget_w: float | None, batch_size: int | None = None) -> Choice | None:
+        """Re-select at a budget step (optionally for a fixed batch size); None if nothing fits."""
+        eff = self.shipped if batch_size is None else self.shipped.restrict([batch_size])
+        try:
+            return self.index.select(eff, budget_w, self.run.objective, **self.context)
+        except InfeasibleError:
+            return None
+
+
+class Runner(Protocol):
+    learning: str | None  # the row's ``learning`` label; None keeps the fleet entry's
+    truth: Efficiency | None  # the device's true samples-to-accuracy, when the runner knows it
+
+    def run(self, rnd: Round, res: DeviceResult) -> None: ...
+
+
+def check_device_type(spec: DeviceSpec, profile: Profile) -> None:
+    """A profile recorded on another device type is refused: its times and powers are not ours."""
+    recorded = profile.metadata.get("device")
+    if recorded in DEVICE_TYPES and recorded != spec.device_type:
+        raise InputError(
+            f"device {spec.name}: type {spec.device_type!r} but its profile {profile.source} "
+            f"was recorded on {recorded!r}"
+        )
+
+
+def run_device(
+    spec: DeviceSpec,
+    profile: Profile,
+    shipped: Efficiency,
+    run: RunSettings,
+    runner: Runner,
+    *,
+    index: SelectionIndex | None = None,
+    context: dict[str, Any] | None = None,
+) -> DeviceResult:
+    """One device's round on any runner; problems of this device become its row's status.
+
+    ``index`` may be a prebuilt ``SelectionIndex`` of ``profile`` (thousands of simulated
+    devices share a reference profile); ``context`` is the objective's extra keywords (e.g. a
+    deadline). Never raises ``InputError``: an ``error`` / ``infeasible`` row says what went
+    wrong, so one device cannot stop the fleet's round.
+    """
+    res = DeviceResult.for_device(spec, shipped.source)
+    if runner.learning is not None:
+        res.learning = runner.learning
+    try:
+        check_device_type(spec, profile)
+        aligned, shipped_a, _ = align(profile, shipped)
+        if index is None or aligned.points != profile.points:
+            index = SelectionIndex(aligned)
+        schedule = spec.schedule or (BudgetStep(0.0, spec.budget_w),)
+        try:
+            first = index.select(shipped_a, schedule[0].budget_w, run.objective, **(context or {}))
+        except InfeasibleError as exc:
+            res.status, res.message = "infeasible", str(exc)
+            return res
+        res.take(first)
+        res.status = "ok"
+        rnd = Round(spec, run, aligned, shipped_a, index, schedule, first, dict(context or {}))
+        runner.run(rnd, res)
+        if runner.truth is not None:
+            res.baseline_time_s = baseline_times(rnd, runner.truth)
+    except InputError as exc:
+        res.status, res.message = "error", str(exc)
+    return res
+
+
+def baseline_times(rnd: Round, truth: Efficiency) -> dict[str, float]:
+    """Each registered baseline's time on the device's truth, under its first budget and cap."""
+    budget = rnd.schedule[0].budget_w
+    try:
+        cap = rnd.index.safe_cap(budget)
+    except InfeasibleError:
+        return {}
+    out: dict[str, float] = {}
+    for name in BASELINES:
+        try:
+            c = evaluate(run_baseline(name, rnd.profile, rnd.shipped, budget, cap), truth)
+        except InfeasibleError:
+            continue
+        if math.isfinite(c.predicted_time_s):
+            out[name] = c.predicted_time_s
+    return out
