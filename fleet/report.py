@@ -1,5 +1,9 @@
 """The round report: one row per device plus fleet totals, as JSON and CSV in a run directory.
 
+The columns are ``fleet.device_round.DeviceResult``'s fields (``row_columns``), baselines
+included from their registry; this module writes the report, reads it back (``read_report``,
+the only reader) and lays out the per-device table people see (``device_table``).
+
 Each metric is aggregated the way it is used: energy adds up across the fleet, a round lasts
 as long as its slowest device (max) while the median says how a typical device fared, accuracy
 is weighted by the samples each device trained on. Devices that could not train (infeasible
@@ -16,30 +20,9 @@ import statistics
 from pathlib import Path
 
 from fleet.agent.profile_io import atomic_write_text
-
-ROW_COLUMNS = [
-    "device",
-    "device_type",
-    "budget_w",
-    "status",
-    "batch_size",
-    "freq_mhz",
-    "predicted_time_s",
-    "time_s",
-    "energy_j",
-    "peak_power_w",
-    "mean_power_w",
-    "accuracy",
-    "samples",
-    "b1_time_s",
-    "b2_time_s",
-    "speedup_vs_b1",
-    "speedup_vs_b2",
-    "profile",
-    "efficiency",
-    "learning",
-    "message",
-]
+from fleet.baselines import BASELINES, speedup_column
+from fleet.device_round import row_columns
+from fleet.errors import InputError
 
 
 def _finite(values: list[object]) -> list[float]:
@@ -67,9 +50,7 @@ def fleet_totals(rows: list[dict[str, object]]) -> dict[str, object]:
     statuses: dict[str, int] = {}
     for r in rows:
         statuses[str(r.get("status"))] = statuses.get(str(r.get("status")), 0) + 1
-    sp1 = _finite([r.get("speedup_vs_b1") for r in ok])
-    sp2 = _finite([r.get("speedup_vs_b2") for r in ok])
-    return {
+    totals: dict[str, object] = {
         "devices": len(rows),
         "status_counts": statuses,
         "trained": len(ok),
@@ -80,9 +61,11 @@ def fleet_totals(rows: list[dict[str, object]]) -> dict[str, object]:
         "samples": sum(_finite([r.get("samples") for r in ok])),
         "max_peak_power_w": max(_finite([r.get("peak_power_w") for r in ok]), default=None),
         "budget_violations": over,
-        "median_speedup_vs_b1": statistics.median(sp1) if sp1 else None,
-        "median_speedup_vs_b2": statistics.median(sp2) if sp2 else None,
     }
+    for name in BASELINES:
+        sp = _finite([r.get(speedup_column(name)) for r in ok])
+        totals[f"median_{speedup_column(name)}"] = statistics.median(sp) if sp else None
+    return totals
 
 
 def json_safe(obj: object) -> object:
@@ -105,14 +88,88 @@ def write_report(
     report = {**meta, "devices": rows, "fleet": fleet_totals(rows)}
     report = json_safe(report)  # type: ignore[assignment]
     atomic_write_text(str(run_dir / "report.json"), json.dumps(report, indent=2) + "\n")
+    columns = row_columns()
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=ROW_COLUMNS, extrasaction="ignore", lineterminator="\n")
+    w = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
     w.writeheader()
     for r in rows:
-        w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in ROW_COLUMNS})
+        w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in columns})
     atomic_write_text(str(run_dir / "devices.csv"), buf.getvalue())
     return report  # type: ignore[return-value]
 
 
-def read_report(run_dir: str | Path) -> dict[str, object]:
-    return json.loads((Path(run_dir) / "report.json").read_text())
+def read_report(run_dir: str | Path, token: str | None = None) -> dict[str, object]:
+    """The one reader of a run's report.json; every problem is one InputError naming the file.
+
+    ``token``: the run token the writer stamped (``run_token``); a report from another run in
+    the same directory is refused rather than mistaken for this one.
+    """
+    path = Path(run_dir) / "report.json"
+    try:
+        report = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(f"{path}: not found (is {run_dir} a run directory?)") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(report, dict):
+        raise InputError(f"{path}: expected a JSON object (a powerfleet round report)")
+    for key in ("devices", "fleet"):
+        if key not in report:
+            raise InputError(f"{path}: missing '{key}' (expected a powerfleet round report)")
+    if token is not None and report.get("run_token") != token:
+        raise InputError(f"{path} is from another run: this run did not finish its report")
+    return report
+
+
+# ------------------------------------------------------------------------- the device table
+
+
+def _num(v: object, spec: str) -> str:
+    return format(v, spec) if isinstance(v, (int, float)) and math.isfinite(v) else "—"
+
+
+def _budget(v: object) -> str:
+    return "none" if v is None else f"{v:g} W"
+
+
+def device_table(rows: list[dict[str, object]]) -> tuple[list[str], list[list[str]]]:
+    """The round's per-device table for people: (headers, formatted cells).
+
+    One renderer for every place that shows a round (the terminal after ``simulate``, the
+    Markdown report); a baseline in the registry adds its "x <name>" column here and there.
+    """
+    headers = ["device", "type", "budget", "status", "b", "f (MHz)", "peak W", "time s"]
+    headers += ["energy kJ", "accuracy"] + [f"× {n.upper()}" for n in BASELINES]
+    body = []
+    for d in rows:
+        body.append(
+            [
+                str(d.get("device")),
+                str(d.get("device_type") or "—"),
+                _budget(d.get("budget_w")),
+                str(d.get("status")),
+                _num(d.get("batch_size"), "d"),
+                _num(d.get("freq_mhz"), "g"),
+                _num(d.get("peak_power_w"), ".2f"),
+                _num(d.get("time_s"), ",.0f"),
+                _num(_kj(d.get("energy_j")), ".1f"),
+                _num(d.get("accuracy"), ".3f"),
+                *(_num(d.get(speedup_column(n)), ".2f") for n in BASELINES),
+            ]
+        )
+    return headers, body
+
+
+def _kj(v: object) -> float | None:
+    return v / 1000 if isinstance(v, (int, float)) and math.isfinite(v) else None
+
+
+def speedup_summary(fleet: dict[str, object]) -> str:
+    """ "vs B1 1.23×, vs B2 1.10×": the fleet's median speed-up over every baseline."""
+    parts = []
+    for n in BASELINES:
+        v = fleet.get(f"median_{speedup_column(n)}")
+        parts.append(
+            f"vs {n.upper()} {_num(v, '.2f')}×" if isinstance(v, float) else f"vs {n.upper()} —"
+        )
+    return ", ".join(parts)

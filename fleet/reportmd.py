@@ -9,14 +9,15 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from fleet.baselines import BASELINES
 from fleet.efficiency import load_efficiency
 from fleet.errors import InputError
 from fleet.plots import method_bars, operating_points, sensitivity_matrices
 from fleet.profile import load_profile
+from fleet.report import device_table, speedup_summary
 
 METHOD_NAMES = {
-    "b1": "Baseline 1",
-    "b2": "Baseline 2",
+    **{b.name: b.label for b in BASELINES.values()},
     "ours": "Ours",
     "ours-energy": "Ours (energy objective)",
     "oracle": "Fastest configuration",
@@ -216,20 +217,14 @@ def run_markdown(report: dict, run_dir: Path) -> str:
         f"`{report.get('model')}`, target accuracy {report.get('target_accuracy')}, "
         f"objective `{report.get('objective')}`, mode `{report.get('mode')}`.",
         "",
-        "| Device | Type | Budget | Status | b | f (MHz) | Peak W | Time s | Energy kJ | "
-        "Accuracy | × B1 | × B2 | Source |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for d in devs:
-        src = _source_of(d)
-        lines.append(
-            f"| {d['device']} | {d['device_type']} | {_b(d['budget_w'])} | {d['status']} | "
-            f"{d.get('batch_size') or '—'} | "
-            f"{'—' if d.get('freq_mhz') is None else format(d['freq_mhz'], 'g')} | "
-            f"{_num(d.get('peak_power_w'), '.2f')} | {_num(d.get('time_s'), ',.0f')} | "
-            f"{_num(_kj(d.get('energy_j')), '.1f')} | {_num(d.get('accuracy'), '.3f')} | "
-            f"{_x(d.get('speedup_vs_b1'))} | {_x(d.get('speedup_vs_b2'))} | {src} |"
-        )
+    headers, cells = device_table(devs)
+    lines += [
+        "| " + " | ".join([*headers, "source"]) + " |",
+        "|---" * (len(headers) + 1) + "|",
+    ]
+    for d, row in zip(devs, cells, strict=True):
+        lines.append("| " + " | ".join([*row, _source_of(d)]) + " |")
     f = report["fleet"]
     counts = ", ".join(f"{k}: {v}" for k, v in f["status_counts"].items())
     lines += [
@@ -241,8 +236,7 @@ def run_markdown(report: dict, run_dir: Path) -> str:
         f"- round time: {_num(f.get('round_time_s'), ',.0f')} s (slowest device); median "
         f"{_num(f.get('median_time_s'), ',.0f')} s",
         f"- accuracy (weighted by samples): {_num(f.get('accuracy_weighted'), '.3f')}",
-        f"- median speed-up vs B1 {_x(f.get('median_speedup_vs_b1'))}, vs B2 "
-        f"{_x(f.get('median_speedup_vs_b2'))}",
+        f"- median speed-up {speedup_summary(f)}",
         f"- budget violations: {len(f.get('budget_violations') or [])}",
         "",
         "## Chosen operating points against each profile's frontier",

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
-from fleet.cli.common import budget_label, console, emit_json, fmt, mhz, table
+from fleet.cli.common import console, emit_json, fmt, progress_bar
 from fleet.errors import InputError
+from fleet.report import device_table, speedup_summary
 from simulations.runner import DEFAULT_FLEET, ENGINES, simulate
 
 
@@ -26,20 +27,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    progress_bar = Progress(
-        TextColumn("[bold]simulate[/]"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.description}"),
-        TimeElapsedColumn(),
-        console=console.__class__(stderr=True),
-        transient=True,
-    )
-    with progress_bar:
-        task = progress_bar.add_task("starting", total=None)
+    with progress_bar("simulate") as bar:
+        task = bar.add_task("starting", total=None)
 
         def progress(done: int, total: int, name: str) -> None:
-            progress_bar.update(task, completed=done, total=total, description=name)
+            bar.update(task, completed=done, total=total, description=name)
 
         try:
             report = simulate(args.fleet, args.engine, args.run_dir, progress)
@@ -55,51 +47,25 @@ def run(args: argparse.Namespace) -> int:
 
 
 def show(report: dict) -> None:
-    cols = [
-        "device",
-        "type",
-        "budget",
-        "status",
-        "batch",
-        "freq MHz",
-        "peak W",
-        "time s",
-        "energy J",
-        "accuracy",
-        "x vs B1",
-        "x vs B2",
-    ]
-    rows = [
-        [
-            d["device"],
-            d["device_type"],
-            budget_label(d["budget_w"]),
-            d["status"],
-            d["batch_size"],
-            mhz(d["freq_mhz"]),
-            d["peak_power_w"],
-            d["time_s"],
-            d["energy_j"],
-            d["accuracy"],
-            d["speedup_vs_b1"],
-            d["speedup_vs_b2"],
-        ]
-        for d in report["devices"]
-    ]
+    cols, rows = device_table(report["devices"])
     title = (
         f"{report['run']}: {len(rows)} devices, {report['model']}, target "
         f"{report['target_accuracy']:g}, engine {report['engine']}"
     )
     if len(rows) > 40:  # a what-if fleet: show the first rows, the totals tell the rest
         rows = rows[:20] + [["..."] + [""] * (len(cols) - 1)] + rows[-5:]
-    console.print(table(title, cols, rows))
+    t = Table(title=title, title_justify="left")
+    for c in cols:
+        t.add_column(c, justify="left" if c in ("device", "type", "status") else "right")
+    for r in rows:
+        t.add_row(*r)
+    console.print(t)
     f = report["fleet"]
     counts = ", ".join(f"{k}: {v}" for k, v in f["status_counts"].items())
     console.print(
         f"fleet: {f['devices']} devices ({counts}); energy {fmt(f['energy_j'])} J; round time "
         f"{fmt(f['round_time_s'])} s (median {fmt(f['median_time_s'])} s); weighted accuracy "
-        f"{fmt(f['accuracy_weighted'])}; median speed-up vs B1 {fmt(f['median_speedup_vs_b1'])}"
-        f", vs B2 {fmt(f['median_speedup_vs_b2'])}; budget violations: "
+        f"{fmt(f['accuracy_weighted'])}; median speed-up {speedup_summary(f)}; budget violations: "
         f"{len(f['budget_violations'])}",
         highlight=False,
     )

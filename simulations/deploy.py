@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fleet import report as fleet_report
 from fleet.errors import InputError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -422,11 +423,11 @@ class CoordinatorResult:
 
 
 def read_report(run_dir: Path, token: str) -> dict[str, Any] | None:
+    """This run's report, or None when the run wrote none (``fleet.report.read_report``)."""
     try:
-        report = json.loads((run_dir / "report.json").read_text())
-    except (OSError, ValueError):
+        return fleet_report.read_report(run_dir, token)
+    except InputError:
         return None
-    return report if report.get("run_token") == token else None
 
 
 def run_coordinator(

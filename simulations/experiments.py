@@ -15,10 +15,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
 from fleet.agent.profile_io import atomic_write_text
-from fleet.cli.common import console, emit_json
+from fleet.cli.common import console, emit_json, progress_bar
 from fleet.errors import InputError
 from fleet.experiment import Grid, proxy_sensitivity, run_grid
 from fleet.reportmd import experiment_markdown, operating_point_figures
@@ -81,14 +79,7 @@ def run(args: argparse.Namespace) -> int:
         devices=tuple(d for d in args.devices.split(",") if d),
         seeds=args.seeds,
     )
-    with Progress(
-        TextColumn("[bold]experiment[/]"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.description}"),
-        console=console.__class__(stderr=True),
-        transient=True,
-    ) as bar:
+    with progress_bar("experiment", elapsed=False) as bar:
         task = bar.add_task("", total=None)
         rows = run_grid(grid, lambda k, n, d: bar.update(task, completed=k, total=n, description=d))
     sens = []

@@ -18,7 +18,6 @@ have 2 cores); ``ray_cpus`` raises the cap on bigger hosts.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import shutil
@@ -28,7 +27,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from fleet.errors import InputError
 from fleet.fleetconfig import load_fleet
+from fleet.report import read_report
 
 QUIET_ENV = {
     "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
@@ -132,15 +133,7 @@ def run_flower(
 
 def read_run_report(run_dir: Path, token: str) -> dict[str, Any]:
     """This run's report.json, or a clear error saying the run did not produce it."""
-    path = run_dir / "report.json"
     try:
-        report = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise FlowerRunError(
-            f"the Flower run wrote no report ({path} is missing); see the errors above"
-        ) from None
-    except ValueError as exc:
-        raise FlowerRunError(f"{path}: not valid JSON: {exc}") from None
-    if report.get("run_token") != token:
-        raise FlowerRunError(f"{path} is from another run: this run did not finish its report")
-    return report
+        return read_report(run_dir, token)
+    except InputError as exc:
+        raise FlowerRunError(f"the Flower run did not produce its report: {exc}") from None

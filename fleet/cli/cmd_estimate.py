@@ -5,9 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-from fleet.cli.common import console, emit_json, table
+from fleet.cli.common import console, emit_json, progress_bar, table
 from fleet.errors import InputError
 from fleet.estimate import EstimateSpec, estimate, write_outputs
 
@@ -65,15 +63,7 @@ def run(args: argparse.Namespace) -> int:
         max_samples=args.max_samples,
         data_dir=args.data_dir,
     )
-    with Progress(
-        TextColumn("[bold]estimate[/]"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.description}"),
-        TimeElapsedColumn(),
-        console=console.__class__(stderr=True),
-        transient=True,
-    ) as bar:
+    with progress_bar("estimate") as bar:
         task = bar.add_task("", total=len(spec.batch_sizes) * spec.seeds)
 
         def progress(done, total, run):

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
-from fleet.cli.common import console, emit_json
+from fleet.cli.common import console, emit_json, progress_bar
 from fleet.pretrain import pretrain
 
 
@@ -26,13 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    with Progress(
-        TextColumn("[bold]pretrain[/]"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        console=console.__class__(stderr=True),
-        transient=True,
-    ) as bar:
+    with progress_bar("pretrain", elapsed=False) as bar:
         task = bar.add_task("", total=None)
         meta = pretrain(
             args.model,

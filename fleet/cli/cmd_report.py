@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from fleet.agent.profile_io import atomic_write_text
 from fleet.cli.common import console, emit_json
-from fleet.errors import InputError
+from fleet.report import read_report
 from fleet.reportmd import run_markdown
 
 
@@ -19,23 +18,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def load_run(run_dir: Path) -> dict:
-    path = run_dir / "report.json"
-    try:
-        report = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError(f"{path}: not found (is {run_dir} a run directory?)") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    for key in ("devices", "fleet"):
-        if key not in report:
-            raise InputError(f"{path}: missing '{key}' (expected a powerfleet round report)")
-    return report
-
-
 def run(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir)
-    report = load_run(run_dir)
+    report = read_report(run_dir)
     text = run_markdown(report, run_dir)
     out = run_dir / "report.md"
     atomic_write_text(str(out), text)

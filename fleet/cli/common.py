@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from fleet import fleetconfig
@@ -82,3 +83,21 @@ def table(title: str, columns: list[str], rows: list[list[Any]]) -> Table:
     for r in rows:
         t.add_row(*[fmt(v) for v in r])
     return t
+
+
+def progress_bar(command: str, *, elapsed: bool = True, transient: bool = True) -> Progress:
+    """The progress bar every long command shows on stderr (stdout stays clean for --json).
+
+    ``[command] ━━━━  done/total  what  elapsed``; the caller adds a task and updates it with
+    ``completed``/``total``/``description``. Off when stderr is not a terminal.
+    """
+    err = Console(stderr=True)
+    columns = [
+        TextColumn(f"[bold]{command}[/]"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.description}"),
+    ]
+    if elapsed:
+        columns.append(TimeElapsedColumn())
+    return Progress(*columns, console=err, transient=transient, disable=not err.is_terminal)
