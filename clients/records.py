@@ -11,10 +11,10 @@ Instruction (server -> device), a ``RecordDict``:
     ``config``  ConfigRecord: the efficiency vector (``batch-sizes`` list[int] and
                 ``samples-to-accuracy`` list[float], -1.0 = never reached the target),
                 ``efficiency-source``, and the fleet's run settings (``RunSettings``, one
-                key per field: ``run-name``, ``model``, ``target-accuracy``, ``mode``,
-                ``objective``, ``rounds``, ``optimizer``, ``lr-ref-batch``, ``lr-ref``,
-                ``seed``, ``extra`` as JSON), ``fleet-path`` (simulation: where the device
-                finds its fleet entry) and ``server-round``.
+                key per field: ``run-name``, ``model``, ``efficiency`` (the fleet's path),
+                ``target-accuracy``, ``mode``, ``objective``, ``rounds``, ``optimizer``,
+                ``lr-ref-batch``, ``lr-ref``, ``seed``, ``extra`` as JSON), ``fleet-path``
+                (simulation: where the device finds its fleet entry) and ``server-round``.
 
 Reply (device -> server), a ``RecordDict``:
     ``metrics`` MetricRecord: every numeric column of the report row (``batch-size``,
@@ -109,6 +109,7 @@ def encode_instruction(ins: TrainInstruction) -> ConfigRecord:
             "efficiency-source": ins.efficiency.source,
             "run-name": run.name,
             "model": run.model,
+            "efficiency": run.efficiency,
             "target-accuracy": float(run.target_accuracy),
             "mode": run.mode,
             "objective": run.objective,
@@ -139,7 +140,7 @@ def decode_instruction(cfg: ConfigRecord) -> TrainInstruction:
         run = RunSettings(
             name=str(cfg.get("run-name", "")),
             model=str(cfg.get("model", "")),
-            efficiency=source,
+            efficiency=str(cfg.get("efficiency", source)),
             target_accuracy=float(cfg["target-accuracy"]),  # type: ignore[arg-type]
             mode=str(cfg.get("mode", "local")),
             objective=str(cfg.get("objective", "time")),
