@@ -7,7 +7,7 @@ coordinator's code; ``strategies/coordinator.py`` imports it from here.
 
 Instruction (server -> device), a ``RecordDict``:
     ``arrays``  ArrayRecord: the model weights, or empty when the run ships no weights
-                (trace replay of 1,000 devices needs none).
+                (1,000 devices on the virtual clock need none).
     ``config``  ConfigRecord: the efficiency vector (``batch-sizes`` list[int] and
                 ``samples-to-accuracy`` list[float], -1.0 = never reached the target),
                 ``efficiency-source``, and the fleet's run settings (``RunSettings``, one

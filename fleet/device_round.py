@@ -76,7 +76,7 @@ class DeviceResult:
     efficiency: str = ""
     learning: str = "trace"
     message: str = ""
-    trace: str | None = None  # the convergence trace (true samples-to-accuracy) replayed
+    trace: str | None = None  # the convergence trace (true samples-to-accuracy) it ran on
     segments: list[Segment] = field(default_factory=list)
 
     @classmethod

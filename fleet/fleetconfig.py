@@ -21,7 +21,7 @@ the file, the device and the field; nothing falls back to a silent default.
     budget_w = 4.5            # watts, or "none" / "unlimited" / "inf" (fleetconfig.parse_budget)
     budget_schedule = [[0, 7.0], [600, 4.5]]   # optional: (seconds into training, watts)
     profile = "../profiles/nano_resnet18.csv"
-    data = "../efficiency/resnet18_svhn.csv"    # replay: the device's convergence trace
+    data = "../efficiency/resnet18_svhn.csv"    # the device's convergence trace (virtual clock)
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The virtual clock: a simulated device replays its recorded profile instead of a board.
+"""The virtual clock: a simulated device runs on its recorded profile instead of a board.
 
 The device does what a real one does (``fleet.device_round.run_device``: select (b, f) under
 its budget with the efficiency the coordinator shipped, then train until the target) but time
@@ -143,7 +143,7 @@ def simulate_device(spec: DeviceSpec, shipped: Efficiency, run: RunSettings) -> 
     try:
         profile, index = cached_profile(spec.profile)
         if spec.data is None:
-            raise InputError(f"device {spec.name}: no convergence trace (data) to replay")
+            raise InputError(f"device {spec.name}: no convergence trace (data) to run on")
         trace = cached_efficiency(spec.data)
     except InputError as exc:
         return DeviceResult.for_device(spec, shipped.source, message=str(exc))
