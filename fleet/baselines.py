@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from fleet.efficiency import Efficiency
 from fleet.profile import Profile
+from fleet.registry import Registry
 from fleet.selection import Choice, capped_choice, common_batches
 
 
@@ -26,18 +27,15 @@ class Baseline:
     batch: Callable[[Profile, Efficiency], int]  # the batch size it runs (profile x efficiency)
 
 
-BASELINES: dict[str, Baseline] = {}
+BASELINES: Registry[Baseline] = Registry("baseline")
 
 
 def register_baseline(baseline: Baseline) -> Baseline:
-    if baseline.name in BASELINES:
-        raise ValueError(f"baseline {baseline.name!r} is already registered")
-    BASELINES[baseline.name] = baseline
-    return baseline
+    return BASELINES.register(baseline.name, baseline)
 
 
 def unregister_baseline(name: str) -> None:
-    BASELINES.pop(name, None)
+    BASELINES.unregister(name)
 
 
 def run_baseline(

@@ -26,7 +26,6 @@ from fleet.efficiency import Efficiency, load_efficiency
 from fleet.errors import InfeasibleError, InputError
 from fleet.profile import Profile, load_profile
 from fleet.selection import (
-    Choice,
     SelectionIndex,
     align,
     evaluate,
@@ -139,7 +138,7 @@ def run_case(
                 try:
                     # the oracle knows the target's mean efficiency (the paper trains every
                     # batch size on the target to get it); each seed's cost is its own draw
-                    c = _pick(method, index, proxy, truth, budget, cap)
+                    c = choose(method, index, proxy, truth, budget, cap)
                 except InfeasibleError as exc:
                     status = f"infeasible: {exc}"
                     break
@@ -174,17 +173,6 @@ def run_case(
             rows.append(row)
         _ratios(rows[-len(methods()) :])
     return rows
-
-
-def _pick(
-    method: str,
-    index: SelectionIndex,
-    proxy: Efficiency,
-    truth: Efficiency,
-    budget: float | None,
-    cap: float | None,
-) -> Choice:
-    return choose(method, index, proxy, truth, budget, cap)  # a baseline without a cap raises
 
 
 def _ratios(rows: list[dict[str, object]]) -> None:

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from fleet.errors import InputError
+from fleet.registry import Registry
 
 if TYPE_CHECKING:  # type hints only: fleetconfig imports this table, and profile imports that
     from fleet.profile import Point
@@ -50,29 +50,20 @@ def energy_per_sample(p: Point) -> float:
     return p.mean_power_w * p.time_per_batch_s / p.batch_size
 
 
-OBJECTIVES: dict[str, Objective] = {}
+OBJECTIVES: Registry[Objective] = Registry("objective")
 
 
 def register_objective(objective: Objective) -> Objective:
-    """Add an objective to the table (a name already taken is a programming error)."""
-    if objective.name in OBJECTIVES:
-        raise ValueError(f"objective {objective.name!r} is already registered")
-    OBJECTIVES[objective.name] = objective
-    return objective
+    return OBJECTIVES.register(objective.name, objective)
 
 
 def unregister_objective(name: str) -> None:
-    OBJECTIVES.pop(name, None)
+    OBJECTIVES.unregister(name)
 
 
 def get_objective(name: str) -> Objective:
     """The named objective, or one InputError listing the known ones."""
-    try:
-        return OBJECTIVES[name]
-    except KeyError:
-        raise InputError(
-            f"objective must be one of {', '.join(OBJECTIVES)}, got {name!r}"
-        ) from None
+    return OBJECTIVES.get_entry(name)
 
 
 register_objective(

@@ -23,46 +23,27 @@ from fleet.errors import InputError
 from fleet.fleetconfig import DeviceSpec, RunSettings
 from fleet.learning import train_device
 from fleet.objectives import Objective, register_objective, unregister_objective
-from fleet.profile import Point, Profile, load_profile
+from fleet.profile import load_profile
 from fleet.report import fleet_totals, write_report
 from fleet.selection import SelectionIndex, select, select_brute_force
 from fleet.virtual_clock import VirtualClock, simulate_device
-from tests.test_estimate import tiny_idx
-from tests.test_learning import HEADER
+from tests.test_learning import setup
+from tests.test_virtual_clock import PROFILE
 
-ROWS = (
-    "8,307.2,0.08,4.0,3.0,{t}\n8,614.4,0.05,5.5,4.5,{t}\n"
-    "32,307.2,0.20,4.6,4.0,{t}\n32,614.4,0.12,6.5,5.5,{t}\n"
-)
 SHIPPED = Efficiency({8: 800.0, 32: 1600.0}, source="proxy.csv")
 
 
-def run_settings() -> RunSettings:
-    return RunSettings(
-        "t",
-        "small_cnn",
-        "proxy.csv",
-        0.9,
-        lr_ref_batch=32,
-        lr_ref=2e-3,
-        extra={"eval_every_samples": 64, "max_samples": 4000},
-    )
-
-
-def files(tmp_path: Path, device_type: str = "jetson-nano") -> tuple[Path, Path, Path]:
-    prof = tmp_path / f"{device_type}.csv"
-    prof.write_text(HEADER + "\n" + ROWS.format(t=device_type))
+def files(tmp_path: Path, device_type: str = "jetson-nano"):
+    """test_learning's tiny CNN data, run settings and Nano profile (b=8/32), re-typed."""
+    data, prof, _, run = setup(tmp_path)
+    prof.write_text(prof.read_text().replace("jetson-nano", device_type))
     trace = tmp_path / "trace.csv"
     trace.write_text("batch_size,samples_to_accuracy\n8,880\n32,2000\n")
-    data = tmp_path / "tiny"
-    if not data.exists():
-        tiny_idx(data)
-    return prof, trace, data
+    return prof, trace, data, run
 
 
 def three_rows(tmp_path: Path, profile_type: str, spec_type: str = "jetson-nano") -> list[dict]:
-    prof, trace, data = files(tmp_path, profile_type)
-    run = run_settings()
+    prof, trace, data, run = files(tmp_path, profile_type)
     sim = DeviceSpec("d", spec_type, 5.0, str(prof), str(trace))
     clock = simulate_device(sim, SHIPPED, run).to_dict()
     host, _ = train_device(
@@ -107,31 +88,21 @@ def test_device_type_check_fires_on_every_path(tmp_path: Path) -> None:
 
 
 def test_virtual_clock_reports_the_accuracy_its_trace_reached(tmp_path: Path) -> None:
-    prof, _, _ = files(tmp_path)
+    prof, _, _, run = files(tmp_path)
     trace = tmp_path / "cinic.csv"
     trace.write_text("batch_size,samples_to_accuracy,target_accuracy\n8,880,0.76\n32,2000,0.76\n")
     spec = DeviceSpec("d", "jetson-nano", 5.0, str(prof), str(trace))
-    row = simulate_device(spec, SHIPPED, run_settings()).to_dict()
+    row = simulate_device(spec, SHIPPED, run).to_dict()
     assert row["status"] == "ok" and row["accuracy"] == 0.76
     assert "reaches accuracy 0.76, not the fleet's target 0.9" in row["message"]
     same = tmp_path / "same.csv"
     same.write_text("batch_size,samples_to_accuracy,target_accuracy\n8,880,0.9\n32,2000,0.9\n")
     spec = DeviceSpec("d", "jetson-nano", 5.0, str(prof), str(same))
-    row = simulate_device(spec, SHIPPED, run_settings()).to_dict()
+    row = simulate_device(spec, SHIPPED, run).to_dict()
     assert row["accuracy"] == 0.9 and row["message"] == ""
 
 
 # ----------------------------------------------------------------------------- registries
-
-PROFILE = Profile(
-    [
-        Point(8, 307.2, 0.10, 4.0, 3.0),
-        Point(8, 460.8, 0.08, 4.8, 4.0),
-        Point(32, 307.2, 0.32, 4.4, 3.5),
-        Point(32, 460.8, 0.16, 5.6, 5.0),
-    ],
-    "hand.csv",
-)
 
 
 def test_a_toy_objective_is_one_registry_entry() -> None:
@@ -195,7 +166,7 @@ def test_a_toy_baseline_is_one_registry_entry(tmp_path: Path) -> None:
         assert by["b0"]["predicted_time_s"] == pytest.approx(12.5)
         assert by["ours"]["speedup_vs_b0"] == pytest.approx(12.5 / by["ours"]["predicted_time_s"])
         spec = DeviceSpec("d", "jetson-nano", 5.0, "hand.csv", "t.csv")
-        res = run_device(spec, PROFILE, eff, run_settings(), VirtualClock(eff))
+        res = run_device(spec, PROFILE, eff, RunSettings("t", "m", "e.csv", 0.9), VirtualClock(eff))
         row = res.to_dict()
         assert row["b0_time_s"] == pytest.approx(12.5)
         assert row["speedup_vs_b0"] == pytest.approx(12.5 / row["time_s"])
