@@ -70,7 +70,7 @@ def show(report: dict) -> None:
         highlight=False,
     )
     for d in report["devices"]:
-        if d["status"] not in ("ok",) and d.get("message"):
+        if d.get("message"):  # why it failed, or what an ok row's numbers mean
             console.print(f"  {d['device']}: {d['status']}: {d['message']}", highlight=False)
     console.print(
         f"report: {report['run_dir']}/report.json, devices.csv ({report['wall_s']:.1f} s)",
