@@ -32,6 +32,7 @@ from fleet.baselines import BASELINES, run_baseline, speedup_column, time_column
 from fleet.efficiency import Efficiency
 from fleet.errors import InfeasibleError, InputError
 from fleet.fleetconfig import DEVICE_TYPES, BudgetStep, DeviceSpec, RunSettings
+from fleet.objectives import OBJECTIVES
 from fleet.profile import Profile
 from fleet.selection import Choice, SelectionIndex, align, evaluate
 
@@ -191,10 +192,14 @@ def run_device(
 
     ``index`` may be a prebuilt ``SelectionIndex`` of ``profile`` (thousands of simulated
     devices share a reference profile); ``context`` is the objective's extra keywords (e.g. a
-    deadline). Never raises ``InputError``: an ``error`` / ``infeasible`` row says what went
-    wrong, so one device cannot stop the fleet's round.
+    deadline); by default each keyword the objective names (``Objective.context``) is taken
+    from the fleet's ``[run]`` table (``run.extra``). Never raises ``InputError``: an
+    ``error`` / ``infeasible`` row says what went wrong, so one device cannot stop the round.
     """
     res = DeviceResult.for_device(spec, shipped.source)
+    if context is None:
+        wanted = OBJECTIVES[run.objective].context if run.objective in OBJECTIVES else ()
+        context = {k: run.extra[k] for k in wanted if k in run.extra}
     if runner.learning is not None:
         res.learning = runner.learning
     try:
