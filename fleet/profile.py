@@ -95,7 +95,7 @@ class Profile:
 def check_budget(budget_w: float | None) -> float:
     """A budget as a limit to compare peaks with: None (unlimited) is +inf; validated once,
     by the budget codec (``fleet.fleetconfig.check_budget``)."""
-    checked = fleetconfig.check_budget("budget", budget_w)
+    checked = fleetconfig.check_budget("budget_w", budget_w)
     return UNLIMITED if checked is None else checked
 
 
