@@ -106,7 +106,7 @@ def run_flower(
     with flower_environment():
         from flwr.simulation import run_simulation
 
-        from clients.replay_client import app as client_app
+        from clients.client_app import app as client_app
         from strategies.server_app import ServerSettings, make_server_app
 
         settings = ServerSettings(

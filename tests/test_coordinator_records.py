@@ -18,7 +18,7 @@ from flwr.serverapp import Grid
 from flwr.supercore.task_identity import TaskIdentity
 
 from clients import records
-from clients.replay_client import replay_round
+from clients.client_app import replay_round
 from fleet.efficiency import Efficiency
 from fleet.errors import InputError
 from fleet.fleetconfig import BudgetStep, DeviceSpec, load_fleet

@@ -4,7 +4,7 @@ import numpy as np
 from flwr.app import ArrayRecord, RecordDict
 
 from clients import records
-from clients.replay_client import replay_round
+from clients.client_app import replay_round
 from fleet.agent.models import build_model
 from fleet.efficiency import Efficiency
 from tests.test_estimate import tiny_idx
