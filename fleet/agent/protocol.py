@@ -11,8 +11,9 @@ Events:   ``{"id": N, "event": "progress", "done": k, "total": n}`` before a lon
           final response.
 
 Commands are plain functions ``handler(ctx, request) -> dict`` in ``HANDLERS``; adding one is
-one dict entry (``train`` is added that way at the end of this module). A handler raises to fail; the server turns the exception
-into a one-line error response and keeps serving. stdout carries protocol lines only.
+one dict entry (``train`` is added that way at the end of this module). A handler raises to
+fail; the server turns the exception into a one-line error response and keeps serving. stdout
+carries protocol lines only.
 """
 
 import json

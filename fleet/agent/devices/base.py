@@ -7,7 +7,7 @@ compatible: this runs on JetPack 4.6.
 """
 
 import abc
-from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple  # noqa: F401
 
 
 class DeviceError(RuntimeError):
