@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fleet.cli.common import budget_label, console, emit_json, fmt, mhz, table
@@ -32,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
         MofNCompleteColumn(),
         TextColumn("{task.description}"),
         TimeElapsedColumn(),
-        console=console.__class__(stderr=True),
+        console=Console(stderr=True),
         transient=True,
     )
     with progress_bar:
