@@ -21,7 +21,7 @@ from fleet.fleetconfig import load_fleet
 from fleet.profile import load_profile
 from fleet.replay import cached_efficiency
 from fleet.selection import align, select
-from simulations import deploy
+from deployment import deploy
 
 ROOT = Path(__file__).resolve().parents[1]
 SIM = ROOT / "simulations"
