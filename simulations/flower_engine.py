@@ -111,6 +111,61 @@ def _follow(path: Path, seen: int, progress: Callable[[int, int, str], None] | N
     return len(complete)
 
 
+def flwr_run_local(
+    app_dir: str | Path,
+    num_supernodes: int,
+    run_config: dict[str, object],
+    *,
+    ray_cpus: int = 2,
+    timeout_s: float = 3600.0,
+    verbose: bool = False,
+    on_poll: Callable[[], None] | None = None,
+) -> str:
+    """``flwr run APP`` on a fresh local simulation SuperLink of ``num_supernodes`` nodes.
+
+    Blocks until the run ends (or ``timeout_s``), calling ``on_poll`` about five times a second
+    meanwhile; stops the SuperLink and everything it started; returns the tail of flwr's output
+    (empty when ``verbose`` streams it to this process's terminal).
+    """
+    home = Path(tempfile.mkdtemp(prefix="powerfleet-flwr-"))
+    try:
+        (home / "config.toml").write_text(connection_config(num_supernodes, ray_cpus, verbose))
+        overrides = home / "run-config.toml"
+        lines = [f"{k} = {deploy.toml_value(v)}\n" for k, v in run_config.items()]
+        overrides.write_text("".join(lines))
+        env = deploy.flower_env(home)
+        env["FLWR_LOCAL_SUPERLINK_HTTP_API_PORT"] = str(deploy.free_port())
+        env["FLWR_LOCAL_CONTROL_API_PORT"] = str(deploy.free_port())
+        argv = [deploy.flower_bin("flwr"), "run", str(app_dir), CONNECTION, "--stream"]
+        if run_config:
+            argv += ["-c", str(overrides)]
+        log_path = home / "flwr-run.log"
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=None if verbose else log,
+                stderr=None if verbose else subprocess.STDOUT,
+                env=env,
+                cwd=str(home),
+                start_new_session=True,
+            )
+            deadline = time.monotonic() + timeout_s
+            try:
+                while proc.poll() is None and time.monotonic() < deadline:
+                    if on_poll is not None:
+                        on_poll()
+                    time.sleep(0.2)
+            finally:
+                if proc.poll() is None:
+                    deploy.stop_tree(proc)
+        tail = [ln for ln in log_path.read_text(errors="replace").splitlines() if ln.strip()]
+        return tail[-1].strip()[:300] if tail else ""
+    finally:
+        stop_pids(local_superlinks(home))
+        shutil.rmtree(home, ignore_errors=True)
+
+
 def run_flower(
     fleet_path: str | Path,
     run_dir: str | Path,
@@ -127,12 +182,9 @@ def run_flower(
     run_dir = Path(run_dir).resolve()
     fleet = load_fleet(fleet_path)  # fail fast, with the fleet file's own one-line errors
     token = uuid.uuid4().hex
-    home = Path(tempfile.mkdtemp(prefix="powerfleet-flwr-"))
-    progress_file = home / "progress.jsonl"
-    try:
-        (home / "config.toml").write_text(connection_config(len(fleet.devices), ray_cpus, verbose))
-        overrides = home / "run-config.toml"
-        settings = {
+    with tempfile.TemporaryDirectory(prefix="powerfleet-progress-") as tmp:
+        progress_file = Path(tmp) / "progress.jsonl"
+        settings: dict[str, object] = {
             "fleet-path": str(fleet_path),
             "run-dir": str(run_dir),
             "num-nodes": len(fleet.devices),
@@ -141,49 +193,28 @@ def run_flower(
             "run-token": token,
             "progress-file": str(progress_file),
         }
-        overrides.write_text(
-            "".join(f"{k} = {deploy.toml_value(v)}\n" for k, v in settings.items())
+        seen = [0]
+
+        def poll() -> None:
+            seen[0] = _follow(progress_file, seen[0], progress)
+
+        said = flwr_run_local(
+            app_dir,
+            len(fleet.devices),
+            settings,
+            ray_cpus=ray_cpus,
+            timeout_s=timeout_s,
+            verbose=verbose,
+            on_poll=poll,
         )
-        env = deploy.flower_env(home)
-        env["FLWR_LOCAL_SUPERLINK_HTTP_API_PORT"] = str(deploy.free_port())
-        env["FLWR_LOCAL_CONTROL_API_PORT"] = str(deploy.free_port())
-        env["RAY_DEDUP_LOGS"] = "0"
-        argv = [deploy.flower_bin("flwr"), "run", str(app_dir), CONNECTION, "-c", str(overrides)]
-        log_path = home / "flwr-run.log"
-        with open(log_path, "wb") as log:
-            proc = subprocess.Popen(
-                [*argv, "--stream"],
-                stdin=subprocess.DEVNULL,
-                stdout=None if verbose else log,
-                stderr=subprocess.STDOUT if not verbose else None,
-                env=env,
-                cwd=str(home),
-                start_new_session=True,
-            )
-            seen = 0
-            deadline = time.monotonic() + timeout_s
-            try:
-                while proc.poll() is None and time.monotonic() < deadline:
-                    seen = _follow(progress_file, seen, progress)
-                    time.sleep(0.2)
-            finally:
-                if proc.poll() is None:
-                    deploy.stop_tree(proc)
-            _follow(progress_file, seen, progress)
-        return read_run_report(run_dir, token, log_path)
-    finally:
-        stop_pids(local_superlinks(home))
-        shutil.rmtree(home, ignore_errors=True)
+        poll()
+    return read_run_report(run_dir, token, said)
 
 
-def read_run_report(run_dir: Path, token: str, log_path: Path | None = None) -> dict[str, Any]:
+def read_run_report(run_dir: Path, token: str, said: str = "") -> dict[str, Any]:
     """This run's report.json, or a clear error saying the run did not produce it."""
     path = run_dir / "report.json"
-    hint = ""
-    if log_path is not None and log_path.exists():
-        tail = [ln for ln in log_path.read_text(errors="replace").splitlines() if ln.strip()]
-        if tail:
-            hint = f" (flwr run said: {tail[-1].strip()[:300]})"
+    hint = f" (flwr run said: {said})" if said else ""
     try:
         report = json.loads(path.read_text())
     except FileNotFoundError:
@@ -195,4 +226,11 @@ def read_run_report(run_dir: Path, token: str, log_path: Path | None = None) -> 
     return report
 
 
-__all__ = ["FlowerRunError", "connection_config", "local_superlinks", "run_flower", "stop_pids"]
+__all__ = [
+    "FlowerRunError",
+    "connection_config",
+    "flwr_run_local",
+    "local_superlinks",
+    "run_flower",
+    "stop_pids",
+]
