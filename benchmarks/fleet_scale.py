@@ -6,6 +6,11 @@ Each size is a generated fleet (half Nanos, half TX2 NX boards, budgets 4.5 W / 
 MobileNetV2, trace replay) run through both engines one after the other in the same process
 environment; reports seconds per round, devices per second and the Flower/direct ratio. Both
 engines must produce identical device rows (checked), so the ratio prices Flower's overhead.
+
+With the flower engine it also runs a minimal Flower app (benchmarks/minimal_flower_app: one
+empty message to every node and back) on as many simulated nodes, launched the same way
+(``flwr run`` on a fresh local simulation SuperLink), and prints ``flower_over_minimal``: what
+powerfleet's app costs over Flower's own floor (target: at most 1.1).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SIM = ROOT / "simulations"
+MINIMAL_APP = ROOT / "benchmarks" / "minimal_flower_app"
 
 
 def fleet_file(n: int, where: Path) -> Path:
@@ -81,6 +87,15 @@ def main() -> None:
                 ]
                 entry[f"{engine}_s"] = wall
                 entry[f"{engine}_devices_per_s"] = n / wall
+            if "flower" in engines:
+                from simulations.flower_engine import flwr_run_local
+
+                t0 = time.perf_counter()
+                said = flwr_run_local(MINIMAL_APP, n, {"num-nodes": n})
+                entry["minimal_flower_s"] = time.perf_counter() - t0
+                if "error" in said.lower():
+                    entry["minimal_said"] = said
+                entry["flower_over_minimal"] = entry["flower_s"] / entry["minimal_flower_s"]
             if len(rows) == 2:
                 a, b = rows.values()
                 entry["identical_rows"] = sorted(a) == sorted(b)

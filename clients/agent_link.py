@@ -21,11 +21,14 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import fleet
+from fleet.agent.devices import DeviceError, all_options, backend_argv, options_for
+from fleet.errors import InputError
 
 # The directory that holds the ``fleet`` package: the agent's interpreter imports from here.
 PACKAGE_ROOT = str(Path(fleet.__file__).resolve().parent.parent)
@@ -49,22 +52,79 @@ class AgentTimeout(AgentError):
 def agent_command(
     python: str | None = None,
     backend: str = "jetson",
-    sysfs_root: str | None = None,
-    rail: str | None = None,
-    profile_csv: str | None = None,
     log_level: str | None = None,
+    **options: Any,
 ) -> list[str]:
-    """The agent's argv; only the options given, since each backend rejects foreign ones."""
-    argv = [python or sys.executable, "-m", "fleet.agent", "--backend", backend]
-    for flag, value in (
-        ("--sysfs-root", sysfs_root),
-        ("--rail", rail),
-        ("--profile-csv", profile_csv),
-        ("--log-level", log_level),
-    ):
-        if value:
-            argv += [flag, value]
+    """The agent's argv: ``options`` are the backend's constructor options (its ``SPEC``), and
+    only those given travel, since each backend refuses foreign ones."""
+    try:
+        argv = backend_argv(backend, options)
+    except DeviceError as exc:
+        raise InputError(str(exc)) from None
+    argv = [python or sys.executable, "-m", "fleet.agent", *argv]
+    if log_level:
+        argv += ["--log-level", log_level]
     return argv
+
+
+# Node-config keys the hardware client reads besides the backend's own options (which are the
+# backends' declared options under their public names: see ``node_config_keys``).
+AGENT_KEYS = ("backend", "agent-python", "agent-timeout-s", "work-dir")
+
+
+def node_config_keys() -> list[str]:
+    """Every node-config key a hardware node may carry: the fixed ones, then each backend
+    option's public name (generated from the backend registry)."""
+    return [*AGENT_KEYS, *(opt.public for opt, _ in all_options())]
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    """How to start and talk to this board's agent (from the node config).
+
+    ``options`` are the backend's constructor options (``{"sysfs_root": "/x", ...}``).
+    """
+
+    backend: str = "jetson"
+    python: str | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+    timeout_s: float = 60.0  # hello, lock, shutdown
+    long_timeout_s: float = 3600.0  # profile, train
+    work_dir: str = ""
+
+    @classmethod
+    def from_node_config(cls, nc: Mapping[str, Any]) -> AgentSettings:
+        def text(key: str) -> str | None:
+            value = nc.get(key)
+            return str(value) if value not in (None, "") else None
+
+        raw_timeout = nc.get("agent-timeout-s", 3600.0)
+        try:
+            long_timeout = float(raw_timeout)
+        except (TypeError, ValueError):
+            raise InputError(
+                f"node config: agent-timeout-s={raw_timeout!r} is not a number of seconds"
+            ) from None
+        backend = text("backend") or "jetson"
+        given = {
+            opt.public: nc[opt.public]
+            for opt, _ in all_options()
+            if nc.get(opt.public) not in (None, "")
+        }
+        try:
+            options = options_for(backend, given, "node config")
+        except DeviceError as exc:
+            raise InputError(str(exc)) from None
+        return cls(
+            backend=backend,
+            python=text("agent-python"),
+            options=options,
+            long_timeout_s=long_timeout,
+            work_dir=text("work-dir") or "",
+        )
+
+    def argv(self) -> list[str]:
+        return agent_command(self.python, self.backend, **dict(self.options))
 
 
 class AgentLink:

@@ -19,9 +19,11 @@ The device's ``data`` for a hardware node is a ``.pt`` file of ``{"train": (x, y
 (x, y)}`` tensors on the board.
 
 Node config keys (besides the device's own: device-name, device-type, budget-w, profile...):
-``backend`` (jetson | nvml | cpu | replay; default jetson), ``agent-python``, ``sysfs-root``,
-``rail``, ``profile-csv`` (replay backend), ``agent-timeout-s`` (per long command, default 3600),
-``work-dir`` (where a profile is written when the node config names none).
+``backend`` (default jetson), ``agent-python``, ``agent-timeout-s`` (per long command, default
+3600), ``work-dir`` (where a profile is written when the node config names none), and the
+chosen backend's own options under their public names (``clients.agent_link.AgentSettings``,
+generated from the backend registry: e.g. ``sysfs-root``, ``rail``, ``gpu-index``,
+``allow-clock-changes``, ``profile-csv``).
 
 A budget schedule is honoured only in its first step here: re-selecting mid-training needs the
 trainer, which owns the training loop.
@@ -38,54 +40,12 @@ from typing import Any
 from flwr.app import ArrayRecord, RecordDict
 
 from clients import records
-from clients.agent_link import AgentError, AgentLink, ProgressCallback, agent_command
+from clients.agent_link import AgentError, AgentLink, AgentSettings, ProgressCallback
 from fleet.device_round import DeviceResult, Round, run_device
 from fleet.efficiency import Efficiency, scaled_lr
 from fleet.errors import InputError
 from fleet.fleetconfig import DeviceSpec
 from fleet.profile import Profile, load_profile
-
-
-@dataclass(frozen=True)
-class AgentSettings:
-    """How to start and talk to this board's agent (from the node config)."""
-
-    backend: str = "jetson"
-    python: str | None = None
-    sysfs_root: str | None = None
-    rail: str | None = None
-    profile_csv: str | None = None
-    timeout_s: float = 60.0  # hello, lock, shutdown
-    long_timeout_s: float = 3600.0  # profile, train
-    work_dir: str = ""
-
-    @classmethod
-    def from_node_config(cls, nc: dict) -> AgentSettings:
-        def text(key: str) -> str | None:
-            value = nc.get(key)
-            return str(value) if value not in (None, "") else None
-
-        raw_timeout = nc.get("agent-timeout-s", 3600.0)
-        try:
-            long_timeout = float(raw_timeout)
-        except (TypeError, ValueError):
-            raise InputError(
-                f"node config: agent-timeout-s={raw_timeout!r} is not a number of seconds"
-            ) from None
-        return cls(
-            backend=text("backend") or "jetson",
-            python=text("agent-python"),
-            sysfs_root=text("sysfs-root"),
-            rail=text("rail"),
-            profile_csv=text("profile-csv"),
-            long_timeout_s=long_timeout,
-            work_dir=text("work-dir") or "",
-        )
-
-    def argv(self) -> list[str]:
-        return agent_command(
-            self.python, self.backend, self.sysfs_root, self.rail, self.profile_csv
-        )
 
 
 def profile_path_for(

@@ -531,9 +531,9 @@ def _csv_text(comments: Iterable[str], header: Sequence[str], rows: Iterable[Seq
 def write_profile(device: Device | str, model: Workload | str, path: str | Path) -> Path:
     """Write the modeled profile CSV of ``device`` x ``model`` to ``path`` (atomically).
 
-    Columns per DESIGN.md, ``source=modeled`` in every row, and a ``#`` header that says the file
-    is modeled (not measured), which model version made it and how to regenerate it. Returns the
-    path written.
+    Columns per docs/architecture.md (profile CSV), ``source=modeled`` in every row, and a ``#``
+    header that says the file is modeled (not measured), which model version made it and how to
+    regenerate it. Returns the path written.
     """
     dev = DEVICES[device] if isinstance(device, str) else device
     wl = WORKLOADS[model] if isinstance(model, str) else model

@@ -1,92 +1,171 @@
-"""Run a fleet file through Flower's Simulation Runtime (Ray backend), in this process.
+"""Run a fleet file through Flower's simulation the supported way: ``flwr run`` on a local
+simulation SuperLink, exactly as ``flwr run .`` from the project root does.
 
-Why this shape: ``flwr.simulation.run_simulation`` gives both apps an empty run_config and
-returns nothing, but runs the ServerApp in a thread of this process. So the settings go in by
-closure (``make_server_app(settings)``), the ClientApp needs none (its device comes from
-``partition-id`` and the fleet path travels in the instruction), and the result comes back as the
-report the ServerApp writes, checked against a per-call token so a stale report.json from an
-earlier run in the same directory can never be mistaken for this one.
+Why this shape: Flower marks ``flwr.simulation.run_simulation`` deprecated; the supported path
+is a SuperLink in simulation mode that ``flwr run`` starts on demand for a connection whose
+address is ``:local:``. So each call gets a private ``FLWR_HOME`` holding one such connection
+(``options.num-supernodes`` = the fleet's device count), submits the powerfleet Flower app
+(``deployment/flower_app``: the same components and run-config keys as the root
+``pyproject.toml``'s ``[tool.flwr.app]``) with this run's settings as run-config overrides, and
+waits. ``flwr run --stream`` can exit 0 on a failed run, so success is the report the ServerApp
+writes with this call's token. The local SuperLink outlives ``flwr run`` by design; it is found
+by this call's private home in its command line and stopped with everything it started.
 
-Progress: ``progress(done, total, what)`` (the runner's convention) is called from the ServerApp
-thread: ``(0, total, "starting")``, then once per device reply as it arrives with the device's
-name, then ``(total, total, "done")``; total = devices x rounds.
+Ports: the local SuperLink's HTTP and Control API ports are Flower's fixed defaults unless
+``FLWR_LOCAL_SUPERLINK_HTTP_API_PORT`` / ``FLWR_LOCAL_CONTROL_API_PORT`` say otherwise; each call
+picks free ones, so two runs (or another user's ``flwr run``) never share a SuperLink.
 
-Resources: one Ray CPU per virtual device and at most 2 CPUs for Ray (this project's machines
-have 2 cores); ``ray_cpus`` raises the cap on bigger hosts.
+Progress: ``progress(done, total, what)`` (the runner's convention): ``(0, total, "starting")``,
+then once per device reply with the device's name, then ``(total, total, "done")``; the ServerApp
+runs in another process and appends these to a progress file this call follows.
+
+Resources: one Ray CPU per virtual device and at most ``ray_cpus`` (2: this project's machines
+have 2 cores) for Ray.
 """
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import os
+import json
 import shutil
+import subprocess
 import tempfile
+import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from deployment import deploy
 from fleet.errors import InputError
 from fleet.fleetconfig import load_fleet
 from fleet.report import read_report
 
-QUIET_ENV = {
-    "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
-    "FLWR_TELEMETRY_ENABLED": "0",
-    "FLWR_DISABLE_UPDATE_CHECK": "1",
-    "RAY_USAGE_STATS_ENABLED": "0",
-    "RAY_DEDUP_LOGS": "0",
-    "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0",
-}
+CONNECTION = "powerfleet-sim"  # the local-simulation connection in the private config.toml
 
 
 class FlowerRunError(RuntimeError):
     """The Flower run ended without producing this run's report."""
 
 
-@contextlib.contextmanager
-def flower_environment(flwr_home: str | None = None) -> Iterator[str]:
-    """Offline, quiet Flower/Ray settings and a private FLWR_HOME, restored afterwards."""
-    home = flwr_home or tempfile.mkdtemp(prefix="powerfleet-flwr-")
-    wanted = {**QUIET_ENV, "FLWR_HOME": home}
-    saved = {k: os.environ.get(k) for k in wanted}
-    os.environ.update(wanted)
+def connection_config(num_supernodes: int, ray_cpus: int = 2, verbose: bool = False) -> str:
+    """$FLWR_HOME/config.toml with one local-simulation connection sized for the fleet."""
+    return "\n".join(
+        [
+            "[superlink]",
+            f'default = "{CONNECTION}"',
+            "",
+            f"[superlink.{CONNECTION}]",
+            'address = ":local:"',
+            f"options.num-supernodes = {int(num_supernodes)}",
+            f"options.verbose = {'true' if verbose else 'false'}",
+            'options.backend.name = "ray"',
+            "options.backend.client-resources.num-cpus = 1",
+            "options.backend.client-resources.num-gpus = 0.0",
+            f"options.backend.init-args.num-cpus = {int(ray_cpus)}",
+            "options.backend.init-args.num-gpus = 0",
+            'options.backend.init-args.logging-level = "ERROR"',
+            "options.backend.init-args.log-to-driver = false",
+            "",
+        ]
+    )
+
+
+def local_superlinks(flwr_home: Path) -> list[int]:
+    """PIDs of the local SuperLink(s) that ``flwr run`` started for this private home."""
+    marker = str(flwr_home / "local-superlink")
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        words = [w.decode("utf-8", "replace") for w in cmdline]
+        if any(w.endswith("flower-superlink") for w in words[:2]) and any(
+            marker in w for w in words
+        ):
+            pids.append(int(entry.name))
+    return pids
+
+
+def stop_pids(pids: list[int], timeout_s: float = 10.0) -> None:
+    """SIGTERM these processes and all they started, SIGKILL what is left after ``timeout_s``."""
+    everything = []
+    for pid in pids:
+        everything += [pid, *deploy.descendants(pid)]
+    deploy.signal_all(everything, timeout_s)
+
+
+def _follow(path: Path, seen: int, progress: Callable[[int, int, str], None] | None) -> int:
+    """Pass progress lines written since ``seen`` to the callback; returns the new count."""
+    if progress is None or not path.exists():
+        return seen
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    complete = lines if text.endswith("\n") else lines[:-1]  # a line being written waits
+    for line in complete[seen:]:
+        try:
+            done, total, what = json.loads(line)
+        except ValueError:
+            continue
+        progress(int(done), int(total), str(what))
+    return len(complete)
+
+
+def flwr_run_local(
+    app_dir: str | Path,
+    num_supernodes: int,
+    run_config: dict[str, object],
+    *,
+    ray_cpus: int = 2,
+    timeout_s: float = 3600.0,
+    verbose: bool = False,
+    on_poll: Callable[[], None] | None = None,
+) -> str:
+    """``flwr run APP`` on a fresh local simulation SuperLink of ``num_supernodes`` nodes.
+
+    Blocks until the run ends (or ``timeout_s``), calling ``on_poll`` about five times a second
+    meanwhile; stops the SuperLink and everything it started; returns the tail of flwr's output
+    (empty when ``verbose`` streams it to this process's terminal).
+    """
+    home = Path(tempfile.mkdtemp(prefix="powerfleet-flwr-"))
     try:
-        yield home
+        (home / "config.toml").write_text(connection_config(num_supernodes, ray_cpus, verbose))
+        overrides = home / "run-config.toml"
+        lines = [f"{k} = {deploy.toml_value(v)}\n" for k, v in run_config.items()]
+        overrides.write_text("".join(lines))
+        env = deploy.flower_env(home)
+        env["FLWR_LOCAL_SUPERLINK_HTTP_API_PORT"] = str(deploy.free_port())
+        env["FLWR_LOCAL_CONTROL_API_PORT"] = str(deploy.free_port())
+        argv = [deploy.flower_bin("flwr"), "run", str(app_dir), CONNECTION, "--stream"]
+        if run_config:
+            argv += ["-c", str(overrides)]
+        log_path = home / "flwr-run.log"
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=None if verbose else log,
+                stderr=None if verbose else subprocess.STDOUT,
+                env=env,
+                cwd=str(home),
+                start_new_session=True,
+            )
+            deadline = time.monotonic() + timeout_s
+            try:
+                while proc.poll() is None and time.monotonic() < deadline:
+                    if on_poll is not None:
+                        on_poll()
+                    time.sleep(0.2)
+            finally:
+                if proc.poll() is None:
+                    deploy.stop_tree(proc)
+        tail = [ln for ln in log_path.read_text(errors="replace").splitlines() if ln.strip()]
+        return tail[-1].strip()[:300] if tail else ""
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        if flwr_home is None:
-            shutil.rmtree(home, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def _quiet_logging() -> Iterator[None]:
-    """flwr logs INFO per round and a deprecation warning for run_simulation: keep errors only."""
-    logger = logging.getLogger("flwr")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
-
-
-def backend_config(ray_cpus: int = 2) -> dict[str, Any]:
-    return {
-        "client_resources": {"num_cpus": 1, "num_gpus": 0.0},
-        "init_args": {
-            "num_cpus": ray_cpus,
-            "num_gpus": 0,
-            "logging_level": "ERROR",
-            "log_to_driver": False,
-            "object_store_memory": 256 * 1024 * 1024,
-        },
-    }
+        stop_pids(local_superlinks(home))
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def run_flower(
@@ -96,44 +175,58 @@ def run_flower(
     *,
     ray_cpus: int = 2,
     round_timeout_s: float = 600.0,
+    timeout_s: float = 3600.0,
     verbose: bool = False,
+    app_dir: str | Path = deploy.APP_DIR,
 ) -> dict[str, Any]:
     """Simulate the fleet with Flower (one virtual SuperNode per device); return report.json."""
     fleet_path = Path(fleet_path).resolve()
     run_dir = Path(run_dir).resolve()
     fleet = load_fleet(fleet_path)  # fail fast, with the fleet file's own one-line errors
     token = uuid.uuid4().hex
+    with tempfile.TemporaryDirectory(prefix="powerfleet-progress-") as tmp:
+        progress_file = Path(tmp) / "progress.jsonl"
+        settings: dict[str, object] = {
+            "fleet-path": str(fleet_path),
+            "run-dir": str(run_dir),
+            "num-nodes": len(fleet.devices),
+            "round-timeout-s": float(round_timeout_s),
+            "engine": "flower",
+            "run-token": token,
+            "progress-file": str(progress_file),
+        }
+        seen = [0]
 
-    with flower_environment():
-        from flwr.simulation import run_simulation
+        def poll() -> None:
+            seen[0] = _follow(progress_file, seen[0], progress)
 
-        from clients.client_app import app as client_app
-        from strategies.server_app import ServerSettings, make_server_app
-
-        settings = ServerSettings(
-            fleet_path=str(fleet_path),
-            run_dir=str(run_dir),
-            num_nodes=len(fleet.devices),
-            round_timeout_s=round_timeout_s,
-            engine="flower",  # the runner's engine name (simulations/runner.py ENGINES)
-            run_token=token,
-            progress=progress,
+        said = flwr_run_local(
+            app_dir,
+            len(fleet.devices),
+            settings,
+            ray_cpus=ray_cpus,
+            timeout_s=timeout_s,
+            verbose=verbose,
+            on_poll=poll,
         )
-        with contextlib.nullcontext() if verbose else _quiet_logging():
-            run_simulation(
-                server_app=make_server_app(settings),
-                client_app=client_app,
-                num_supernodes=len(fleet.devices),
-                backend_name="ray",
-                backend_config=backend_config(ray_cpus),  # type: ignore[arg-type]
-                verbose_logging=verbose,
-            )
-    return read_run_report(run_dir, token)
+        poll()
+    return read_run_report(run_dir, token, said)
 
 
-def read_run_report(run_dir: Path, token: str) -> dict[str, Any]:
+def read_run_report(run_dir: Path, token: str, said: str = "") -> dict[str, Any]:
     """This run's report.json, or a clear error saying the run did not produce it."""
+    hint = f" (flwr run said: {said})" if said else ""
     try:
         return read_report(run_dir, token)
     except InputError as exc:
-        raise FlowerRunError(f"the Flower run did not produce its report: {exc}") from None
+        raise FlowerRunError(f"the Flower run did not produce its report: {exc}{hint}") from None
+
+
+__all__ = [
+    "FlowerRunError",
+    "connection_config",
+    "flwr_run_local",
+    "local_superlinks",
+    "run_flower",
+    "stop_pids",
+]

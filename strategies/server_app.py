@@ -1,14 +1,16 @@
 """The coordinator's ServerApp: load the fleet, ship model + efficiency, write the round reports.
 
-Settings (``ServerSettings``) reach it two ways, because Flower delivers them differently:
-- deployment (``flwr run simulations/flower_app <superlink> -c ...``): from ``context.run_config``,
-  keys ``fleet-path``, ``run-dir``, ``num-nodes`` (0 = every device of the fleet),
-  ``ship-weights`` ("fleet" = the fleet file's ``ship_weights``, or true/false),
-  ``round-timeout-s``, ``node-wait-s``, ``run-token``;
-- simulation (``flwr.simulation.run_simulation``): run_config is always empty there, so the
-  launcher builds the app with ``make_server_app(settings)`` (a closure; the ServerApp runs in a
-  thread of the launching process, so a progress callback works too).
-A non-empty ``fleet-path`` in run_config wins over the closure.
+Settings (``ServerSettings``) come from ``context.run_config``: the app's config
+(``[tool.flwr.app.config]`` in the root ``pyproject.toml`` and in ``deployment/flower_app``)
+plus ``flwr run -c`` overrides. Keys: ``fleet-path`` (default: the default fleet),
+``run-dir`` (empty: ``runs/<run name>-<UTC time>``, as ``powerfleet simulate``), ``num-nodes``
+(0 = every device of the fleet), ``ship-weights`` ("fleet" = the fleet file's ``ship_weights``,
+or true/false), ``round-timeout-s``, ``node-wait-s``, ``run-token`` (echoed into report.json so
+a launcher knows the report is its own), ``engine`` (the report's engine name: "flower" in
+simulation, "flower-deployment" on real SuperNodes) and ``progress-file`` (a launcher in another
+process follows progress there). Relative paths resolve against the ServerApp's working
+directory: the directory ``flwr run`` was started from. ``make_server_app(settings)`` binds
+settings in code instead (a non-empty ``fleet-path`` in run_config still wins).
 
 Run directory layout (all written with ``fleet.report.write_report``):
     run_dir/report.json, devices.csv    the last round: meta (the direct engine's keys, plus
@@ -22,9 +24,10 @@ launcher's ``run_token``) means the run finished.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from logging import INFO, WARNING
 from pathlib import Path
@@ -72,21 +75,30 @@ def _as_bool(key: str, value: object) -> bool | None:
     raise InputError(f"run config {key}={value!r}: expected true, false or 'fleet'")
 
 
+def _resolved(path: str) -> str:
+    """A run-config path, absolute: relative ones are relative to the ServerApp's working
+    directory, which is the directory ``flwr run`` was started from (its local SuperLink
+    inherits it); the fleet path then travels to the ClientApps, whose directory may differ."""
+    return str(Path(path).expanduser().resolve()) if path else ""
+
+
 def settings_from_run_config(run_config: dict[str, Any]) -> ServerSettings | None:
-    """Deployment settings from ``flwr run -c``; None when run_config names no fleet."""
+    """Settings from the app's run config (``[tool.flwr.app.config]`` + ``flwr run -c``);
+    None when it names no fleet."""
     fleet_path = str(run_config.get("fleet-path", "") or "")
     if not fleet_path:
         return None
     try:
         return ServerSettings(
-            fleet_path=fleet_path,
-            run_dir=str(run_config.get("run-dir", "") or ""),
+            fleet_path=_resolved(fleet_path),
+            run_dir=_resolved(str(run_config.get("run-dir", "") or "")),
             num_nodes=int(run_config.get("num-nodes", 0)),
             ship_weights=_as_bool("ship-weights", run_config.get("ship-weights", "fleet")),
             round_timeout_s=float(run_config.get("round-timeout-s", 600.0)),
             node_wait_s=float(run_config.get("node-wait-s", 300.0)),
-            engine="flower-deployment",
+            engine=str(run_config.get("engine", "") or "flower-deployment"),
             run_token=str(run_config.get("run-token", "") or ""),
+            progress=_progress_file(_resolved(str(run_config.get("progress-file", "") or ""))),
         )
     except (TypeError, ValueError) as exc:
         if isinstance(exc, InputError):
@@ -94,15 +106,30 @@ def settings_from_run_config(run_config: dict[str, Any]) -> ServerSettings | Non
         raise InputError(f"run config: {exc}") from None
 
 
+def _progress_file(path: str) -> ProgressFn | None:
+    """Progress for a launcher in another process: one JSON line [done, total, what] per event."""
+    if not path:
+        return None
+
+    def write(done: int, total: int, what: str) -> None:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps([done, total, what]) + "\n")
+
+    return write
+
+
 def resolve_settings(context: Context, fallback: ServerSettings | None) -> ServerSettings:
     settings = settings_from_run_config(dict(context.run_config)) or fallback
     if settings is None:
         raise InputError(
-            "no fleet: pass -c \"fleet-path='/abs/fleet.toml' run-dir='/abs/run'\" to flwr run, "
+            "no fleet: pass -c \"fleet-path='/abs/fleet.toml'\" to flwr run, "
             "or build the app with make_server_app(settings)"
         )
     if not settings.run_dir:
-        raise InputError("no run directory: pass -c \"run-dir='/abs/run'\" to flwr run")
+        # As `powerfleet simulate` does: runs/<run name>-<UTC time> under the working directory.
+        name = load_fleet(settings.fleet_path).run.name
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+        settings = replace(settings, run_dir=str(Path("runs").resolve() / f"{name}-{stamp}"))
     return settings
 
 
@@ -198,5 +225,5 @@ def make_server_app(settings: ServerSettings | None = None) -> ServerApp:
     return server_app
 
 
-# The component `flwr run` loads (simulations/flower_app/pyproject.toml): settings from run_config.
+# The component `flwr run` loads (root pyproject.toml, deployment/flower_app): run_config settings.
 app = make_server_app()

@@ -14,7 +14,8 @@ import pytest
 
 from clients import records
 from clients.agent_link import AgentError, AgentLink, AgentTimeout, agent_command
-from clients.hardware_client import AgentSettings, run_on_agent
+from clients.agent_link import AgentSettings
+from clients.hardware_client import run_on_agent
 from fleet.efficiency import load_efficiency
 from fleet.fleetconfig import DeviceSpec, RunSettings
 from fleet.profile import load_profile
@@ -108,7 +109,7 @@ def test_hardware_steps_choose_what_selection_chooses(tmp_path: Path, budget: fl
     new_profile = tmp_path / "nano-measured.csv"
     spec = DeviceSpec("nano-hw", "jetson-nano", budget, str(new_profile), None)
     ins = _instruction()
-    settings = AgentSettings(backend="replay", profile_csv=PROFILE, timeout_s=20)
+    settings = AgentSettings(backend="replay", options={"profile_csv": PROFILE}, timeout_s=20)
     with AgentLink(settings.argv(), timeout_s=20) as link:
         res = run_on_agent(link, spec, ins, settings)
     assert res["status"] == "selected", res["message"]
@@ -126,7 +127,7 @@ def test_hardware_steps_choose_what_selection_chooses(tmp_path: Path, budget: fl
 def test_hardware_round_reuses_profile_and_reports_selected(tmp_path: Path) -> None:
     spec = DeviceSpec("nano-hw", "jetson-nano", 4.5, PROFILE, None)
     ins = _instruction()
-    settings = AgentSettings(backend="replay", profile_csv=PROFILE, timeout_s=20)
+    settings = AgentSettings(backend="replay", options={"profile_csv": PROFILE}, timeout_s=20)
     with AgentLink(settings.argv(), timeout_s=20) as link:
         row = run_on_agent(link, spec, ins, settings)
     assert row["status"] == "selected" and row["time_s"] is None and row["energy_j"] is None
@@ -137,7 +138,7 @@ def test_hardware_round_reuses_profile_and_reports_selected(tmp_path: Path) -> N
 
 def test_hardware_round_infeasible_budget(tmp_path: Path) -> None:
     spec = DeviceSpec("nano-hw", "jetson-nano", 1.0, PROFILE, None)
-    settings = AgentSettings(backend="replay", profile_csv=PROFILE, timeout_s=20)
+    settings = AgentSettings(backend="replay", options={"profile_csv": PROFILE}, timeout_s=20)
     with AgentLink(settings.argv(), timeout_s=20) as link:
         row = run_on_agent(link, spec, _instruction(), settings)
     assert row["status"] == "infeasible" and row["batch_size"] is None

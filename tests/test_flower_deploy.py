@@ -20,8 +20,8 @@ from fleet.errors import InputError
 from fleet.fleetconfig import load_fleet
 from fleet.profile import load_profile
 from fleet.selection import align, select
+from deployment import deploy
 from fleet.virtual_clock import cached_efficiency
-from simulations import deploy
 
 ROOT = Path(__file__).resolve().parents[1]
 SIM = ROOT / "simulations"

@@ -14,20 +14,18 @@ import os
 import sys
 from typing import List, Optional
 
-from .devices import BACKENDS, DeviceError, open_backend
+from .devices import DeviceError, add_backend_arguments, given_options, open_backend, options_for
 from .devices.guard import install_restore_handlers
 from .protocol import Context, line_writer, restore_quietly, serve
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """Backend flags come from the backends' own declarations (``devices.BACKENDS``)."""
     p = argparse.ArgumentParser(
         prog="python -m fleet.agent",
         description="powerfleet on-device agent: JSON-lines requests on stdin, answers on stdout.",
     )
-    p.add_argument("--backend", choices=sorted(BACKENDS), default="cpu", help="device backend")
-    p.add_argument("--sysfs-root", help="prefix for sysfs paths (jetson; tests and dry runs)")
-    p.add_argument("--rail", help="power rail name (jetson), e.g. POM_5V_IN or VDD_IN")
-    p.add_argument("--profile-csv", help="recorded profile to replay (replay backend)")
+    add_backend_arguments(p, default="cpu")
     p.add_argument(
         "--log-level", default="WARNING", help="stderr log level (DEBUG, INFO, WARNING...)"
     )
@@ -35,15 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def backend_options(args: argparse.Namespace) -> dict:
-    """Only the options the user gave: each backend rejects options it does not take."""
-    options = {}
-    if args.sysfs_root is not None:
-        options["sysfs_root"] = args.sysfs_root
-    if args.rail is not None:
-        options["rail"] = args.rail
-    if args.profile_csv is not None:
-        options["profile_csv"] = args.profile_csv
-    return options
+    """Only the options the user gave, checked against the chosen backend's declaration."""
+    return options_for(args.backend, given_options(args))
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -61,8 +52,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     proto_out = io.open(proto_fd, "w", encoding="utf-8", newline="\n")
     proto_in = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")
 
-    options = backend_options(args)
     try:
+        options = backend_options(args)
         backend = open_backend(args.backend, **options)
     except (DeviceError, OSError) as exc:
         sys.stderr.write("fleet.agent: error: {}\n".format(" ".join(str(exc).split())))

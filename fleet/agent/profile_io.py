@@ -4,8 +4,9 @@ This lives in the agent because the agent writes profiles on the board itself, u
 with only the standard library guaranteed; ``fleet.profile`` builds the validated numpy view on
 top of these rows. Keeping one reader/writer means the format cannot drift between the two sides.
 
-Format (DESIGN.md): one row per measured operating point, ``#`` comment lines allowed, extra
-columns allowed. Required: ``batch_size``, ``freq_mhz``, ``time_per_batch_s``, ``peak_power_w``.
+Format (docs/architecture.md, "Profile CSV"): one row per measured operating point, ``#``
+comment lines allowed, extra columns allowed. Required: ``batch_size``, ``freq_mhz``,
+``time_per_batch_s``, ``peak_power_w``.
 Optional: ``mean_power_w``, ``device``, ``model``, ``input_shape``, ``samples``, and ``status``
 (``ok`` by default; anything else, e.g. ``oom``, marks a point that could not run, whose
 time/power cells may be empty).

@@ -4,14 +4,16 @@ Why JSON lines over stdio: the hardware client starts the agent as a child proce
 under the board's own Python 3.6 interpreter, so the channel must need nothing beyond the
 standard library on either side, survive any interpreter mismatch and be easy to replay in tests.
 
-Request:  ``{"id": N, "cmd": "hello"|"profile"|"lock"|"restore"|"power"|"shutdown", ...args}``
+Request:  ``{"id": N, "cmd": "hello"|"profile"|"lock"|"restore"|"power"|"train"|"shutdown",
+          ...args}`` (``HANDLERS`` is the authoritative list; ``hello`` reports it)
 Response: ``{"id": N, "ok": true, ...}`` or ``{"id": N, "ok": false, "error": "one line"}``
 Events:   ``{"id": N, "event": "progress", "done": k, "total": n}`` before a long command's
           final response.
 
-Commands are plain functions ``handler(ctx, request) -> dict`` in ``HANDLERS``; adding one (the
-trainer's "train") is one dict entry. A handler raises to fail; the server turns the exception
-into a one-line error response and keeps serving. stdout carries protocol lines only.
+Commands are plain functions ``handler(ctx, request) -> dict`` in ``HANDLERS``; adding one is
+one dict entry (``train`` is added that way at the end of this module). A handler raises to
+fail; the server turns the exception into a one-line error response and keeps serving. stdout
+carries protocol lines only.
 """
 
 import json
@@ -23,6 +25,7 @@ import socket
 import time
 from typing import IO, Any, Callable, Dict, List, Optional
 
+from .devices import capabilities
 from .devices.base import Backend, DeviceError
 from .profile_io import ProfileFormatError
 
@@ -185,7 +188,7 @@ def handle_profile(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
     batch_sizes = _number_list(req, "batch_sizes", list(DEFAULT_BATCH_SIZES))
     if any(b != int(b) for b in batch_sizes):
         raise ProtocolError("'batch_sizes' must be integers, got {}".format(batch_sizes))
-    device = req.get("device") or ("cuda" if ctx.backend_kind in ("jetson", "nvml") else "cpu")
+    device = req.get("device") or capabilities(ctx.backend_kind).torch_device
     out = req.get("out")
     if out is not None and (not isinstance(out, str) or not out):
         raise ProtocolError("'out' must be a file path")
@@ -481,7 +484,7 @@ def handle_train(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
     if not isinstance(model_options, dict):
         raise ProtocolError("'model_options' must be an object, got {!r}".format(model_options))
     task = req.get("task") or ("char" if MODELS[name].kind == "text" else "classification")
-    device = req.get("device") or ("cuda" if ctx.backend_kind in ("jetson", "nvml") else "cpu")
+    device = req.get("device") or capabilities(ctx.backend_kind).torch_device
     seed = _int_arg(req, "seed") or 0
 
     train_set, test_set = _load_train_data(str(data_path))

@@ -12,10 +12,14 @@ import math
 import sys
 from typing import Any
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-from fleet.agent.devices import BACKENDS, DeviceError, open_backend
+from fleet.agent.devices import (
+    DeviceError,
+    add_backend_arguments,
+    given_options,
+    open_backend,
+    options_for,
+    preferred_torch_device,
+)
 from fleet.agent.devices.guard import install_restore_handlers
 from fleet.cli.common import console, emit_json, parse_budget, table
 from fleet.errors import InputError
@@ -28,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "profile",
         help="measure time per batch and peak/mean power for each batch size and GPU frequency",
     )
-    p.add_argument("--backend", required=True, choices=sorted(BACKENDS), help="device backend")
+    add_backend_arguments(p)  # --backend and every backend's own options, from their SPECs
     p.add_argument("--model", required=True, help="resnet18, mobilenetv2, char_transformer...")
     p.add_argument(
         "--input-shape", help="per-sample input shape, e.g. 3x32x32 or 64 (default: model's)"
@@ -42,12 +46,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--num-classes", type=int, help="classes (vocabulary size for text models)")
     p.add_argument(
         "--device", choices=("auto", "cpu", "cuda"), default="auto",
-        help="torch device (auto: cuda on jetson/nvml when torch sees one, else cpu)",
+        help="torch device (auto: the backend's own, e.g. cuda on jetson/nvml, when torch sees it)",
     )  # fmt: skip
     p.add_argument("--out", required=True, help="profile CSV to write")
-    p.add_argument("--sysfs-root", help="sysfs prefix (jetson; for copied trees and dry runs)")
-    p.add_argument("--rail", help="power rail (jetson), e.g. POM_5V_IN or VDD_IN")
-    p.add_argument("--replay-profile", help="recorded profile CSV (replay backend)")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.set_defaults(func=run)
 
@@ -68,23 +69,17 @@ def _numbers(raw: str, flag: str, kind: type) -> list[Any]:
     return out
 
 
-def _backend_options(args: argparse.Namespace) -> dict[str, Any]:
-    """Map flags to the chosen backend's options; a flag it cannot use is a user error."""
-    given = {
-        "--sysfs-root": ("sysfs_root", args.sysfs_root, ("jetson",)),
-        "--rail": ("rail", args.rail, ("jetson",)),
-        "--replay-profile": ("profile_csv", args.replay_profile, ("replay",)),
-    }
-    options: dict[str, Any] = {}
-    for flag, (key, value, kinds) in given.items():
-        if value is None:
-            continue
-        if args.backend not in kinds:
-            raise InputError(f"{flag} applies to --backend {'/'.join(kinds)}, not {args.backend}")
-        options[key] = value
-    if args.backend == "replay" and "profile_csv" not in options:
-        raise InputError("--backend replay needs --replay-profile P.csv")
-    return options
+def add_backend_flags(parser: argparse.ArgumentParser) -> None:
+    """The backend flags ``profile`` takes, for other commands that open a backend (``train``)."""
+    add_backend_arguments(parser)
+
+
+def backend_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The chosen backend's options from its flags; a flag it cannot use is a user error."""
+    try:
+        return options_for(args.backend, given_options(args))
+    except DeviceError as exc:
+        raise InputError(str(exc)) from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -107,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
         shape = models.format_shape(models.input_spec(model, args.input_shape).shape)
     except ValueError as exc:
         raise InputError(str(exc)) from None
-    options = _backend_options(args)
+    options = backend_options(args)
 
     try:
         backend = open_backend(args.backend, **options)
@@ -115,20 +110,24 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(str(exc)) from None
     device = args.device
     if device == "auto":
-        device = "cpu"
-        if args.backend in ("jetson", "nvml"):
-            import torch
+        device = preferred_torch_device(args.backend)
+        if device == "cpu" and preferred_torch_device(args.backend, True) != "cpu":
+            # A copied sysfs tree on a workstation: clocks and rails are real files, the
+            # training steps run on the CPU. Say so rather than fail or pretend.
+            print(
+                "powerfleet profile: note: torch sees no CUDA GPU; training steps run on the "
+                "CPU (pass --device cuda to require the GPU)",
+                file=sys.stderr,
+            )
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
 
-            if torch.cuda.is_available():
-                device = "cuda"
-            else:
-                # A copied sysfs tree on a workstation: clocks and rails are real files, the
-                # training steps run on the CPU. Say so rather than fail or pretend.
-                print(
-                    "powerfleet profile: note: torch sees no CUDA GPU; training steps run on the "
-                    "CPU (pass --device cuda to require the GPU)",
-                    file=sys.stderr,
-                )
     uninstall = install_restore_handlers(backend)
     progress_console = Console(stderr=True)
     try:

@@ -5,20 +5,43 @@ from __future__ import annotations
 import json
 import math
 import sys
-from typing import Any
-
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from fleet import fleetconfig
 from fleet.errors import InputError
 from fleet.report import json_safe
 
-console = Console()
-if not console.is_terminal:
-    # Piped or captured output: wide enough that tables never fold into unreadable columns.
-    console = Console(width=200)
+if TYPE_CHECKING:
+    from rich.progress import Progress
+    from rich.table import Table
+
+
+class _LazyConsole:
+    """rich's Console, made on first use: a ``--json`` run never imports rich (start-up time)."""
+
+    _real: Any = None
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:  # noqa: F811 - callers build siblings: console.__class__(stderr=True)
+        return type(self._console())
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._console(), name)
+
+    @staticmethod
+    def _console() -> Any:
+        if _LazyConsole._real is None:
+            from rich.console import Console
+
+            real = Console()
+            if not real.is_terminal:
+                # Piped or captured output: wide enough that tables never fold into columns.
+                real = Console(width=200)
+            _LazyConsole._real = real
+        return _LazyConsole._real
+
+
+console: Any = _LazyConsole()
 
 
 def note(command: str, message: str) -> None:
@@ -77,6 +100,8 @@ def fmt(value: Any, digits: int = 4) -> str:
 
 
 def table(title: str, columns: list[str], rows: list[list[Any]]) -> Table:
+    from rich.table import Table
+
     t = Table(title=title, title_justify="left")
     for c in columns:
         t.add_column(c, justify="right" if c not in ("method", "status", "device") else "left")
@@ -91,6 +116,15 @@ def progress_bar(command: str, *, elapsed: bool = True, transient: bool = True) 
     ``[command] ━━━━  done/total  what  elapsed``; the caller adds a task and updates it with
     ``completed``/``total``/``description``. Off when stderr is not a terminal.
     """
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
     err = Console(stderr=True)
     columns = [
         TextColumn(f"[bold]{command}[/]"),

@@ -7,7 +7,7 @@ compatible: this runs on JetPack 4.6.
 """
 
 import abc
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple  # noqa: F401
 
 
 class DeviceError(RuntimeError):
@@ -54,3 +54,74 @@ class Backend(abc.ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.restore()
+
+
+class Option(object):
+    """One constructor option a backend takes, as every surface should offer it.
+
+    ``name`` is the constructor's keyword; ``public`` (default: ``name`` with dashes) is the
+    spelling of the command-line flag (``--public``), of the agent's argv and of the node-config
+    key, so one declaration feeds all of them. ``aliases`` are extra flag spellings kept for
+    old command lines. ``type`` is str, int, float or bool (a bool is a switch on the CLI).
+    """
+
+    __slots__ = ("name", "type", "help", "default", "required", "public", "aliases")
+
+    def __init__(
+        self,
+        name,  # type: str
+        type,  # type: type
+        help,  # type: str
+        default=None,  # type: object
+        required=False,  # type: bool
+        public=None,  # type: Optional[str]
+        aliases=(),  # type: Tuple[str, ...]
+    ):
+        # type: (...) -> None
+        self.name = name
+        self.type = type
+        self.help = help
+        self.default = default
+        self.required = required
+        self.public = public or name.replace("_", "-")
+        self.aliases = tuple(aliases)
+
+    @property
+    def flag(self):
+        # type: () -> str
+        return "--" + self.public
+
+    def __repr__(self):
+        # type: () -> str
+        return "Option({!r}, {})".format(self.name, self.type.__name__)
+
+
+Capabilities = NamedTuple(
+    "Capabilities",
+    [
+        ("measures_power", bool),  # reads a power rail / counter (profiles get power columns)
+        ("locks_clocks", bool),  # can pin a GPU frequency (NVML: only with allow_clock_changes)
+        ("torch_device", str),  # where training runs when torch sees it: "cuda" or "cpu"
+    ],
+)
+
+
+class BackendSpec(object):
+    """What a backend module declares about itself (its ``SPEC``): the registry reads only this."""
+
+    __slots__ = ("name", "factory", "options", "capabilities", "summary")
+
+    def __init__(
+        self,
+        name,  # type: str
+        factory,  # type: Callable[..., Backend]
+        options,  # type: Sequence[Option]
+        capabilities,  # type: Capabilities
+        summary,  # type: str
+    ):
+        # type: (...) -> None
+        self.name = name
+        self.factory = factory
+        self.options = tuple(options)
+        self.capabilities = capabilities
+        self.summary = summary

@@ -16,7 +16,7 @@ import re
 import time
 from typing import Callable, Dict, List, NamedTuple, Optional
 
-from .base import Backend, DeviceError
+from .base import Backend, BackendSpec, Capabilities, DeviceError, Option
 
 RaplDomain = NamedTuple(
     "RaplDomain", [("name", str), ("energy_path", str), ("max_range_uj", Optional[int])]
@@ -125,3 +125,14 @@ class CpuBackend(Backend):
         else:
             info["power"] = "unavailable"
         return info
+
+
+SPEC = BackendSpec(
+    name="cpu",
+    factory=CpuBackend,
+    options=(
+        Option("powercap_root", str, "where the RAPL counters live", "/sys/class/powercap"),
+    ),
+    capabilities=Capabilities(measures_power=True, locks_clocks=False, torch_device="cpu"),
+    summary="host CPU: no clock control, package power from RAPL where readable",
+)

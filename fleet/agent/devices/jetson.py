@@ -15,7 +15,7 @@ import glob
 import os
 from typing import Dict, List, NamedTuple, Optional
 
-from .base import Backend, DeviceError
+from .base import Backend, BackendSpec, Capabilities, DeviceError, Option
 
 # Substrings of devfreq entry names (or of_node names) that denote the integrated GPU.
 GPU_NODE_TOKENS = ("gpu", "gp10b", "ga10b", "gv11b", "gm20b")
@@ -375,3 +375,18 @@ def device_type(node_name: str, of_node: str, board: str = "") -> str:
     if "gm20b" in text or "57000000.gpu" in text or "nano" in b:
         return "jetson-nano"
     return ""
+
+
+# What this backend offers every surface (CLI flags, agent argv, node config): see
+# docs/architecture.md, "Adding a device backend".
+SPEC = BackendSpec(
+    name="jetson",
+    factory=JetsonBackend,
+    options=(
+        Option("sysfs_root", str, "prefix for sysfs paths (copied trees, dry runs)", "/"),
+        Option("rail", str, "power rail name, e.g. POM_5V_IN or VDD_IN (default: the board's)"),
+        Option("gpu_node", str, "devfreq entry of the GPU, e.g. 57000000.gpu (default: found)"),
+    ),
+    capabilities=Capabilities(measures_power=True, locks_clocks=True, torch_device="cuda"),
+    summary="NVIDIA Jetson: devfreq clocks, INA3221 power rail",
+)

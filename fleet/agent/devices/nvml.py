@@ -15,7 +15,7 @@ Python 3.6 compatible; pynvml and torch are optional imports.
 
 from typing import Dict, List, Optional
 
-from .base import Backend, DeviceError
+from .base import Backend, BackendSpec, Capabilities, DeviceError, Option
 
 _VALUE_FIELDS = {
     0: "dVal",
@@ -190,3 +190,21 @@ class NvmlBackend(Backend):
         except (nv.NVMLError, AttributeError):
             pass
         return info
+
+
+SPEC = BackendSpec(
+    name="nvml",
+    factory=NvmlBackend,
+    options=(
+        Option("index", int, "NVML index of the GPU", 0, public="gpu-index"),
+        Option(
+            "allow_clock_changes",
+            bool,
+            "lock graphics clocks (needs root or nvidia-smi -acp UNRESTRICTED); "
+            "default: profile at the card's current clock only",
+            False,
+        ),
+    ),
+    capabilities=Capabilities(measures_power=True, locks_clocks=True, torch_device="cuda"),
+    summary="discrete NVIDIA GPU through NVML (nvidia-ml-py)",
+)

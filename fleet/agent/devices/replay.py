@@ -13,7 +13,7 @@ from typing import Dict, List, Optional
 
 from ..profile_io import REQUIRED_COLUMNS, ProfileFormatError, read_rows
 from ..staircase import Measurement
-from .base import Backend, DeviceError
+from .base import Backend, BackendSpec, Capabilities, DeviceError, Option
 
 
 def _num(
@@ -143,3 +143,20 @@ class ReplayBackend(Backend):
         if self._device:
             info["device"] = self._device
         return info
+
+
+SPEC = BackendSpec(
+    name="replay",
+    factory=ReplayBackend,
+    options=(
+        Option(
+            "profile_csv",
+            str,
+            "recorded profile CSV to replay",
+            required=True,
+            aliases=("replay-profile",),
+        ),
+    ),
+    capabilities=Capabilities(measures_power=True, locks_clocks=True, torch_device="cpu"),
+    summary="a virtual device answering from a recorded profile CSV",
+)

@@ -2,7 +2,7 @@
 
 Plugins for ``fleet/cli``: ``register_coordinator(sub)`` and ``register_device(sub)`` add their
 parser and set ``func(args) -> exit code``, like ``fleet/cli/cmd_*.py``. The work is in
-``simulations/deploy.py``.
+``deployment/deploy.py``.
 
     powerfleet coordinator --fleet F [--host 127.0.0.1] [--port 9091] [--run-dir DIR]
     powerfleet device --fleet F --name N [--superlink 127.0.0.1:9091] [--client replay|hardware]
@@ -23,9 +23,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+from deployment import deploy
+from fleet.agent.devices import (
+    DeviceError,
+    add_backend_arguments,
+    backend_names,
+    given_options,
+    options_for,
+)
 from fleet.errors import InputError
 from fleet.fleetconfig import load_fleet
-from simulations import deploy
 
 DEFAULT_PORT = 9091
 
@@ -172,13 +179,13 @@ def register_device(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--client", choices=("replay", "hardware"), default="replay")
     p.add_argument("--root-certificates", help="TLS: the SuperLink's CA certificate (PEM)")
     hw = p.add_argument_group("hardware client (--client hardware)")
-    hw.add_argument("--backend", help="agent backend: jetson (default), nvml, cpu, replay")
+    hw.add_argument("--backend", choices=backend_names(), help="agent backend (default jetson)")
     hw.add_argument("--agent-python", help="interpreter for the agent (e.g. JetPack's python3)")
-    hw.add_argument("--sysfs-root", help="agent: prefix for sysfs paths")
-    hw.add_argument("--rail", help="agent: power rail name")
-    hw.add_argument("--profile-csv", help="agent: recorded profile (replay backend)")
     hw.add_argument("--agent-timeout-s", type=float, help="agent: limit for profile/train")
     hw.add_argument("--work-dir", help="where a newly measured profile is written")
+    # Each backend's own options, from its declaration (fleet/agent/devices): they travel as
+    # node-config keys of the same names to the hardware client, which passes them to the agent.
+    add_backend_arguments(hw, with_backend=False)
     p.set_defaults(func=cmd_device)
 
 
@@ -192,16 +199,22 @@ def cmd_device(args: argparse.Namespace) -> int:
     config = spec.to_node_config()
     if spec.learning != "trace":
         config["learning"] = spec.learning
+    agent_options = given_options(args)
+    if args.client == "hardware":
+        try:  # refuse a flag the chosen backend does not take before anything starts
+            options_for(args.backend or "jetson", agent_options)
+        except DeviceError as exc:
+            raise InputError(str(exc)) from None
+    elif args.backend or agent_options:
+        raise InputError("--backend and the agent's options apply to --client hardware")
     config = deploy.device_node_config(
         config,
         args.client,
         backend=args.backend,
         agent_python=args.agent_python,
-        sysfs_root=args.sysfs_root,
-        rail=args.rail,
-        profile_csv=args.profile_csv,
         agent_timeout_s=args.agent_timeout_s,
         work_dir=args.work_dir,
+        **{public.replace("-", "_"): value for public, value in agent_options.items()},
     )
     port = args.port or deploy.free_port()
     argv = deploy.supernode_command(args.superlink, port, config, args.root_certificates)

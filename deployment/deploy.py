@@ -35,7 +35,6 @@ from typing import Any
 from fleet import report as fleet_report
 from fleet.errors import InputError
 
-ROOT = Path(__file__).resolve().parent.parent
 APP_DIR = Path(__file__).resolve().parent / "flower_app"
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 CONNECTION = "powerfleet"  # the connection name in the CLI's config.toml
@@ -247,6 +246,24 @@ def is_alive(pid: int) -> bool:
         return False
 
 
+def signal_all(pids: list[int], timeout_s: float = 10.0) -> None:
+    """SIGTERM every pid, then SIGKILL those still alive after ``timeout_s``."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and any(is_alive(p) for p in pids):
+        time.sleep(0.1)
+    for pid in pids:
+        if is_alive(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
 def stop_tree(proc: subprocess.Popen | None, timeout_s: float = 10.0) -> None:
     """SIGTERM a daemon and everything it started (superexec runs in its own session), then
     SIGKILL whatever is left after ``timeout_s``."""
@@ -263,12 +280,9 @@ def stop_tree(proc: subprocess.Popen | None, timeout_s: float = 10.0) -> None:
         if proc.poll() is not None and not any(is_alive(p) for p in pids[1:]):
             break
         time.sleep(0.1)
-    for pid in pids:
-        if is_alive(pid):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+    signal_all([p for p in pids if p != proc.pid and is_alive(p)], 0.0)
+    if proc.poll() is None:
+        proc.kill()
     try:
         proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
