@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 from clients import records
-from clients.agent_link import AgentError, AgentLink, AgentTimeout, agent_command
-from clients.agent_link import AgentSettings
+from clients.agent_link import AgentError, AgentLink, AgentSettings, AgentTimeout, agent_command
 from clients.hardware_client import run_on_agent
 from fleet.efficiency import load_efficiency
 from fleet.fleetconfig import DeviceSpec, RunSettings

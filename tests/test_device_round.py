@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from clients import records
-from clients.agent_link import AgentLink
-from clients.hardware_client import AgentSettings, run_on_agent
+from clients.agent_link import AgentLink, AgentSettings
+from clients.hardware_client import run_on_agent
 from fleet.baselines import BASELINES, Baseline, register_baseline, unregister_baseline
 from fleet.compare import compare
 from fleet.device_round import row_columns, row_fields, run_device
@@ -49,7 +49,7 @@ def three_rows(tmp_path: Path, profile_type: str, spec_type: str = "jetson-nano"
     host, _ = train_device(
         DeviceSpec("d", spec_type, 5.0, str(prof), str(data), learning="train"), SHIPPED, run
     )
-    settings = AgentSettings(backend="replay", profile_csv=str(prof), timeout_s=20)
+    settings = AgentSettings(backend="replay", options={"profile_csv": str(prof)}, timeout_s=20)
     with AgentLink(settings.argv(), timeout_s=20) as link:
         agent = run_on_agent(
             link,

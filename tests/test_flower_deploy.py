@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from deployment import deploy
 from fleet.errors import InputError
 from fleet.fleetconfig import load_fleet
 from fleet.profile import load_profile
 from fleet.selection import align, select
-from deployment import deploy
 from fleet.virtual_clock import cached_efficiency
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -130,9 +130,7 @@ class CpuBackend(Backend):
 SPEC = BackendSpec(
     name="cpu",
     factory=CpuBackend,
-    options=(
-        Option("powercap_root", str, "where the RAPL counters live", "/sys/class/powercap"),
-    ),
+    options=(Option("powercap_root", str, "where the RAPL counters live", "/sys/class/powercap"),),
     capabilities=Capabilities(measures_power=True, locks_clocks=False, torch_device="cpu"),
     summary="host CPU: no clock control, package power from RAPL where readable",
 )
