@@ -135,21 +135,25 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
         )
     if len(fleet.devices) > 5:
         _note("coordinator", f"  ... and {len(fleet.devices) - 5} more")
-    result = deploy.run_coordinator(
-        args.fleet,
-        run_dir,
-        host=args.host,
-        port=args.port,
-        num_nodes=args.nodes,
-        tls=_tls(args),
-        insecure=args.insecure,
-        auth_public_keys=keys,
-        ship_weights=args.ship_weights,
-        timeout_s=args.timeout,
-        work_dir=args.work_dir,
-        keep_work_dir=args.keep_work_dir,
-        on_status=lambda status: _note("coordinator", f"run status: {status}"),
-    )
+    try:
+        result = deploy.run_coordinator(
+            args.fleet,
+            run_dir,
+            host=args.host,
+            port=args.port,
+            num_nodes=args.nodes,
+            tls=_tls(args),
+            insecure=args.insecure,
+            auth_public_keys=keys,
+            ship_weights=args.ship_weights,
+            timeout_s=args.timeout,
+            work_dir=args.work_dir,
+            keep_work_dir=args.keep_work_dir,
+            on_status=lambda status: _note("coordinator", f"run status: {status}"),
+        )
+    except deploy.DeployError as exc:
+        _note("coordinator", f"error: {exc} ({run_dir / 'logs' / 'superlink.log'})")
+        return 1
     if not result.ok:
         why = result.details or "no report was written"
         _note("coordinator", f"error: run {result.run_id} {result.status}: {why}")

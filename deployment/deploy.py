@@ -159,13 +159,13 @@ def superlink_command(
     tls.check_server()
     if supernode_auth:
         argv.append("--enable-supernode-auth")
-    return argv + [
+    return argv + [  # absolute: the daemon runs in its private directory
         "--ssl-ca-certfile",
-        str(tls.ca_certfile),
+        str(Path(str(tls.ca_certfile)).resolve()),
         "--ssl-certfile",
-        str(tls.certfile),
+        str(Path(str(tls.certfile)).resolve()),
         "--ssl-keyfile",
-        str(tls.keyfile),
+        str(Path(str(tls.keyfile)).resolve()),
     ]
 
 
@@ -224,7 +224,7 @@ def supernode_command(
         return argv + ["--insecure"]
     if not Path(str(root_certificates)).is_file():
         raise InputError(f"--root-certificates: file not found: {root_certificates}")
-    argv += ["--root-certificates", str(root_certificates)]
+    argv += ["--root-certificates", str(Path(str(root_certificates)).resolve())]
     if auth_private_key:
         argv += ["--auth-supernode-private-key", str(security.check_private_key(auth_private_key))]
     return argv
@@ -236,7 +236,7 @@ def supernode_command(
 def start_process(argv: list[str], flwr_home: str | Path, log_path: str | Path) -> subprocess.Popen:
     """Start a Flower daemon in its own session, output to a log file."""
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
-    Path(flwr_home).mkdir(parents=True, exist_ok=True)
+    Path(flwr_home).mkdir(mode=0o700, parents=True, exist_ok=True)
     log = open(log_path, "ab")  # noqa: SIM115 - the child keeps it; closed by the OS on exit
     try:
         return subprocess.Popen(
@@ -367,7 +367,7 @@ def write_cli_config(
     else:
         lines.append("insecure = true")
     path = Path(flwr_home) / "config.toml"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")
     return path
 
