@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import os
+import socket
 import stat
 import time
 import tomllib
@@ -295,3 +296,30 @@ def test_tls_and_supernode_auth_round_refuses_unregistered_node(tmp_path: Path) 
     assert [r["device"] for r in report["devices"]] == ["tx2-b"]
     assert report["devices"][0]["status"] == "ok", report["devices"][0]["message"]
     assert "Uvicorn running on https://127.0.0.1" in (logs / "superlink.log").read_text()
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(90)
+def test_coordinator_removes_its_private_directory_when_the_superlink_fails(
+    tmp_path: Path,
+) -> None:
+    """A SuperLink that cannot start (its port is taken) ends the coordinator with a
+    DeployError; the run's private Flower directory is gone, the SuperLink's log is kept."""
+    fleet_file = tmp_path / "fleet.toml"
+    fleet_file.write_text(FLEET)
+    work = tmp_path / "work"
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        with pytest.raises(deploy.DeployError, match="the SuperLink exited"):
+            deploy.run_coordinator(
+                fleet_file,
+                tmp_path / "run",
+                port=busy.getsockname()[1],
+                insecure=True,
+                work_dir=work,
+                timeout_s=30,
+            )
+    assert stat.S_IMODE(work.stat().st_mode) == 0o700
+    assert list(work.iterdir()) == []
+    assert (tmp_path / "run" / "logs" / "superlink.log").read_text()
