@@ -295,7 +295,9 @@ def test_tls_and_supernode_auth_round_refuses_unregistered_node(tmp_path: Path) 
     assert report is not None
     assert [r["device"] for r in report["devices"]] == ["tx2-b"]
     assert report["devices"][0]["status"] == "ok", report["devices"][0]["message"]
-    assert "Uvicorn running on https://127.0.0.1" in (logs / "superlink.log").read_text()
+    link_log = (logs / "superlink.log").read_text()
+    assert "Uvicorn running on https://127.0.0.1" in link_log
+    assert "accept connections from any SuperNode" not in link_log
 
 
 @pytest.mark.integration
