@@ -2,6 +2,7 @@
 
 ``deployment.deploy`` holds the steps as plain functions (start, wait until healthy, submit with
 ``flwr run``, poll, stop); ``deployment.cli`` adds ``powerfleet coordinator`` and ``powerfleet
-device``; ``deployment/flower_app`` is the Flower app those runs submit. See
+device``; ``deployment.security`` the checks they trust (loopback by resolution, SuperNode keys,
+private per-run directories); ``deployment/flower_app`` is the Flower app those runs submit. See
 docs/architecture.md for the map.
 """

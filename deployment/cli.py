@@ -4,18 +4,26 @@ Plugins for ``fleet/cli``: ``register_coordinator(sub)`` and ``register_device(s
 parser and set ``func(args) -> exit code``, like ``fleet/cli/cmd_*.py``. The work is in
 ``deployment/deploy.py``.
 
-    powerfleet coordinator --fleet F [--host 127.0.0.1] [--port 9091] [--run-dir DIR]
-    powerfleet device --fleet F --name N [--superlink 127.0.0.1:9091] [--client replay|hardware]
+    powerfleet coordinator --fleet F --host H --ssl-ca-certfile CA --ssl-certfile CRT \
+        --ssl-keyfile KEY --auth-public-keys keys/          # production: TLS + SuperNode auth
+    powerfleet device --fleet F --name N --superlink H:9091 --root-certificates CA \
+        --auth-private-key N.key
+    powerfleet coordinator --fleet F --insecure    # plaintext: loopback only, explicitly
+    powerfleet device --fleet F --name N --insecure
 
 The SuperLink of Flower 1.41 serves devices, the `flwr` CLI and the ServerApp on one port, so a
-device's ``--superlink`` is the coordinator's ``--host:--port``. Beyond loopback both sides need
-TLS (coordinator: --ssl-certfile, --ssl-keyfile, --ssl-ca-certfile; device: --root-certificates).
+device's ``--superlink`` is the coordinator's ``--host:--port``. TLS is the default; plaintext
+needs ``--insecure`` and an address that resolves to loopback only (deployment/security.py).
+Each run's Flower files live in a fresh 0700 directory under ``--work-dir`` (default
+``~/.local/state/powerfleet/...``), removed when the command ends unless ``--keep-work-dir``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
+import shutil
 import signal
 import socket
 import sys
@@ -23,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from deployment import deploy
+from deployment import deploy, security
 from fleet.agent.devices import (
     DeviceError,
     add_backend_arguments,
@@ -66,8 +74,34 @@ def register_coordinator(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ssl-ca-certfile", help="TLS: CA certificate (PEM)")
     p.add_argument("--ssl-certfile", help="TLS: server certificate (PEM)")
     p.add_argument("--ssl-keyfile", help="TLS: server private key (PEM)")
+    p.add_argument(
+        "--auth-public-keys",
+        nargs="+",
+        metavar="PATH",
+        help="SuperNode authentication (needs TLS): the authorised devices' OpenSSH ECDSA public "
+        "keys, each PATH a KEY.pub file or a directory of *.pub files; only these may join",
+    )
+    p.add_argument(
+        "--insecure",
+        action="store_true",
+        help="plaintext without TLS; only when --host resolves to loopback addresses only",
+    )
+    _add_work_dir(p, "~/.local/state/powerfleet")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     p.set_defaults(func=cmd_coordinator)
+
+
+def _add_work_dir(p: argparse.ArgumentParser, default: str) -> None:
+    p.add_argument(
+        "--work-dir",
+        help=f"working directory (yours, not writable by others; default {default}); each run "
+        "gets a fresh 0700 directory in it for Flower's files",
+    )
+    p.add_argument(
+        "--keep-work-dir",
+        action="store_true",
+        help="keep the run's Flower directory when the command ends (default: removed)",
+    )
 
 
 def _tls(args: argparse.Namespace) -> deploy.Tls | None:
@@ -81,29 +115,45 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     fleet = load_fleet(args.fleet)
     run_dir = Path(args.run_dir or f"runs/{fleet.run.name}-{time.strftime('%Y%m%d-%H%M%S')}")
     n = args.nodes or len(fleet.devices)
-    deploy.superlink_command(args.host, args.port, _tls(args))  # refuse bad TLS settings first
+    keys = security.public_keys(args.auth_public_keys or [])
+    # refuse bad TLS / --insecure / auth settings before anything starts
+    deploy.superlink_command(
+        args.host, args.port, _tls(args), insecure=args.insecure, supernode_auth=bool(keys)
+    )
     public = socket.gethostname() if args.host in ("0.0.0.0", "::") else args.host
     address = f"{public}:{args.port}"
-    _note("coordinator", f"SuperLink on {args.host}:{args.port}; waiting for {n} device(s):")
+    how = f" --root-certificates {args.ssl_ca_certfile}" if args.ssl_ca_certfile else ""
+    how += " --auth-private-key KEY" if keys else ""
+    how += " --insecure" if args.insecure else ""
+    auth = f"; {len(keys)} SuperNode key(s) authorised" if keys else ""
+    _note("coordinator", f"SuperLink on {args.host}:{args.port}{auth}; waiting for {n} device(s):")
     for spec in fleet.devices[:5]:
         _note(
             "coordinator",
             f"  powerfleet device --fleet {args.fleet} --name {spec.name} --superlink {address}"
-            + (f" --root-certificates {args.ssl_ca_certfile}" if args.ssl_ca_certfile else ""),
+            + how,
         )
     if len(fleet.devices) > 5:
         _note("coordinator", f"  ... and {len(fleet.devices) - 5} more")
-    result = deploy.run_coordinator(
-        args.fleet,
-        run_dir,
-        host=args.host,
-        port=args.port,
-        num_nodes=args.nodes,
-        tls=_tls(args),
-        ship_weights=args.ship_weights,
-        timeout_s=args.timeout,
-        on_status=lambda status: _note("coordinator", f"run status: {status}"),
-    )
+    try:
+        result = deploy.run_coordinator(
+            args.fleet,
+            run_dir,
+            host=args.host,
+            port=args.port,
+            num_nodes=args.nodes,
+            tls=_tls(args),
+            insecure=args.insecure,
+            auth_public_keys=keys,
+            ship_weights=args.ship_weights,
+            timeout_s=args.timeout,
+            work_dir=args.work_dir,
+            keep_work_dir=args.keep_work_dir,
+            on_status=lambda status: _note("coordinator", f"run status: {status}"),
+        )
+    except deploy.DeployError as exc:
+        _note("coordinator", f"error: {exc} ({run_dir / 'logs' / 'superlink.log'})")
+        return 1
     if not result.ok:
         why = result.details or "no report was written"
         _note("coordinator", f"error: run {result.run_id} {result.status}: {why}")
@@ -178,11 +228,21 @@ def register_device(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int, default=0, help="local Runtime API port (0: a free one)")
     p.add_argument("--client", choices=("replay", "hardware"), default="replay")
     p.add_argument("--root-certificates", help="TLS: the SuperLink's CA certificate (PEM)")
+    p.add_argument(
+        "--auth-private-key",
+        help="SuperNode authentication (needs TLS): this device's OpenSSH ECDSA private key; "
+        "its KEY.pub must be among the coordinator's --auth-public-keys",
+    )
+    p.add_argument(
+        "--insecure",
+        action="store_true",
+        help="plaintext without TLS; only when --superlink resolves to loopback addresses only",
+    )
+    _add_work_dir(p, "~/.local/state/powerfleet/device-NAME")
     hw = p.add_argument_group("hardware client (--client hardware)")
     hw.add_argument("--backend", choices=backend_names(), help="agent backend (default jetson)")
     hw.add_argument("--agent-python", help="interpreter for the agent (e.g. JetPack's python3)")
     hw.add_argument("--agent-timeout-s", type=float, help="agent: limit for profile/train")
-    hw.add_argument("--work-dir", help="where a newly measured profile is written")
     # Each backend's own options, from its declaration (fleet/agent/devices): they travel as
     # node-config keys of the same names to the hardware client, which passes them to the agent.
     add_backend_arguments(hw, with_backend=False)
@@ -207,23 +267,41 @@ def cmd_device(args: argparse.Namespace) -> int:
             raise InputError(str(exc)) from None
     elif args.backend or agent_options:
         raise InputError("--backend and the agent's options apply to --client hardware")
+    # this device's own directory: measured profiles and weight files (hardware client), logs,
+    # and one fresh 0700 Flower directory per run
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", spec.name)
+    work = security.owned_dir(args.work_dir or security.state_base() / f"device-{safe}")
     config = deploy.device_node_config(
         config,
         args.client,
         backend=args.backend,
         agent_python=args.agent_python,
         agent_timeout_s=args.agent_timeout_s,
-        work_dir=args.work_dir,
+        work_dir=str(work) if args.client == "hardware" else None,
         **{public.replace("-", "_"): value for public, value in agent_options.items()},
     )
     port = args.port or deploy.free_port()
-    argv = deploy.supernode_command(args.superlink, port, config, args.root_certificates)
-    home = deploy.private_home(f"device-{spec.name}")
-    log_path = home / "supernode.log"
-    proc = deploy.start_process(argv, home, log_path)
-    _note(
-        "device", f"{spec.name} ({args.client}) -> {args.superlink}; log {log_path}; Ctrl-C stops"
+    argv = deploy.supernode_command(
+        args.superlink,
+        port,
+        config,
+        args.root_certificates,
+        insecure=args.insecure,
+        auth_private_key=args.auth_private_key,
     )
+    log_path = security.owned_dir(work / "logs") / f"supernode-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    home = security.run_dir(work, "flwr")
+    try:
+        return _serve(args, spec.name, argv, home, log_path)
+    finally:
+        if not args.keep_work_dir:
+            shutil.rmtree(home, ignore_errors=True)
+
+
+def _serve(args: argparse.Namespace, name: str, argv: list[str], home: Path, log_path: Path) -> int:
+    """Run the SuperNode until it exits or Ctrl-C / SIGTERM; stop its whole process tree."""
+    proc = deploy.start_process(argv, home, log_path)
+    _note("device", f"{name} ({args.client}) -> {args.superlink}; log {log_path}; Ctrl-C stops")
 
     def stop(signum: int, frame: object) -> None:
         raise KeyboardInterrupt

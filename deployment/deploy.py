@@ -9,21 +9,26 @@ SuperLink and each SuperNode start ``flower-superexec`` found on ``PATH``, which
 means stopping that process tree too; ``flwr run`` exits 0 even when the run fails, so success is
 ``finished:completed`` from ``flwr ls`` *and* the ServerApp's report with our run token.
 
-Security: without TLS every process binds and connects on loopback only. Serving or connecting
-beyond loopback needs TLS files: the SuperLink takes ``--ssl-certfile``, ``--ssl-keyfile`` and
-``--ssl-ca-certfile``; SuperNodes and the `flwr` CLI verify it with the CA certificate
-(``--root-certificates``, and ``root-certificates`` in the CLI's config.toml).
+Security (checks in ``deployment/security.py``): TLS is the default and the production path:
+the SuperLink takes ``--ssl-certfile``, ``--ssl-keyfile`` and ``--ssl-ca-certfile``; SuperNodes
+and the `flwr` CLI verify it with the CA certificate (``--root-certificates``, and
+``root-certificates`` in the CLI's config.toml). With TLS, SuperNode authentication: the
+SuperLink runs with ``--enable-supernode-auth``, each authorised public key is registered with
+``flwr supernode register`` right after it is healthy, and each SuperNode signs with
+``--auth-supernode-private-key``. Plaintext needs an explicit ``insecure=True`` and an address
+that resolves to loopback only; Flower then gets the resolved IP literal. Every daemon and `flwr`
+call runs with ``FLWR_HOME`` and ``TMPDIR`` inside a private per-run directory.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 import uuid
@@ -32,11 +37,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from deployment import security
 from fleet import report as fleet_report
 from fleet.errors import InputError
 
 APP_DIR = Path(__file__).resolve().parent / "flower_app"
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
 CONNECTION = "powerfleet"  # the connection name in the CLI's config.toml
 
 QUIET_ENV = {
@@ -76,10 +81,6 @@ class Tls:
                 raise InputError(f"TLS file not found: {value}")
 
 
-def is_loopback(host: str) -> bool:
-    return host in LOOPBACK or host.startswith("127.")
-
-
 def split_address(address: str) -> tuple[str, int]:
     host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit():
@@ -107,10 +108,13 @@ def flower_bin(name: str) -> str:
     return str(path)
 
 
-def private_home(role: str) -> Path:
-    home = Path(tempfile.gettempdir()) / f"powerfleet-flwr-{os.getuid()}" / role
-    home.mkdir(parents=True, exist_ok=True)
-    return home
+def process_env(flwr_home: str | Path) -> dict[str, str]:
+    """flower_env plus a private TMPDIR inside the run's directory (nothing in a shared /tmp)."""
+    env = flower_env(flwr_home)
+    tmp = Path(flwr_home) / "tmp"
+    tmp.mkdir(mode=0o700, parents=True, exist_ok=True)
+    env["TMPDIR"] = str(tmp)
+    return env
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -122,25 +126,47 @@ def free_port(host: str = "127.0.0.1") -> int:
 # --------------------------------------------------------------------------- commands
 
 
-def superlink_command(host: str, port: int, tls: Tls | None = None) -> list[str]:
-    """``flower-superlink`` on host:port; refuses anything but loopback without TLS."""
-    argv = [flower_bin("flower-superlink"), "--host", host, "--port", str(port)]
+def serve_host(host: str, tls: Tls | None, insecure: bool) -> str:
+    """The host the SuperLink binds: as given with TLS, the resolved loopback IP with
+    ``insecure``; InputError (one line) for every other combination."""
+    if tls is not None and insecure:
+        raise InputError("--insecure and the --ssl-* TLS files exclude each other: pick one")
+    if tls is None and not insecure:
+        raise InputError(
+            f"refusing to serve on {host} without TLS: pass --ssl-certfile, --ssl-keyfile and "
+            "--ssl-ca-certfile, or --insecure on a loopback address"
+        )
+    return security.plaintext_host(host) if insecure else host
+
+
+def superlink_command(
+    host: str,
+    port: int,
+    tls: Tls | None = None,
+    *,
+    insecure: bool = False,
+    supernode_auth: bool = False,
+) -> list[str]:
+    """``flower-superlink`` on host:port: TLS, or plaintext with ``insecure`` on an address
+    that resolves to loopback only. ``supernode_auth`` (needs TLS, as Flower insists) admits
+    only SuperNodes whose public key is registered (``register_supernodes``)."""
+    bind = serve_host(host, tls, insecure)
+    argv = [flower_bin("flower-superlink"), "--host", bind, "--port", str(port)]
     argv.append("--disable-runtime-dependency-installation")
     if tls is None:
-        if not is_loopback(host):
-            raise InputError(
-                f"refusing to serve on {host} without TLS: pass --ssl-certfile, --ssl-keyfile "
-                "and --ssl-ca-certfile (or use 127.0.0.1)"
-            )
+        if supernode_auth:
+            raise InputError("SuperNode authentication needs TLS: pass the --ssl-* files too")
         return argv + ["--insecure"]
     tls.check_server()
-    return argv + [
+    if supernode_auth:
+        argv.append("--enable-supernode-auth")
+    return argv + [  # absolute: the daemon runs in its private directory
         "--ssl-ca-certfile",
-        str(tls.ca_certfile),
+        str(Path(str(tls.ca_certfile)).resolve()),
         "--ssl-certfile",
-        str(tls.certfile),
+        str(Path(str(tls.certfile)).resolve()),
         "--ssl-keyfile",
-        str(tls.keyfile),
+        str(Path(str(tls.keyfile)).resolve()),
     ]
 
 
@@ -163,9 +189,27 @@ def supernode_command(
     port: int,
     node_config: dict[str, object],
     root_certificates: str | None = None,
+    *,
+    insecure: bool = False,
+    auth_private_key: str | None = None,
 ) -> list[str]:
-    """``flower-supernode`` connecting to ``superlink``; its local Runtime API on 127.0.0.1:port."""
-    host, _ = split_address(superlink)
+    """``flower-supernode`` connecting to ``superlink``; its local Runtime API on 127.0.0.1:port.
+
+    TLS (``root_certificates``, the SuperLink's CA) or ``insecure`` to an address that resolves
+    to loopback only (then connecting to the resolved IP). ``auth_private_key``: this node's
+    OpenSSH ECDSA key for SuperNode authentication (TLS only)."""
+    host, link_port = split_address(superlink)
+    if root_certificates and insecure:
+        raise InputError("--insecure and --root-certificates exclude each other: pick one")
+    if not root_certificates and not insecure:
+        raise InputError(
+            f"refusing to connect to {host} without TLS: pass --root-certificates CA.pem "
+            "(the SuperLink's CA certificate), or --insecure to a loopback address"
+        )
+    if insecure:
+        if auth_private_key:
+            raise InputError("--auth-private-key needs TLS: pass --root-certificates instead")
+        superlink = security.join_host_port(security.plaintext_host(host), link_port)
     argv = [
         flower_bin("flower-supernode"),
         "--superlink",
@@ -177,16 +221,14 @@ def supernode_command(
         "--node-config",
         format_node_config(node_config),
     ]
-    if root_certificates:
-        if not Path(root_certificates).is_file():
-            raise InputError(f"--root-certificates: file not found: {root_certificates}")
-        return argv + ["--root-certificates", root_certificates]
-    if not is_loopback(host):
-        raise InputError(
-            f"refusing to connect to {host} without TLS: pass --root-certificates CA.pem "
-            "(the SuperLink's CA certificate)"
-        )
-    return argv + ["--insecure"]
+    if insecure:
+        return argv + ["--insecure"]
+    if not Path(str(root_certificates)).is_file():
+        raise InputError(f"--root-certificates: file not found: {root_certificates}")
+    argv += ["--root-certificates", str(Path(str(root_certificates)).resolve())]
+    if auth_private_key:
+        argv += ["--auth-supernode-private-key", str(security.check_private_key(auth_private_key))]
+    return argv
 
 
 # --------------------------------------------------------------------------- processes
@@ -195,7 +237,7 @@ def supernode_command(
 def start_process(argv: list[str], flwr_home: str | Path, log_path: str | Path) -> subprocess.Popen:
     """Start a Flower daemon in its own session, output to a log file."""
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
-    Path(flwr_home).mkdir(parents=True, exist_ok=True)
+    Path(flwr_home).mkdir(mode=0o700, parents=True, exist_ok=True)
     log = open(log_path, "ab")  # noqa: SIM115 - the child keeps it; closed by the OS on exit
     try:
         return subprocess.Popen(
@@ -203,7 +245,7 @@ def start_process(argv: list[str], flwr_home: str | Path, log_path: str | Path) 
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            env=flower_env(flwr_home),
+            env=process_env(flwr_home),
             cwd=str(flwr_home),
             start_new_session=True,
         )
@@ -302,7 +344,8 @@ def wait_healthy(
             if tls:
                 socket.create_connection((target, port), timeout=1.0).close()
                 return
-            with urllib.request.urlopen(f"http://{target}:{port}/health", timeout=1.0):
+            url = f"http://{security.join_host_port(target, port)}/health"
+            with urllib.request.urlopen(url, timeout=1.0):
                 return
         except OSError:
             pass
@@ -325,7 +368,7 @@ def write_cli_config(
     else:
         lines.append("insecure = true")
     path = Path(flwr_home) / "config.toml"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -338,7 +381,7 @@ def flwr(args: list[str], flwr_home: str | Path, timeout_s: float = 60.0) -> dic
             argv,
             capture_output=True,
             text=True,
-            env=flower_env(flwr_home),
+            env=process_env(flwr_home),
             cwd=str(flwr_home),
             timeout=timeout_s,
         )
@@ -352,6 +395,16 @@ def flwr(args: list[str], flwr_home: str | Path, timeout_s: float = 60.0) -> dic
     if isinstance(data, dict) and data.get("success") is False:
         raise DeployError(f"flwr {args[0]}: {data.get('error-message', data)}")
     return data
+
+
+def register_supernodes(flwr_home: str | Path, keys: list[Path]) -> list[int]:
+    """Register each authorised SuperNode public key with the SuperLink (its Control API, the
+    way Flower 1.41 admits SuperNodes under ``--enable-supernode-auth``); their node ids."""
+    ids = []
+    for key in keys:
+        data = flwr(["supernode", "register", str(key), CONNECTION], flwr_home)
+        ids.append(int(data["node-id"]))
+    return ids
 
 
 def online_nodes(flwr_home: str | Path) -> int:
@@ -452,20 +505,58 @@ def run_coordinator(
     port: int = 9091,
     num_nodes: int = 0,
     tls: Tls | None = None,
+    insecure: bool = False,
+    auth_public_keys: list[Path] | None = None,
     ship_weights: bool | None = None,
     timeout_s: float = 3600.0,
-    flwr_home: str | Path | None = None,
+    work_dir: str | Path | None = None,
+    keep_work_dir: bool = False,
     on_status: Callable[[str], None] | None = None,
 ) -> CoordinatorResult:
-    """Start a SuperLink, run the fleet's rounds through `flwr run`, stop it; the report."""
+    """Start a SuperLink, run the fleet's rounds through `flwr run`, stop it; the report.
+
+    ``auth_public_keys`` (checked with ``security.public_keys``) turns on SuperNode
+    authentication and registers them before the run is submitted. The SuperLink's and the
+    CLI's Flower homes live in a fresh 0700 directory under ``work_dir`` (default
+    ``security.state_base()``), removed at the end unless ``keep_work_dir``; the SuperLink's log
+    goes to ``run_dir/logs``.
+    """
     fleet_path = Path(fleet_path).resolve()
     run_dir = Path(run_dir).resolve()
-    home = Path(flwr_home) if flwr_home else private_home(f"coordinator-{port}")
+    keys = list(auth_public_keys or [])
+    argv = superlink_command(host, port, tls, insecure=insecure, supernode_auth=bool(keys))
+    home = security.run_dir(work_dir or security.state_base(), "coordinator")
+    try:
+        return _coordinate(argv, home, fleet_path, run_dir, host, port, num_nodes, tls,
+                           insecure, keys, ship_weights, timeout_s, on_status)  # fmt: skip
+    finally:
+        if not keep_work_dir:
+            shutil.rmtree(home, ignore_errors=True)
+
+
+def _coordinate(
+    argv: list[str],
+    home: Path,
+    fleet_path: Path,
+    run_dir: Path,
+    host: str,
+    port: int,
+    num_nodes: int,
+    tls: Tls | None,
+    insecure: bool,
+    keys: list[Path],
+    ship_weights: bool | None,
+    timeout_s: float,
+    on_status: Callable[[str], None] | None,
+) -> CoordinatorResult:
     link_home, cli_home = home / "superlink", home / "cli"
-    link_home.mkdir(parents=True, exist_ok=True)
-    argv = superlink_command(host, port, tls)  # validates TLS before anything starts
-    cli_host = "127.0.0.1" if host in ("0.0.0.0", "::") else host
-    write_cli_config(cli_home, f"{cli_host}:{port}", tls.ca_certfile if tls else None)
+    link_home.mkdir(mode=0o700)
+    if insecure:
+        cli_host = security.plaintext_host(host)
+    else:
+        cli_host = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    address = security.join_host_port(cli_host, port)
+    write_cli_config(cli_home, address, tls.ca_certfile if tls else None)
     token = uuid.uuid4().hex
     run_config: dict[str, object] = {
         "fleet-path": str(fleet_path),
@@ -478,7 +569,8 @@ def run_coordinator(
     proc = start_process(argv, link_home, run_dir / "logs" / "superlink.log")
     run_id = None
     try:
-        wait_healthy(host, port, proc, tls=tls is not None)
+        wait_healthy(cli_host, port, proc, tls=tls is not None)
+        register_supernodes(cli_home, keys)
         run_id = submit_run(cli_home, run_config)
         status, details = wait_for_run(cli_home, run_id, timeout_s, on_status=on_status)
     finally:

@@ -56,13 +56,13 @@ def test_node_config_and_commands_without_processes(tmp_path: Path) -> None:
     cfg = {"device-name": "nano 1", "budget-w": -1.0, "profile": '/p/"q".csv', "on": True}
     text = deploy.format_node_config(cfg)
     assert text == 'device-name="nano 1" budget-w=-1.0 profile="/p/\\"q\\".csv" on=true'
-    link = deploy.superlink_command("127.0.0.1", 9091)
+    link = deploy.superlink_command("127.0.0.1", 9091, insecure=True)
     assert link[-1] == "--insecure" and "--disable-runtime-dependency-installation" in link
     with pytest.raises(InputError, match="refusing to serve on 0.0.0.0 without TLS"):
         deploy.superlink_command("0.0.0.0", 9091)
     with pytest.raises(InputError, match="needs --ssl-certfile, --ssl-keyfile"):
         deploy.superlink_command("0.0.0.0", 9091, deploy.Tls(ca_certfile="/ca.pem"))
-    node = deploy.supernode_command("127.0.0.1:9091", 9094, {"device-name": "a"})
+    node = deploy.supernode_command("127.0.0.1:9091", 9094, {"device-name": "a"}, insecure=True)
     assert node[-1] == "--insecure" and node[node.index("--port") + 1] == "9094"
     with pytest.raises(InputError, match="refusing to connect to coordinator.example without TLS"):
         deploy.supernode_command("coordinator.example:9091", 9094, {})
@@ -86,7 +86,7 @@ def test_superlink_two_supernodes_one_round(tmp_path: Path) -> None:
     spawned: set[int] = set()
     try:
         link = deploy.start_process(
-            deploy.superlink_command("127.0.0.1", link_port),
+            deploy.superlink_command("127.0.0.1", link_port, insecure=True),
             (home / "superlink").resolve(),
             tmp_path / "logs" / "superlink.log",
         )
@@ -99,7 +99,9 @@ def test_superlink_two_supernodes_one_round(tmp_path: Path) -> None:
             if spec.name == "nano-a":  # a board behind the agent (replaying its profile)
                 config = {k: v for k, v in config.items() if k != "data"}
                 config.update(client="hardware", backend="replay", **{"profile-csv": spec.profile})
-            argv = deploy.supernode_command(f"127.0.0.1:{link_port}", deploy.free_port(), config)
+            argv = deploy.supernode_command(
+                f"127.0.0.1:{link_port}", deploy.free_port(), config, insecure=True
+            )
             procs.append(deploy.start_process(argv, node_home, tmp_path / "logs" / spec.name))
         cli = home / "cli"
         deploy.write_cli_config(cli, f"127.0.0.1:{link_port}")
