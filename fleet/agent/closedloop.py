@@ -207,13 +207,17 @@ class ClosedLoop(object):
             self._stop(self._nothing_fits(budget))
             self._open_segment(t, REASON_BUDGET)
             return
-        if p.batch_size == self._batch or p.freq_mhz <= self._freq:
-            self._lock(p.freq_mhz, t)  # going down (or same batch): safe right away
+        if p.batch_size == self._batch:
+            self._lock(p.freq_mhz, t)
         else:
-            # Up to the step boundary the running batch goes on at its best point that fits.
+            # Until the step boundary the running batch goes on at its fastest point that fits
+            # the new budget, never above the new clock nor above the running one.
             bridge = self._choose_for_batch(self._batch, budget, p.freq_mhz)
-            if bridge is not None and bridge.freq_mhz < self._freq:
-                self._lock(bridge.freq_mhz, t)
+            interim = min(p.freq_mhz, self._freq)
+            if bridge is not None:
+                interim = min(interim, bridge.freq_mhz)
+            if interim != self._freq:
+                self._lock(interim, t)
         self._pending = p if p.batch_size != self._batch else None
         self._open_segment(t, REASON_BUDGET)
 
@@ -282,7 +286,7 @@ class ClosedLoop(object):
             for p in self.points
             if p.batch_size == batch
             and (batch, p.freq_mhz) not in self.infeasible
-            and p.freq_mhz <= max(below_mhz, self._freq)
+            and p.freq_mhz <= below_mhz
         ]
         ok = [p for p in cands if fits(p, budget)]
         if ok:
