@@ -14,8 +14,14 @@ import time
 import pytest
 import torch
 
-from fleet.agent.budget import BudgetError, FileBudget, FixedBudget, ScheduleBudget
-from fleet.agent.budget import make_source, parse_schedule
+from fleet.agent.budget import (
+    BudgetError,
+    FileBudget,
+    FixedBudget,
+    ScheduleBudget,
+    make_source,
+    parse_schedule,
+)
 from fleet.agent.choose import choose, efficiency_from, lut_from_rows, scaled_lr
 from fleet.agent.closedloop import STATUS_OVER_BUDGET, ClosedLoop, train_under_budget
 from fleet.agent.models import build_model
