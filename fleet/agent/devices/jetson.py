@@ -487,6 +487,14 @@ class JetsonBackend(Backend):
             self._originals = None
             clockstate.remove(self.state_dir)
 
+    def bounds(self) -> Dict[str, Any]:
+        """The bounds in force now: ``min_freq``/``max_freq`` in Hz and the governor."""
+        return {
+            "min_freq": self._read_hz("min_freq"),
+            "max_freq": self._read_hz("max_freq"),
+            "governor": self._governor(),
+        }
+
     def shutdown(self) -> None:
         """Restore and refuse any later lock: the process is on its way out."""
         with self._io:
