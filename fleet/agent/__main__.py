@@ -15,7 +15,7 @@ import sys
 from typing import List, Optional
 
 from .devices import BACKENDS, DeviceError, open_backend
-from .devices.guard import install_restore_handlers
+from .devices.guard import install_restore_handlers, start_prompt_restore
 from .protocol import Context, line_writer, restore_quietly, serve
 
 
@@ -27,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=sorted(BACKENDS), default="cpu", help="device backend")
     p.add_argument("--sysfs-root", help="prefix for sysfs paths (jetson; tests and dry runs)")
     p.add_argument("--rail", help="power rail name (jetson), e.g. POM_5V_IN or VDD_IN")
+    p.add_argument("--state-dir", help="where original clocks are saved (jetson)")
     p.add_argument("--profile-csv", help="recorded profile to replay (replay backend)")
     p.add_argument(
         "--log-level", default="WARNING", help="stderr log level (DEBUG, INFO, WARNING...)"
@@ -41,6 +42,8 @@ def backend_options(args: argparse.Namespace) -> dict:
         options["sysfs_root"] = args.sysfs_root
     if args.rail is not None:
         options["rail"] = args.rail
+    if args.state_dir is not None:
+        options["state_dir"] = args.state_dir
     if args.profile_csv is not None:
         options["profile_csv"] = args.profile_csv
     return options
@@ -68,6 +71,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         sys.stderr.write("fleet.agent: error: {}\n".format(" ".join(str(exc).split())))
         return 2
     uninstall = install_restore_handlers(backend)
+    # SIGTERM mid-step: clocks back within ms, not after the step (clients/agent_link escalates).
+    stop_watch = start_prompt_restore(backend)
     ctx = Context(backend, args.backend, line_writer(proto_out), options)
     try:
         return serve(ctx, proto_in)
@@ -76,6 +81,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     finally:
         restore_quietly(backend)
         uninstall()
+        if stop_watch is not None:
+            stop_watch()
 
 
 if __name__ == "__main__":

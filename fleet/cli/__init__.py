@@ -25,6 +25,7 @@ COMMANDS = [
     "pretrain",
     "estimate",
     "train",
+    "restore",
 ]
 
 

@@ -47,6 +47,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="profile CSV to write")
     p.add_argument("--sysfs-root", help="sysfs prefix (jetson; for copied trees and dry runs)")
     p.add_argument("--rail", help="power rail (jetson), e.g. POM_5V_IN or VDD_IN")
+    p.add_argument("--state-dir", help="where original clocks are saved (jetson; see restore)")
     p.add_argument("--replay-profile", help="recorded profile CSV (replay backend)")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.set_defaults(func=run)
@@ -73,6 +74,7 @@ def _backend_options(args: argparse.Namespace) -> dict[str, Any]:
     given = {
         "--sysfs-root": ("sysfs_root", args.sysfs_root, ("jetson",)),
         "--rail": ("rail", args.rail, ("jetson",)),
+        "--state-dir": ("state_dir", args.state_dir, ("jetson",)),
         "--replay-profile": ("profile_csv", args.replay_profile, ("replay",)),
     }
     options: dict[str, Any] = {}
