@@ -318,6 +318,9 @@ class ClosedLoop(object):
     def _lock(self, freq: float, t: float) -> None:
         if self.backend.frequencies():
             self.backend.lock(freq)
+            wait = getattr(self.backend, "wait_settled", None)
+            if callable(wait):
+                wait()  # bounded; samples before the clock arrives never trip the guard
         self._freq = freq
         self.lock_log.append((t, freq))
         self._settle_until = self.now() + self.settle_s
