@@ -323,3 +323,41 @@ def test_frequencies_are_locked_only_from_the_lut():
     backend = FollowBackend()
     run_loop(backend, ScheduleBudget(parse_schedule("0:6,0.5:3.2")), 1200)
     assert {f for _, f in backend.lock_log} <= set(FREQS)
+
+
+# ------------------------------------------------------------------------------ the agent
+
+
+def test_agent_train_runs_the_closed_loop_and_falls_back_to_cpu(tmp_path):
+    from fleet.agent.protocol import Context, ProtocolError, handle_train
+    from tests.test_trainer import _train_request
+
+    backend = FollowBackend()
+    events = []
+    ctx = Context(backend, "jetson", events.append)  # a GPU backend kind; torch has no CUDA here
+    req = _train_request(tmp_path, max_samples=1024, target_accuracy=1.0)
+    del req["freq_mhz"]
+    req.update(
+        budget_schedule="0:6,0.3:3.2",
+        profile=lut_rows(),
+        efficiency={"batch_sizes": [8, 16, 32], "samples_to_accuracy": [4000, 4000, None]},
+        batch_size=16,
+    )
+    res = handle_train(ctx, req)
+    if not torch.cuda.is_available():
+        assert res["device"] == "cpu" and any("no CUDA" in n for n in res["notes"])
+    assert res["status"] == "not reached" and res["samples"] >= 1024
+    assert res["drift_events"] == [] and res["guard_events"] == []
+    segs = res["segments"]
+    assert segs[0]["reason"] == "start" and segs[0]["budget_w"] == 6.0
+    assert (segs[0]["batch_size"], segs[0]["freq_mhz"]) == (16, 800.0)  # b=32 never reached
+    assert segs[-1]["end_s"] == pytest.approx(res["loop_time_s"])
+    assert res["loop_energy_j"] == pytest.approx(sum(s["energy_j"] for s in segs))
+    assert backend.locked is None and backend.restores >= 1
+    assert os.path.isfile(req["checkpoint"]) and os.path.isfile(req["out_weights"])
+    bad = dict(req, freq_mhz=800.0)
+    with pytest.raises(ProtocolError, match="exclude each other"):
+        handle_train(ctx, bad)
+    with pytest.raises(ProtocolError, match="times must increase"):
+        handle_train(ctx, dict(req, budget_schedule="0:6,5:4,2:3"))
+    assert backend.locked is None
