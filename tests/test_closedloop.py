@@ -361,3 +361,24 @@ def test_agent_train_runs_the_closed_loop_and_falls_back_to_cpu(tmp_path):
     with pytest.raises(ProtocolError, match="times must increase"):
         handle_train(ctx, dict(req, budget_schedule="0:6,5:4,2:3"))
     assert backend.locked is None
+
+
+def test_closed_loop_resume_is_exact_under_a_fixed_budget(tmp_path):
+    def run(max_samples, ckpt):
+        model = build_model("small_cnn", num_classes=2, input_shape="1x8x8", seed=0, width=4)
+        result, _ = train_under_budget(
+            FollowBackend(), model, TRAIN, TEST, lut_from_rows(lut_rows()), EFF,
+            FixedBudget(4.2), 32, 1e-3, target_accuracy=1.0, max_samples=max_samples,
+            eval_every_samples=256, checkpoint_path=ckpt,
+        )  # fmt: skip
+        return result, model
+
+    ckpt = str(tmp_path / "split.pt")
+    first, _ = run(512, ckpt)
+    resumed, m_split = run(1024, ckpt)
+    whole, m_whole = run(1024, str(tmp_path / "whole.pt"))
+    assert first.samples == 512 and resumed.resumed_from_samples == 512
+    assert resumed.samples == whole.samples == 1024
+    assert resumed.curve == whole.curve
+    s1, s2 = m_split.state_dict(), m_whole.state_dict()
+    assert all(torch.equal(s1[k], s2[k]) for k in s1)  # bit-identical on the CPU

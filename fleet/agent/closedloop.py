@@ -205,6 +205,9 @@ class ClosedLoop(object):
         p = self._choose(budget)
         if p is None:
             self._stop(self._nothing_fits(budget))
+            lowest = self._choose_for_batch(self._batch, budget, self._freq)
+            if lowest is not None and lowest.freq_mhz < self._freq:
+                self._lock(lowest.freq_mhz, t)  # the least power until the step ends
             self._open_segment(t, REASON_BUDGET)
             return
         if p.batch_size == self._batch:

@@ -34,11 +34,12 @@ Rules (documented because tests and the coordinator rely on them):
   ``controller.before_step()`` for the batch size of that step and whether to stop. A new batch
   size takes effect at that step; the position in the epoch's permutation carries over, so no
   sample is skipped or counted twice (an epoch ends when fewer than one batch of it is left). A
-  stop ends the stretch, evaluates, writes the checkpoint and returns with status
-  ``over-budget``; such a checkpoint resumes. The running batch size is checkpointed: a resumed
-  run goes on at it until the controller says otherwise, so resume is exact whenever the
-  controller decides the same batch sizes at the same sample counts (a fixed budget, or no
-  change); under a schedule or budget file the switch points depend on wall time and differ.
+  stop ends the stretch, writes the checkpoint without evaluating (that would run over budget
+  too) and returns with status ``over-budget``; such a checkpoint resumes. The running batch
+  size is checkpointed: a resumed run goes on at it until the controller says otherwise, so
+  resume is exact whenever the controller decides the same batch sizes at the same sample
+  counts (a fixed budget, or no change); under a schedule or budget file the switch points
+  depend on wall time and differ.
 - Energy: with a power reader, the sampler's window is marked at the start and end of every
   training stretch, so evaluation and checkpoint writes are excluded. ``mean_power_w`` is the
   time-weighted mean of the windows' means, ``energy_j`` is that mean times the training time
@@ -697,6 +698,14 @@ def _run(
         state.train_time_s += stretch
         if sampler is not None:
             _account_power(state, sampler.mark(), stretch)
+        if state.status == STATUS_OVER_BUDGET:
+            # Stop now: an evaluation would run on over budget. The checkpoint resumes.
+            state.wall_time_s = wall_now()
+            if checkpoint_path:
+                t0 = time.perf_counter()
+                _save_checkpoint(checkpoint_path, model, opt, state, gen, dev, fingerprint)
+                state.checkpoint_time_s += time.perf_counter() - t0
+            return
         if evaluate_and_decide(loss_sum, loss_steps):
             return
 
