@@ -30,7 +30,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .budget import BudgetSource
 from .choose import LutPoint, choose, fits, lowest_peak
-from .devices.base import Backend
+from .devices.base import Backend, DeviceError
 from .sampler import PowerSampler
 
 STATUS_OVER_BUDGET = "over-budget"
@@ -190,11 +190,13 @@ class ClosedLoop(object):
             if self._end is not None:
                 return
             t = t_abs - self._t0
-            self._follow_budget(t)
-            if watts is None:
-                return
-            self._account(t, watts)
-            self._guard(t, watts)
+            try:
+                self._follow_budget(t)
+                if watts is not None:
+                    self._account(t, watts)
+                    self._guard(t, watts)
+            except DeviceError as exc:  # a refused lock: stop rather than run unguarded
+                self._stop("could not change the clock: {}".format(exc))
 
     def _follow_budget(self, t: float) -> None:
         budget = self.source.budget_at(t)
