@@ -137,9 +137,11 @@ class AgentLink:
         timeout_s: float = 60.0,
         env: dict[str, str] | None = None,
         cwd: str | None = None,
+        close_timeout_s: float = 30.0,
     ) -> None:
         self.argv = list(argv)
         self.timeout_s = float(timeout_s)
+        self.close_timeout_s = float(close_timeout_s)  # per close() stage; a step can be long
         self.env = env
         self.cwd = cwd
         self.proc: subprocess.Popen[str] | None = None
@@ -201,8 +203,13 @@ class AgentLink:
     def stderr_tail(self) -> str:
         return self._stderr[-1] if self._stderr else ""
 
-    def close(self, timeout_s: float = 5.0) -> int | None:
-        """Ask the agent to restore and exit; kill it if it does not. Returns its exit code."""
+    def close(self, timeout_s: float | None = None) -> int | None:
+        """Ask the agent to restore and exit; kill it if it does not. Returns its exit code.
+
+        Each stage (shutdown request, EOF, SIGTERM) waits ``timeout_s`` (default
+        ``close_timeout_s``); the agent restores clocks within ms of SIGTERM even mid-step.
+        """
+        timeout_s = self.close_timeout_s if timeout_s is None else timeout_s
         proc = self.proc
         if proc is None:
             return None

@@ -18,119 +18,32 @@ import pytest
 from fleet.agent.devices import DeviceError, open_backend
 from fleet.agent.devices.guard import install_restore_handlers, locked
 from fleet.agent.devices.jetson import JetsonBackend
+from simulations.virtual_jetson import BOARDS, build_board, kernel_accepts, put
+from simulations.virtual_jetson import write_devfreq as devfreq
+from simulations.virtual_jetson import write_hwmon_rails as hwmon_rails
+from simulations.virtual_jetson import write_iio_rails as iio_rails
 
 REPO = Path(__file__).resolve().parents[1]
 
-NANO_HZ = [76800000, 153600000, 230400000, 384000000, 614400000, 921600000]
-TX2_HZ = [114750000, 318750000, 624750000, 854250000, 1300500000]
-ORIN_HZ = [306000000, 408000000, 612000000, 918000000, 1300500000]
-
-
-def put(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return path
-
-
-def devfreq(root: Path, entry: str, hz, of_name=None, governor="nvhost_podgov") -> Path:
-    d = root / "sys/class/devfreq" / entry
-    shuffled = list(hz)[1:] + list(hz)[:1]  # order in the file must not matter
-    put(d / "available_frequencies", " ".join(str(h) for h in shuffled) + "\n")
-    put(d / "min_freq", f"{hz[0]}\n")
-    put(d / "max_freq", f"{hz[-1]}\n")
-    put(d / "cur_freq", f"{hz[-1]}\n")
-    put(d / "governor", governor + "\n")
-    if of_name is not None:
-        put(d / "device/of_node/name", of_name + "\x00")
-    return d
-
-
-def iio_rails(root: Path, bus: str, rails, power=True) -> Path:
-    """rails: [(name, mW, mV, mA)] on one old-style ina3221x iio device."""
-    d = root / "sys/bus/i2c/drivers/ina3221x" / bus / "iio:device0"
-    for n, (name, mw, mv, ma) in enumerate(rails):
-        put(d / f"rail_name_{n}", name + "\n")
-        if power:
-            put(d / f"in_power{n}_input", f"{mw}\n")
-        put(d / f"in_voltage{n}_input", f"{mv}\n")
-        put(d / f"in_current{n}_input", f"{ma}\n")
-    return d
-
-
-def hwmon_rails(root: Path, bus: str, rails, via_class=False) -> Path:
-    """rails: [(label, mV, mA)] on a mainline ina3221 hwmon device (channels 1..3)."""
-    if via_class:
-        d = root / "sys/class/hwmon/hwmon2"
-    else:
-        d = root / "sys/bus/i2c/drivers/ina3221" / bus / "hwmon/hwmon3"
-    put(d / "name", "ina3221\n")
-    for n, (label, mv, ma) in enumerate(rails, start=1):
-        put(d / f"in{n}_label", label + "\n")
-        put(d / f"in{n}_input", f"{mv}\n")
-        put(d / f"curr{n}_input", f"{ma}\n")
-    put(d / "in7_input", "5000\n")  # unlabelled sum channel: not a rail
-    return d
+NANO_HZ = list(BOARDS["nano"].freqs_hz)
+TX2_HZ = list(BOARDS["tx2nx"].freqs_hz)
+ORIN_HZ = list(BOARDS["orin"].freqs_hz)
 
 
 def make_nano(root: Path) -> Path:
-    d = devfreq(root, "57000000.gpu", NANO_HZ, of_name="gpu")
-    iio_rails(
-        root,
-        "6-0040",
-        [
-            ("POM_5V_IN", 4321, 5000, 864),
-            ("POM_5V_GPU", 1000, 5000, 200),
-            ("POM_5V_CPU", 750, 5000, 150),
-        ],
-    )
-    put(root / "proc/device-tree/model", "NVIDIA Jetson Nano Developer Kit\x00")
-    return d
+    return build_board(root, "nano").node
 
 
 def make_tx2nx(root: Path) -> Path:
-    d = devfreq(root, "17000000.gp10b", TX2_HZ, of_name="gp10b")
-    iio_rails(
-        root,
-        "7-0040",
-        [
-            ("POM_5V_IN", 6123, 5000, 1224),
-            ("POM_5V_GPU", 2100, 5000, 420),
-            ("POM_5V_CPU", 900, 5000, 180),
-        ],
-    )
-    return d
+    return build_board(root, "tx2nx").node
 
 
 def make_orin(root: Path) -> Path:
-    devfreq(root, "15340000.vic", [115200000, 729600000])  # another engine: must be skipped
-    d = devfreq(root, "17000000.ga10b", ORIN_HZ)
-    hw = hwmon_rails(
-        root,
-        "1-0040",
-        [("VDD_IN", 5072, 1471), ("VDD_CPU_GPU_CV", 5064, 392), ("VDD_SOC", 5070, 300)],
-    )
-    (root / "sys/class/hwmon").mkdir(parents=True)
-    os.symlink(str(hw), str(root / "sys/class/hwmon/hwmon3"))  # same device seen twice
-    return d
+    return build_board(root, "orin").node
 
 
 def read(path: Path) -> str:
     return path.read_text().strip()
-
-
-def kernel_accepts(writes, start_min: int, start_max: int) -> bool:
-    """Replay writes as devfreq would: a write making min > max is rejected (EINVAL)."""
-    cur = {"min_freq": start_min, "max_freq": start_max}
-    for path, value in writes:
-        attr = os.path.basename(path)
-        if attr not in cur:
-            continue
-        trial = dict(cur)
-        trial[attr] = int(value)
-        if trial["min_freq"] > trial["max_freq"]:
-            return False
-        cur = trial
-    return True
 
 
 # -- discovery ----------------------------------------------------------------------------------
@@ -195,7 +108,8 @@ def test_missing_devfreq_node_error_names_directory(tmp_path):
 def test_frequencies_ascending_mhz(tmp_path):
     make_nano(tmp_path)
     b = JetsonBackend(sysfs_root=str(tmp_path))
-    assert b.frequencies() == [76.8, 153.6, 230.4, 384.0, 614.4, 921.6]
+    assert b.frequencies() == [h / 1e6 for h in NANO_HZ]
+    assert b.frequencies()[:3] == [76.8, 153.6, 230.4] and b.frequencies()[-1] == 921.6
 
 
 # -- power rails --------------------------------------------------------------------------------
@@ -294,7 +208,7 @@ def test_unavailable_frequency_lists_valid(tmp_path):
         b.lock(500.0)
     msg = str(err.value)
     assert "500.0 MHz is not in" in msg and "available_frequencies" in msg
-    assert "76.8, 153.6, 230.4, 384, 614.4, 921.6" in msg
+    assert "76.8, 153.6, 230.4, 307.2, 384, 460.8, 537.6, 614.4" in msg and "921.6" in msg
     assert b.writes == []
 
 

@@ -15,7 +15,7 @@ import sys
 from typing import List, Optional
 
 from .devices import DeviceError, add_backend_arguments, given_options, open_backend, options_for
-from .devices.guard import install_restore_handlers
+from .devices.guard import install_restore_handlers, start_prompt_restore
 from .protocol import Context, line_writer, restore_quietly, serve
 
 
@@ -59,6 +59,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         sys.stderr.write("fleet.agent: error: {}\n".format(" ".join(str(exc).split())))
         return 2
     uninstall = install_restore_handlers(backend)
+    # SIGTERM mid-step: clocks back within ms, not after the step (clients/agent_link escalates).
+    stop_watch = start_prompt_restore(backend)
     ctx = Context(backend, args.backend, line_writer(proto_out), options)
     try:
         return serve(ctx, proto_in)
@@ -67,6 +69,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     finally:
         restore_quietly(backend)
         uninstall()
+        if stop_watch is not None:
+            stop_watch()
 
 
 if __name__ == "__main__":

@@ -117,6 +117,7 @@ def profile_grid(
         def measure(b: int, f: float) -> Optional[Measurement]:
             if controllable:
                 backend.lock(f)
+                settle(backend)  # samples before this are never in a window: mark() comes later
             row = measurer(b, f)
             rows.append(row)
             if progress is not None:
@@ -353,6 +354,17 @@ class _TrainingMeasurer:
         gc.collect()
         if self.device.startswith("cuda"):
             self.torch.cuda.empty_cache()
+
+
+def settle(backend: Backend) -> bool:
+    """Wait (bounded) until a just-locked clock really runs at its target; False on timeout.
+
+    Right after a lock devfreq may still run the old clock for a few ms; power sampled then
+    belongs to the old point (with ``--warmup 0`` it once placed a staircase step too low). A
+    backend without ``wait_settled`` switches instantly (replay) or cannot tell (CPU): True.
+    """
+    wait = getattr(backend, "wait_settled", None)
+    return bool(wait()) if callable(wait) else True
 
 
 def is_oom(exc: BaseException) -> bool:

@@ -396,6 +396,14 @@ _TRAIN_ARGS = [
     "eval_batch_size",
     "eval_at_start",
     "sampler_hz",
+    # closed loop (any budget argument turns it on; batch_size/lr are then the reference pair)
+    "budget_w",
+    "budget_schedule",
+    "budget_file",
+    "profile",
+    "efficiency",
+    "objective",
+    "guard_window_s",
 ]
 
 
@@ -453,6 +461,85 @@ def _load_train_data(path: str) -> Any:
     return tuple(blob["train"]), tuple(blob["test"])
 
 
+def _closed_loop_args(req: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """The closed loop's inputs, or None for a fixed (batch, freq) run; all checked up front."""
+    from .budget import BudgetError, make_source
+    from .choose import ChooseError, efficiency_from, lut_from_rows
+
+    keys = ("budget_w", "budget_schedule", "budget_file")
+    if all(req.get(k) is None for k in keys):
+        for k in ("profile", "efficiency", "objective", "guard_window_s"):
+            if req.get(k) is not None:
+                raise ProtocolError(
+                    "'{}' needs a budget (budget_w, budget_schedule or budget_file)".format(k)
+                )
+        return None
+    if req.get("freq_mhz") is not None:
+        raise ProtocolError("'freq_mhz' and a budget exclude each other (the loop picks clocks)")
+    try:
+        source = make_source(
+            None if req.get("budget_w") is None else str(req["budget_w"]),
+            None if req.get("budget_schedule") is None else str(req["budget_schedule"]),
+            _path_arg(req, "budget_file"),
+            warn=lambda m: log.warning("%s", m),
+        )
+        prof = req.get("profile")
+        if isinstance(prof, str) and prof:
+            points = lut_from_rows((r for _, r in _csv_rows(prof)), prof)
+        elif isinstance(prof, list):
+            points = lut_from_rows(prof, "profile rows")
+        else:
+            raise ProtocolError("a closed-loop train needs 'profile' (rows or a CSV path)")
+        eff = req.get("efficiency")
+        if isinstance(eff, str) and eff:
+            rows = [r for _, r in _csv_rows(eff)]
+            eff = {r.get("batch_size"): r.get("samples_to_accuracy") for r in rows}
+            efficiency = efficiency_from(eff, req["efficiency"])
+        elif isinstance(eff, dict):
+            efficiency = efficiency_from(eff, "efficiency")
+        else:
+            raise ProtocolError(
+                "a closed-loop train needs 'efficiency' ({batch: samples}, "
+                '{"batch_sizes": [...], "samples_to_accuracy": [...]} or a CSV path)'
+            )
+    except (BudgetError, ChooseError) as exc:
+        raise ProtocolError(str(exc)) from None
+    objective = str(req.get("objective") or "time")
+    if objective not in ("time", "energy"):
+        raise ProtocolError("'objective' must be time or energy, got {!r}".format(objective))
+    return {
+        "source": source,
+        "points": points,
+        "efficiency": efficiency,
+        "objective": objective,
+        "guard_window_s": float(_number(req, "guard_window_s", 0.2)),
+    }
+
+
+def _csv_rows(path: str) -> Any:
+    from .profile_io import read_rows
+
+    if not os.path.isfile(path):
+        raise ProtocolError("file {} not found".format(path))
+    return read_rows(path)[1]
+
+
+def _torch_device(ctx: Context, req: Dict[str, Any], notes: List[str]) -> str:
+    """The requested torch device; on a GPU backend without CUDA in torch, the CPU with a note."""
+    device = req.get("device")
+    if device:
+        return str(device)
+    if capabilities(ctx.backend_kind).torch_device != "cuda":
+        return "cpu"
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda"
+    notes.append("torch sees no CUDA GPU; training runs on the CPU (clocks and rails still apply)")
+    log.warning("%s", notes[-1])
+    return "cpu"
+
+
 def handle_train(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
     """Fine-tune to the target accuracy at a locked frequency; the response is the TrainResult.
 
@@ -463,6 +550,14 @@ def handle_train(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
     for the whole run and the device restored afterwards, on errors too. ``time_s`` (training
     time, evaluation excluded, as the paper reports) and ``accuracy`` (final) are aliases the
     hardware client reads.
+
+    Closed loop (``closedloop.py``): with ``budget_w`` (watts or "none"), ``budget_schedule``
+    ("0:7,600:4.5") or ``budget_file`` plus ``profile`` (rows or a CSV path) and ``efficiency``
+    ({batch: samples}, {"batch_sizes", "samples_to_accuracy"} lists, or a CSV path), optional
+    ``objective`` (time|energy) and ``guard_window_s``: the agent selects, locks, follows the
+    budget and guards the rail; ``batch_size``/``lr`` are the learning-rate reference pair. The
+    response adds ``segments``, ``guard_events``, ``drift_events``, ``loop_time_s``,
+    ``loop_energy_j`` and ``notes``; ``status`` may be ``over-budget`` (checkpoint kept).
     """
     from .models import MODELS, build_model, canonical_name
     from .trainer import TrainerError, atomic_torch_save, torch_load_cpu, train_to_target
@@ -484,7 +579,9 @@ def handle_train(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
     if not isinstance(model_options, dict):
         raise ProtocolError("'model_options' must be an object, got {!r}".format(model_options))
     task = req.get("task") or ("char" if MODELS[name].kind == "text" else "classification")
-    device = req.get("device") or capabilities(ctx.backend_kind).torch_device
+    loop_args = _closed_loop_args(req)
+    notes = []  # type: List[str]
+    device = _torch_device(ctx, req, notes)
     seed = _int_arg(req, "seed") or 0
 
     train_set, test_set = _load_train_data(str(data_path))
@@ -528,6 +625,22 @@ def handle_train(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
 
     # Every argument is checked above: from here on the device is locked, and restored on exit.
     backend = ctx.backend
+    if loop_args is not None:
+        return _train_closed_loop(
+            ctx,
+            req,
+            model,
+            train_set,
+            test_set,
+            train_options,
+            loop_args,
+            name,
+            task,
+            device,
+            notes,
+            checkpoint,
+            out_weights,
+        )
     set_workload = getattr(backend, "set_workload", None)
     locked = None  # type: Optional[float]
     try:
@@ -562,6 +675,68 @@ def handle_train(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
             "power_measured": power_read is not None,
             "checkpoint": checkpoint,
             "out_weights": out_weights,
+            "notes": notes,
+        }
+    )
+    return response
+
+
+def _train_closed_loop(
+    ctx: Context,
+    req: Dict[str, Any],
+    model: Any,
+    train_set: Any,
+    test_set: Any,
+    train_options: Dict[str, Any],
+    loop_args: Dict[str, Any],
+    name: str,
+    task: str,
+    device: str,
+    notes: List[str],
+    checkpoint: Optional[str],
+    out_weights: Optional[str],
+) -> Dict[str, Any]:
+    from .closedloop import ClosedLoopError, train_under_budget
+    from .trainer import atomic_torch_save
+
+    opts = dict(train_options)
+    ref_batch, lr = opts.pop("batch_size"), opts.pop("lr")
+    hz = opts.pop("sampler_hz")
+    try:
+        result, summary = train_under_budget(
+            ctx.backend, model, train_set, test_set, loop_args["points"],
+            loop_args["efficiency"], loop_args["source"], ref_batch, lr,
+            objective=loop_args["objective"], guard_window_s=loop_args["guard_window_s"],
+            sampler_hz=hz, log=lambda m: log.warning("%s", m), **opts
+        )  # fmt: skip
+    except ClosedLoopError as exc:
+        raise ProtocolError(str(exc)) from None
+    if out_weights is not None:
+        atomic_torch_save({k: v.detach().cpu() for k, v in model.state_dict().items()}, out_weights)
+    response = result.to_dict()
+    response.update(
+        {
+            "status": summary["status"],
+            "time_s": result.train_time_s,
+            "accuracy": result.final_accuracy,
+            "model": name,
+            "task": task,
+            "device": str(device),
+            "batch_size": summary["batch_size"],
+            "lr_ref_batch": ref_batch,
+            "freq_mhz": summary["freq_mhz"],
+            "restored": True,
+            "power_measured": summary["power_samples"] > 0,
+            "checkpoint": checkpoint,
+            "out_weights": out_weights,
+            "segments": summary["segments"],
+            "guard_events": summary["guard_events"],
+            "drift_events": [],
+            "loop_time_s": summary["time_s"],
+            "loop_energy_j": summary["energy_j"],
+            "loop_peak_power_w": summary["peak_power_w"],
+            "stop_reason": summary["stop_reason"],
+            "notes": notes + summary["notes"],
         }
     )
     return response

@@ -90,6 +90,10 @@ class PowerSampler:
     A reading of None is skipped (counted in ``none_readings``); an exception is counted in
     ``errors`` (the last one kept in ``last_error``) and sampling goes on, since one failed i2c
     read must not lose a whole profiling point.
+
+    ``on_sample(t, watts_or_None)``, when given, is called in the sampler thread after every read:
+    the closed loop's runtime guard watches the rail there, so it reacts while a long training
+    step is still running. An exception from it is counted like a failed read.
     """
 
     def __init__(
@@ -97,12 +101,14 @@ class PowerSampler:
         read_fn: Callable[[], Optional[float]],
         hz: float = 20.0,
         clock: Callable[[], float] = time.monotonic,
+        on_sample: Optional[Callable[[float, Optional[float]], None]] = None,
     ) -> None:
         if not hz > 0:
             raise ValueError("sampling rate must be > 0 Hz, got {}".format(hz))
         self._read_fn = read_fn
         self.hz = float(hz)
         self._clock = clock
+        self._on_sample = on_sample
         self._lock = threading.Lock()
         self._times = []  # type: List[float]
         self._watts = []  # type: List[float]
@@ -173,6 +179,13 @@ class PowerSampler:
             else:
                 self._times.append(t)
                 self._watts.append(float(value))
+        if self._on_sample is not None:
+            try:
+                self._on_sample(t, None if value is None else float(value))
+            except Exception as exc:  # noqa: BLE001 - counted, never fatal
+                with self._lock:
+                    self.errors += 1
+                    self.last_error = exc
 
     # -- windows ----------------------------------------------------------------------------------
     def mark(self) -> WindowStats:

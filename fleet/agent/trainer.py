@@ -27,8 +27,19 @@ Rules (documented because tests and the coordinator rely on them):
 - Cap: training stops after the first step at which the count reaches ``max_samples``; that
   evaluation decides "reached" or "not reached".
 - Learning rate: used as given. The batch-size rule (square root for Adam/AdamW, linear for SGD)
-  lives in ``fleet.efficiency.scaled_lr`` on the coordinator, which sends the scaled value; one
-  rule in one place, and the agent does not import ``fleet`` (dependency direction).
+  is applied by the coordinator, which sends the scaled value. Under a closed loop the batch size
+  may change mid-run: then ``batch_size``/``lr`` are the reference pair and every switch sets the
+  optimizer's learning rate by ``choose.scaled_lr`` (the same rule as the coordinator's).
+- Closed loop (``controller``, see ``closedloop.py``): before every step the trainer asks
+  ``controller.before_step()`` for the batch size of that step and whether to stop. A new batch
+  size takes effect at that step; the position in the epoch's permutation carries over, so no
+  sample is skipped or counted twice (an epoch ends when fewer than one batch of it is left). A
+  stop ends the stretch, writes the checkpoint without evaluating (that would run over budget
+  too) and returns with status ``over-budget``; such a checkpoint resumes. The running batch
+  size is checkpointed: a resumed run goes on at it until the controller says otherwise, so
+  resume is exact whenever the controller decides the same batch sizes at the same sample
+  counts (a fixed budget, or no change); under a schedule or budget file the switch points
+  depend on wall time and differ.
 - Energy: with a power reader, the sampler's window is marked at the start and end of every
   training stretch, so evaluation and checkpoint writes are excluded. ``mean_power_w`` is the
   time-weighted mean of the windows' means, ``energy_j`` is that mean times the training time
@@ -55,6 +66,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tu
 import torch
 import torch.nn as nn
 
+from .choose import scaled_lr
 from .models import loss_fn
 from .profile_io import atomic_write, temp_prefix
 from .sampler import PowerSampler
@@ -65,6 +77,7 @@ OPTIMIZERS = ("adam", "adamw", "sgd")
 TASKS = ("classification", "char")
 STATUS_REACHED = "reached"
 STATUS_NOT_REACHED = "not reached"
+STATUS_OVER_BUDGET = "over-budget"  # the closed loop stopped: even the lowest clock was over
 _RUNNING = "running"
 _HASH_ITEMS = 8  # first/last samples hashed into the data fingerprint
 
@@ -285,10 +298,12 @@ class _State(object):
         self.peak_power_w = None  # type: Optional[float]
         self.power_samples = 0
         self.sessions = 1
+        self.cur_batch = None  # type: Optional[int]  # closed loop: the running batch size
 
     def to_dict(self) -> Dict[str, Any]:
         out = {k: getattr(self, k) for k in self.FIELDS}
         out["perm"] = self.perm
+        out["cur_batch"] = self.cur_batch
         return out
 
     def load(self, saved: Dict[str, Any]) -> None:
@@ -297,6 +312,7 @@ class _State(object):
                 raise TrainerError("checkpoint counters lack '{}'".format(k))
             setattr(self, k, saved[k])
         self.perm = saved.get("perm")
+        self.cur_batch = saved.get("cur_batch")  # absent in checkpoints of fixed-batch runs
 
 
 # --------------------------------------------------------------------------------------------
@@ -438,6 +454,7 @@ def train_to_target(
     augment: Optional[AugmentFn] = None,
     sampler_hz: float = 20.0,
     progress_interval_s: float = 1.0,
+    controller: Any = None,
 ) -> TrainResult:
     """Fine-tune ``model`` (in place, from its current weights) until the target or the cap.
 
@@ -448,6 +465,9 @@ def train_to_target(
     most every ``progress_interval_s`` while training and after every evaluation.
     ``augment(x_batch, generator)`` must draw its randomness from the generator it is given
     (the checkpointed one), which keeps augmented runs resumable bit for bit.
+
+    ``controller``: a closed loop (``closedloop.ClosedLoop``) choosing the batch size per step;
+    then ``batch_size``/``lr`` are the learning-rate reference pair (module docstring).
 
     With ``checkpoint_path``: an existing checkpoint is verified against this run's fingerprint
     (``TrainerError`` naming the differences, the file untouched) and resumed; a finished one is
@@ -468,7 +488,7 @@ def train_to_target(
         )
     train = _Data(train_set, "train_set")
     test = _Data(test_set, "test_set")
-    if len(train) < b:
+    if controller is None and len(train) < b:
         raise TrainerError(
             "batch_size {} exceeds the {} training samples (partial batches are dropped)".format(
                 b, len(train)
@@ -496,6 +516,8 @@ def train_to_target(
         "eval_at_start": bool(eval_at_start),
         "augment": getattr(augment, "__name__", type(augment).__name__) if augment else None,
     }
+    if controller is not None:
+        settings["closed_loop"] = True  # batch_size/lr are then the reference pair
     fingerprint = run_fingerprint(model, train, test, settings)
     model.to(dev)
     opt = make_optimizer(opt_name, model.parameters(), float(lr), optimizer_options)
@@ -522,7 +544,7 @@ def train_to_target(
             _run(
                 model, opt, train, test, state, gen, dev, b, k, cap, eval_bs, task,
                 float(target_accuracy), eval_at_start, augment, sampler, progress,
-                progress_interval_s, checkpoint_path, fingerprint,
+                progress_interval_s, checkpoint_path, fingerprint, controller, float(lr), opt_name,
             )  # fmt: skip
         finally:
             if own_sampler and sampler is not None:
@@ -564,12 +586,30 @@ def _run(
     progress_interval_s: float,
     checkpoint_path: Optional[str],
     fingerprint: Dict[str, Any],
+    controller: Any = None,
+    ref_lr: float = 0.0,
+    opt_name: str = "adam",
 ) -> None:
     """The loop: train stretches between evaluations; each evaluation may stop and checkpoints."""
     session_t0 = time.perf_counter()
     wall_before = state.wall_time_s
     n = len(train)
     model.train()
+    ref_b = b
+    if controller is not None and state.cur_batch:
+        b = int(state.cur_batch)  # resumed: the batch that was running (lr is in the optimizer)
+
+    def switch_batch(new_b: int) -> int:
+        """A new batch size from the next step on, with the learning-rate rule applied."""
+        if new_b < 1 or new_b > n:
+            raise TrainerError(
+                "closed loop chose batch {} for {} training samples".format(new_b, n)
+            )
+        new_lr = scaled_lr(new_b, ref_b, ref_lr, opt_name)
+        for group in opt.param_groups:
+            group["lr"] = new_lr
+        state.cur_batch = new_b
+        return new_b
 
     def wall_now() -> float:
         return wall_before + (time.perf_counter() - session_t0)
@@ -615,12 +655,21 @@ def _run(
             sampler.mark()  # drop what the evaluation/checkpoint drew
         t0 = time.perf_counter()
         while state.samples < stop_at:
+            if controller is not None:
+                want, stop = controller.before_step()
+                if stop:
+                    state.status = STATUS_OVER_BUDGET
+                    break
+                if want != b or state.cur_batch is None:
+                    b = switch_batch(int(want))
             if state.perm is None or state.pos + b > n:
                 state.perm = torch.randperm(n, generator=gen)
                 state.pos = 0
                 state.epoch += 1
             perm = train.index_on_data_device(state.perm)
             steps = min(-(-(stop_at - state.samples) // b), (n - state.pos) // b)
+            if controller is not None:
+                steps = min(steps, 1)  # the controller decides before every step
             for _ in range(steps):
                 xb, yb = train.batch(perm[state.pos : state.pos + b])
                 if augment is not None:
@@ -637,13 +686,26 @@ def _run(
                 state.samples += b
                 state.steps += 1
                 if progress is not None and time.perf_counter() >= next_progress:
-                    progress(state.samples, cap, {"phase": "train"})
+                    info = {"phase": "train"}  # type: Dict[str, Any]
+                    if controller is not None:
+                        info["batch_size"] = b
+                        info["freq_mhz"] = controller.freq_mhz
+                        info["budget_w"] = controller.budget_w
+                    progress(state.samples, cap, info)
                     next_progress = time.perf_counter() + progress_interval_s
         _sync(dev)
         stretch = time.perf_counter() - t0
         state.train_time_s += stretch
         if sampler is not None:
             _account_power(state, sampler.mark(), stretch)
+        if state.status == STATUS_OVER_BUDGET:
+            # Stop now: an evaluation would run on over budget. The checkpoint resumes.
+            state.wall_time_s = wall_now()
+            if checkpoint_path:
+                t0 = time.perf_counter()
+                _save_checkpoint(checkpoint_path, model, opt, state, gen, dev, fingerprint)
+                state.checkpoint_time_s += time.perf_counter() - t0
+            return
         if evaluate_and_decide(loss_sum, loss_steps):
             return
 

@@ -30,6 +30,8 @@ COMMANDS = [
     ("data", "prepare the offline datasets (download once, cache) and list them"),
     ("pretrain", "pre-train a model on a public dataset"),
     ("estimate", "estimate samples-to-accuracy per batch size on a proxy"),
+    ("train", "fine-tune on this board under a budget, with the closed loop (guard, re-selection)"),
+    ("restore", "put back the GPU clocks a crashed run left locked"),
 ]
 
 

@@ -5,21 +5,62 @@ stays hot) until someone notices, so the original bounds must come back whether 
 finishes, raises, is stopped with Ctrl-C or is killed with SIGTERM by its supervisor (the Flower
 client, systemd). The context manager covers exceptions, atexit covers a normal interpreter exit
 (including sys.exit), and the signal handlers cover SIGTERM/SIGINT, which by default end Python
-without running either. SIGKILL cannot be caught: nothing can restore after it.
+without running either. SIGKILL cannot be caught: nothing can restore after it; the state file
+(``clockstate``) lets the next start repair that.
+
+Two races are closed here. A signal landing between the ``max_freq`` and ``min_freq`` writes (or
+inside one write, before its ``close`` flushes it) would let the restore run first and the stale
+write land after it, leaving the clock capped: ``deferred_signals()`` marks such a section and our
+handlers postpone themselves to its end. (``pthread_sigmask`` alone cannot do this: Python runs
+handlers in the main thread whichever thread the kernel picked, so with a sampler thread alive the
+handler still runs between the two writes.) And a handler only runs between bytecodes, so a
+training step stuck in one long C call (a b=128 step at 76.8 MHz takes longer than a supervisor
+waits) would hold the clocks for its whole duration: ``start_prompt_restore`` has a thread woken
+through ``signal.set_wakeup_fd`` restore the clocks at once, while the main thread finishes the
+step and exits through the ordinary handler.
 
 Python 3.6 compatible, stdlib only.
 """
 
 import atexit
 import contextlib
+import os
 import signal
 import sys
 import threading
-from typing import Callable, Iterator, Sequence
+import time
+from typing import Callable, Iterator, Optional, Sequence
 
 from .base import Backend, DeviceError
 
 DEFAULT_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+#: Set once a stop signal arrived: loops check it between steps to wind down early.
+STOP = threading.Event()
+
+_critical_depth = [0]  # main thread only: how deep in deferred_signals() it is
+_pending = []  # (handler, signum, frame) postponed to the section's end
+
+
+@contextlib.contextmanager
+def deferred_signals() -> Iterator[None]:
+    """Postpone this module's signal handlers to the end of the block (main thread only).
+
+    Other threads take the backend's lock instead; a signal handler run in the main thread then
+    waits for their write pair to finish before restoring.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _critical_depth[0] += 1
+    try:
+        yield
+    finally:
+        _critical_depth[0] -= 1
+        if _critical_depth[0] == 0:
+            while _pending:
+                handler, signum, frame = _pending.pop(0)
+                handler(signum, frame)
 
 
 def _restore_quietly(backend: Backend) -> None:
@@ -53,6 +94,10 @@ def install_restore_handlers(
 
     def make_handler(prev: object) -> Callable:
         def handler(signum: int, frame: object) -> None:
+            if _critical_depth[0] > 0:
+                _pending.append((handler, signum, frame))
+                return
+            STOP.set()
             _restore_quietly(backend)
             if callable(prev):
                 prev(signum, frame)
@@ -79,6 +124,71 @@ def install_restore_handlers(
     return uninstall
 
 
+def start_prompt_restore(
+    backend: Backend, grace_s: float = 10.0, signals: Sequence[int] = DEFAULT_SIGNALS
+) -> Optional[Callable[[], None]]:
+    """Restore the clocks within milliseconds of SIGTERM/SIGINT, even mid-step (main thread).
+
+    Call after ``install_restore_handlers`` (whose handler still ends the process). A thread
+    blocks on a pipe that the C-level signal handler writes the signal number to; on a stop
+    signal it sets ``STOP``, calls ``backend.shutdown()`` (restore, then refuse new locks so the
+    main thread cannot pin the clock again on its way out) or ``restore()``, and if the process
+    has not exited ``grace_s`` later, ends it with ``os._exit(128 + signum)``: the clocks are
+    back by then, so a hard exit loses nothing the board needs. Returns a function that stops
+    watching, or None outside the main thread.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    rfd, wfd = os.pipe()
+    os.set_blocking(wfd, False)
+    try:
+        previous_fd = signal.set_wakeup_fd(wfd)
+    except (ValueError, OSError):
+        os.close(rfd)
+        os.close(wfd)
+        return None
+    wanted = set(int(s) for s in signals)
+    stopped = threading.Event()
+
+    def watch() -> None:
+        while not stopped.is_set():
+            try:
+                data = os.read(rfd, 64)
+            except OSError:
+                return
+            if not data:
+                return
+            hits = [b for b in bytearray(data) if b in wanted]
+            if not hits or stopped.is_set():
+                continue
+            STOP.set()
+            shutdown = getattr(backend, "shutdown", None)
+            try:
+                (shutdown if callable(shutdown) else backend.restore)()
+                sys.stderr.write("powerfleet: signal {}: device clocks restored\n".format(hits[0]))
+            except Exception as exc:  # noqa: BLE001 - an exit path must not raise
+                sys.stderr.write("powerfleet: could not restore device settings: {}\n".format(exc))
+            deadline = time.monotonic() + float(grace_s)
+            while time.monotonic() < deadline and not stopped.is_set():
+                time.sleep(0.05)
+            if not stopped.is_set():
+                os._exit(128 + hits[0])
+
+    thread = threading.Thread(target=watch, name="prompt-restore")
+    thread.daemon = True
+    thread.start()
+
+    def uninstall() -> None:
+        stopped.set()
+        try:
+            signal.set_wakeup_fd(previous_fd)
+        except (ValueError, OSError):
+            pass
+        os.close(wfd)  # the reader sees EOF/EBADF and ends
+
+    return uninstall
+
+
 @contextlib.contextmanager
 def locked(backend: Backend, freq_mhz: float) -> Iterator[Backend]:
     """Run a block with the GPU pinned at ``freq_mhz``; restore on any exit from the block."""
@@ -89,4 +199,12 @@ def locked(backend: Backend, freq_mhz: float) -> Iterator[Backend]:
         backend.restore()
 
 
-__all__ = ["install_restore_handlers", "locked", "DeviceError", "DEFAULT_SIGNALS"]
+__all__ = [
+    "install_restore_handlers",
+    "start_prompt_restore",
+    "deferred_signals",
+    "locked",
+    "DeviceError",
+    "DEFAULT_SIGNALS",
+    "STOP",
+]

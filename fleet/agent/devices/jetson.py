@@ -8,14 +8,33 @@ driver (``ina3221x``, JetPack 4) to the mainline hwmon one (``ina3221``, JetPack
 discovered rather than hard-coded. Every path is prefixed by ``sysfs_root`` so tests and dry runs
 work on a copied tree.
 
+Crash safety (docs/architecture.md, device backends): the original bounds and governor are saved
+to a state file (``clockstate``) before the first write and the file is deleted after the restore;
+constructing the backend first restores from a file a killed run left behind (saying so on
+stderr), so pinned values are never taken for originals. The min/max pair is written under the
+backend's lock and inside ``guard.deferred_signals()``, so a signal cannot split it. After a lock,
+``wait_settled()`` waits (bounded) until ``cur_freq`` reaches the target, so that measurements
+start at the clock they are attributed to.
+
 Python 3.6 compatible, stdlib only (this runs on JetPack 4.6).
 """
 
 import glob
+import logging
 import os
-from typing import Dict, List, NamedTuple, Optional
+import sys
+import threading
+import time
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
+from . import clockstate
 from .base import Backend, BackendSpec, Capabilities, DeviceError, Option
+from .guard import deferred_signals
+
+log = logging.getLogger("fleet.agent")
+
+#: Default bound on waiting for ``cur_freq`` to reach a locked target (devfreq switches in ms).
+SETTLE_TIMEOUT_S = 1.0
 
 # Substrings of devfreq entry names (or of_node names) that denote the integrated GPU.
 GPU_NODE_TOKENS = ("gpu", "gp10b", "ga10b", "gv11b", "gm20b")
@@ -222,14 +241,21 @@ def read_rail_w(rail: Rail) -> float:
 class JetsonBackend(Backend):
     """Jetson GPU via devfreq + INA3221. Records every sysfs write in ``writes`` (path, value).
 
-    The original ``min_freq``/``max_freq``/``governor`` are captured at the first lock and put
-    back by ``restore()``; process-level exit paths are covered by ``guard``.
+    The original ``min_freq``/``max_freq``/``governor`` are captured at the first lock, saved
+    to ``state_dir`` and put back by ``restore()``; process-level exit paths are covered by
+    ``guard``, a SIGKILL by the state file (the next construction restores from it; the record
+    it restored from is in ``recovered``). ``settle_timeout_s`` bounds ``wait_settled()``.
     """
 
     name = "jetson"
 
     def __init__(
-        self, sysfs_root: str = "/", rail: Optional[str] = None, gpu_node: Optional[str] = None
+        self,
+        sysfs_root: str = "/",
+        rail: Optional[str] = None,
+        gpu_node: Optional[str] = None,
+        state_dir: Optional[str] = None,
+        settle_timeout_s: float = SETTLE_TIMEOUT_S,
     ) -> None:
         self.sysfs_root = sysfs_root
         self.node = find_gpu_devfreq(sysfs_root, gpu_node)
@@ -237,6 +263,13 @@ class JetsonBackend(Backend):
         self.writes = []  # type: List[Tuple[str, str]]
         self._originals = None  # type: Optional[Tuple[int, int, Optional[str]]]
         self._freqs_hz = self._available_hz()
+        self.state_dir = state_dir or clockstate.default_state_dir(sysfs_root)
+        self.settle_timeout_s = float(settle_timeout_s)
+        self._io = threading.RLock()  # one write pair at a time, whichever thread writes
+        self._target_hz = None  # type: Optional[int]
+        self._closed = False
+        self.settle_s = None  # type: Optional[float]  # how long the last wait_settled took
+        self.recovered = self.recover()
 
     # -- paths and small I/O helpers ------------------------------------------------------------
     def _path(self, attr: str) -> str:
@@ -282,12 +315,13 @@ class JetsonBackend(Backend):
         Writing max first is valid when the new max is not below the current min (raising);
         otherwise (lowering below the current min) min must go first.
         """
-        if new_max >= self._read_hz("min_freq"):
-            self._write("max_freq", new_max)
-            self._write("min_freq", new_min)
-        else:
-            self._write("min_freq", new_min)
-            self._write("max_freq", new_max)
+        with self._io, deferred_signals():
+            if new_max >= self._read_hz("min_freq"):
+                self._write("max_freq", new_max)
+                self._write("min_freq", new_min)
+            else:
+                self._write("min_freq", new_min)
+                self._write("max_freq", new_max)
 
     def _governor(self) -> Optional[str]:
         try:
@@ -311,24 +345,161 @@ class JetsonBackend(Backend):
             )
         )
 
-    def lock(self, freq_mhz: float) -> None:
-        hz = self._match(freq_mhz)
-        if self._originals is None:
-            self._originals = (
-                self._read_hz("min_freq"),
-                self._read_hz("max_freq"),
-                self._governor(),
-            )
-        self._set_bounds(hz, hz)
+    def identity(self) -> Dict[str, Any]:
+        """What ties a state file to this board: sysfs root, devfreq node, model, table."""
+        try:
+            board = _read_text(_under(self.sysfs_root, "proc/device-tree/model"))
+        except OSError:
+            board = ""
+        return {
+            "backend": self.name,
+            "sysfs_root": os.path.realpath(self.sysfs_root),
+            "devfreq": self.node.name,
+            "devfreq_path": os.path.realpath(self.node.path),
+            "board": board,
+            "available_hz": list(self._freqs_hz),
+        }
 
-    def restore(self) -> None:
-        if self._originals is None:
-            return
-        orig_min, orig_max, governor = self._originals
-        self._set_bounds(orig_min, orig_max)
+    def recover(self) -> Optional[Dict[str, Any]]:
+        """Put back the clocks a killed run saved in the state file; None when there is none.
+
+        A state file from another board raises DeviceError naming it and changes nothing.
+        """
+        with self._io:
+            record = clockstate.load(self.state_dir)
+            if record is None:
+                return None
+            path = clockstate.state_path(self.state_dir)
+            clockstate.check_identity(record, self.identity(), path)
+            governor = record.get("governor")
+            self._apply(int(record["min_freq"]), int(record["max_freq"]), governor)
+            clockstate.remove(self.state_dir)
+        sys.stderr.write(
+            "powerfleet: restored GPU clocks of {} from {} (min {:g} MHz, max {:g} MHz{}) left "
+            "by an interrupted run\n".format(
+                self.node.name,
+                path,
+                record["min_freq"] / 1e6,
+                record["max_freq"] / 1e6,
+                ", governor {}".format(governor) if governor else "",
+            )
+        )
+        return record
+
+    def _apply(self, new_min: int, new_max: int, governor: Optional[str]) -> None:
+        self._set_bounds(new_min, new_max)
         if governor is not None and self._governor() != governor:
             self._write("governor", governor)
-        self._originals = None
+
+    def lock(self, freq_mhz: float, settle: bool = False) -> bool:
+        """Pin the GPU at ``freq_mhz``; with ``settle``, also ``wait_settled()``.
+
+        Returns whether the clock is known to have settled (always True without ``settle``).
+        Before the first write the original bounds go to the state file; a failed write pair
+        is rolled back, so a refused lock leaves the clocks and the state as they were.
+        """
+        hz = self._match(freq_mhz)
+        with self._io:
+            if self._closed:
+                raise DeviceError("device is being released: no new clock lock")
+            fresh = self._originals is None
+            if fresh:
+                originals = (
+                    self._read_hz("min_freq"),
+                    self._read_hz("max_freq"),
+                    self._governor(),
+                )
+                clockstate.save(
+                    self.state_dir,
+                    self.identity(),
+                    {"min_freq": originals[0], "max_freq": originals[1], "governor": originals[2]},
+                )
+                self._originals = originals
+            try:
+                before = (
+                    self._read_hz("min_freq"),
+                    self._read_hz("max_freq"),
+                )  # type: Optional[Tuple[int, int]]
+            except DeviceError:
+                before = None  # unreadable: the write below fails and says why
+            try:
+                self._set_bounds(hz, hz)
+            except DeviceError:
+                self._roll_back(before, fresh)
+                raise
+            self._target_hz = hz
+        return self.wait_settled() if settle else True
+
+    def _roll_back(self, before: Optional[Tuple[int, int]], fresh: bool) -> None:
+        """Undo a half-written pair; forget the saved originals if the first lock never took."""
+        if before is None:
+            return
+        try:
+            now = (self._read_hz("min_freq"), self._read_hz("max_freq"))
+            if now != before:
+                self._set_bounds(before[0], before[1])
+                now = before
+        except DeviceError:
+            return  # could not even put it back: keep the state file for the next start
+        if fresh and now == before:
+            self._originals = None
+            clockstate.remove(self.state_dir)
+
+    def wait_settled(self, timeout_s: Optional[float] = None) -> bool:
+        """Wait until ``cur_freq`` equals the locked target (at most ``timeout_s``).
+
+        Returns True once settled (or when nothing is locked, or ``cur_freq`` is not exposed),
+        False on timeout, with a warning: the caller then knows its first samples may be off.
+        ``settle_s`` records how long it took.
+        """
+        target = self._target_hz
+        start = time.monotonic()
+        self.settle_s = 0.0
+        if target is None:
+            return True
+        limit = self.settle_timeout_s if timeout_s is None else float(timeout_s)
+        while True:
+            try:
+                cur = self._read_hz("cur_freq")
+            except DeviceError:
+                return True  # not exposed: nothing to wait for
+            if cur == target:
+                self.settle_s = time.monotonic() - start
+                return True
+            if time.monotonic() - start >= limit:
+                self.settle_s = None
+                log.warning(
+                    "cur_freq is %g MHz, not the locked %g MHz, after %.2f s",
+                    cur / 1e6,
+                    target / 1e6,
+                    limit,
+                )
+                return False
+            time.sleep(0.005)
+
+    def restore(self) -> None:
+        with self._io:
+            self._target_hz = None
+            if self._originals is None:
+                return
+            orig_min, orig_max, governor = self._originals
+            self._apply(orig_min, orig_max, governor)
+            self._originals = None
+            clockstate.remove(self.state_dir)
+
+    def bounds(self) -> Dict[str, Any]:
+        """The bounds in force now: ``min_freq``/``max_freq`` in Hz and the governor."""
+        return {
+            "min_freq": self._read_hz("min_freq"),
+            "max_freq": self._read_hz("max_freq"),
+            "governor": self._governor(),
+        }
+
+    def shutdown(self) -> None:
+        """Restore and refuse any later lock: the process is on its way out."""
+        with self._io:
+            self._closed = True
+            self.restore()
 
     def current_mhz(self) -> Optional[float]:
         """The frequency the GPU runs at now (``cur_freq``), or None where not exposed."""
@@ -386,6 +557,8 @@ SPEC = BackendSpec(
         Option("sysfs_root", str, "prefix for sysfs paths (copied trees, dry runs)", "/"),
         Option("rail", str, "power rail name, e.g. POM_5V_IN or VDD_IN (default: the board's)"),
         Option("gpu_node", str, "devfreq entry of the GPU, e.g. 57000000.gpu (default: found)"),
+        Option("state_dir", str, "where original clocks are saved (see powerfleet restore)"),
+        Option("settle_timeout_s", float, "longest wait for cur_freq to reach a lock (s)"),
     ),
     capabilities=Capabilities(measures_power=True, locks_clocks=True, torch_device="cuda"),
     summary="NVIDIA Jetson: devfreq clocks, INA3221 power rail",

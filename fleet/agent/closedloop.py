@@ -1,0 +1,477 @@
+"""The closed loop on the device: follow the budget, re-select, and guard the rail while training.
+
+Why: a decision taken once at the start trusts two things that change on a real board, the
+budget (a schedule, a battery or solar controller writing a file) and the power the profile
+promised (temperature, ageing and a different rail drift it upwards). So the loop
+
+- asks its ``BudgetSource`` for the budget at every power sample; at every change it re-selects
+  on the LUT (eq. 4, ``choose``), locks the new frequency and hands the trainer the new batch size
+  at its next step (the trainer rescales the learning rate and counts samples across the switch);
+- watches every power sample (in the sampler thread, so it reacts during a long step): measured
+  power above the budget for longer than ``guard_window_s`` steps the clock down to the next lower
+  profiled frequency, records a guard event and marks the point (and the faster ones at that batch
+  size) infeasible for the rest of the run; over budget at the lowest clock stops training
+  cleanly with status ``over-budget``;
+- records every stretch at one (batch, frequency, budget) as a segment, with its measured energy.
+
+Ordering rule at a budget change: the clock may only go *down* before the batch switch. If the new
+point's frequency is higher than the running one, the running batch is first brought to its
+fastest point that fits the new budget (its lowest clock if none does) and the new clock is locked
+together with the new batch at the step boundary, so no moment of the switch runs a point the
+profile says is over the new budget.
+
+Times are seconds since ``start()`` on the monotonic clock; the schedule is read on the same
+scale. See ``docs/architecture.md`` (closed loop). Python 3.6 compatible, stdlib only.
+"""
+
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from .budget import BudgetSource
+from .choose import LutPoint, choose, fits, lowest_peak
+from .devices.base import Backend, DeviceError
+from .sampler import PowerSampler
+
+STATUS_OVER_BUDGET = "over-budget"
+REASON_START = "start"
+REASON_BUDGET = "budget-change"
+REASON_SWITCH = "batch-switch"
+REASON_GUARD = "guard"
+
+
+class ClosedLoopError(RuntimeError):
+    """The loop cannot start (no point fits the first budget); one line."""
+
+
+def _label(w: Optional[float]) -> str:
+    return "unlimited" if w is None else "{:g} W".format(w)
+
+
+class ClosedLoop(object):
+    """Budget-following, guard-protected control of one device for one training run.
+
+    Use as a context manager around the training; ``sampler`` is the running ``PowerSampler``
+    to hand the trainer (one thread reads the rail for both), ``before_step()`` is the trainer's
+    per-step hook. ``restore_on_exit`` gives the device back when the block ends.
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        points: List[LutPoint],
+        efficiency: Dict[int, float],
+        source: BudgetSource,
+        objective: str = "time",
+        guard_window_s: float = 0.2,
+        settle_s: float = 0.1,
+        hz: float = 20.0,
+        max_batch: Optional[int] = None,
+        clock: Callable[[], float] = time.monotonic,
+        restore_on_exit: bool = True,
+        log: Optional[Callable[[str], None]] = None,
+    ) -> None:
+        self.backend = backend
+        self.points = list(points)
+        self.efficiency = dict(efficiency)
+        self.source = source
+        self.objective = objective
+        self.guard_window_s = float(guard_window_s)
+        self.settle_s = float(settle_s)
+        self.hz = float(hz)
+        self.max_batch = max_batch
+        self._clock = clock
+        self.restore_on_exit = restore_on_exit
+        self._log = log
+        self._mu = threading.RLock()
+        self.infeasible = set()  # (batch, MHz) pairs the guard ruled out
+        self.segments = []  # type: List[Dict[str, Any]]
+        self.guard_events = []  # type: List[Dict[str, Any]]
+        self.notes = []  # type: List[str]
+        self.status = None  # type: Optional[str]
+        self.stop_reason = None  # type: Optional[str]
+        self.lock_log = []  # type: List[Tuple[float, float]]  # (t_s, MHz) of every lock
+        self._t0 = 0.0
+        self._end = None  # type: Optional[float]
+        self._budget = None  # type: Optional[float]
+        self._batch = 0
+        self._freq = 0.0
+        self._pending = None  # type: Optional[LutPoint]
+        self._over_since = None  # type: Optional[float]
+        self._settle_until = 0.0
+        self._last = None  # type: Optional[Tuple[float, float]]
+        self._energy_j = 0.0
+        self._peak_w = None  # type: Optional[float]
+        self._power_seen = False
+        self.power_samples = 0
+        self.over_samples = 0
+        self.sampler = PowerSampler(backend.read_power_w, hz=hz, on_sample=self._on_sample)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def start(self) -> "ClosedLoop":
+        """Select for the budget at 0 s, lock, and start watching the rail."""
+        with self._mu:
+            self._t0 = self._clock()
+            self._budget = self.source.budget_at(0.0)
+            p = self._choose(self._budget)
+            if p is None:
+                raise ClosedLoopError(self._nothing_fits(self._budget))
+            self._apply_point(p, 0.0)
+            self._open_segment(0.0, REASON_START)
+        self.sampler.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop watching and close the last segment (idempotent)."""
+        self.sampler.stop()
+        with self._mu:
+            if self._end is None:
+                self._end = self.now()
+                if self.segments:
+                    self.segments[-1]["end_s"] = self._end
+        set_workload = getattr(self.backend, "set_workload", None)
+        if callable(set_workload):
+            set_workload(None)
+
+    def __enter__(self) -> "ClosedLoop":
+        try:
+            return self.start()
+        except BaseException:
+            if self.restore_on_exit:
+                self.backend.restore()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.stop()
+        finally:
+            if self.restore_on_exit:
+                self.backend.restore()
+
+    def now(self) -> float:
+        return self._clock() - self._t0
+
+    # -- what the trainer calls -----------------------------------------------------------------
+    @property
+    def batch_size(self) -> int:
+        return self._batch
+
+    @property
+    def freq_mhz(self) -> float:
+        return self._freq
+
+    @property
+    def budget_w(self) -> Optional[float]:
+        return self._budget
+
+    def before_step(self) -> Tuple[int, bool]:
+        """(batch size for the next step, whether to stop). Applies a pending batch switch."""
+        if self._pending is None and self.stop_reason is None:
+            return self._batch, False  # the common case: no lock taken
+        with self._mu:
+            if self.stop_reason is not None:
+                return self._batch, True
+            p = self._pending
+            self._pending = None
+            if p is not None and (p.batch_size, p.freq_mhz) in self.infeasible:
+                p = self._choose(self._budget)  # the guard struck in between: choose again
+                if p is None:
+                    self._stop(self._nothing_fits(self._budget))
+                    return self._batch, True
+            if p is not None and (p.batch_size != self._batch or p.freq_mhz != self._freq):
+                t = self.now()
+                self._apply_point(p, t)
+                self._open_segment(t, REASON_SWITCH)
+            return self._batch, False
+
+    # -- the watcher (sampler thread) -----------------------------------------------------------
+    def _on_sample(self, t_abs: float, watts: Optional[float]) -> None:
+        with self._mu:
+            if self._end is not None:
+                return
+            t = t_abs - self._t0
+            try:
+                self._follow_budget(t)
+                if watts is not None:
+                    self._account(t, watts)
+                    self._guard(t, watts)
+            except DeviceError as exc:  # a refused lock: stop rather than run unguarded
+                self._stop("could not change the clock: {}".format(exc))
+
+    def _follow_budget(self, t: float) -> None:
+        budget = self.source.budget_at(t)
+        if budget == self._budget or self.stop_reason is not None:
+            return
+        self._budget = budget
+        self._over_since = None
+        p = self._choose(budget)
+        if p is None:
+            self._stop(self._nothing_fits(budget))
+            lowest = self._choose_for_batch(self._batch, budget, self._freq)
+            if lowest is not None and lowest.freq_mhz < self._freq:
+                self._lock(lowest.freq_mhz, t)  # the least power until the step ends
+            self._open_segment(t, REASON_BUDGET)
+            return
+        if p.batch_size == self._batch:
+            self._lock(p.freq_mhz, t)
+        else:
+            # Until the step boundary the running batch goes on at its fastest point that fits
+            # the new budget, never above the new clock nor above the running one.
+            bridge = self._choose_for_batch(self._batch, budget, p.freq_mhz)
+            interim = min(p.freq_mhz, self._freq)
+            if bridge is not None:
+                interim = min(interim, bridge.freq_mhz)
+            if interim != self._freq:
+                self._lock(interim, t)
+        self._pending = p if p.batch_size != self._batch else None
+        self._open_segment(t, REASON_BUDGET)
+
+    def _guard(self, t: float, watts: float) -> None:
+        budget = self._budget
+        if budget is None or t < self._settle_until:
+            self._over_since = None
+            return
+        if watts <= budget:
+            self._over_since = None
+            return
+        if self._over_since is None:
+            self._over_since = t
+            return
+        if t - self._over_since < self.guard_window_s or self.stop_reason is not None:
+            return
+        self._over_since = None
+        b, f = self._batch, self._freq
+        for p in self.points:  # this point and every faster one at this batch size
+            if p.batch_size == b and p.freq_mhz >= f:
+                self.infeasible.add((b, p.freq_mhz))
+        lower = sorted(
+            p.freq_mhz
+            for p in self.points
+            if p.batch_size == b and p.freq_mhz < f and (b, p.freq_mhz) not in self.infeasible
+        )
+        event = {
+            "t_s": t,
+            "from_mhz": f,
+            "to_mhz": lower[-1] if lower else None,
+            "measured_w": watts,
+            "budget_w": budget,
+            "batch_size": b,
+        }
+        self.guard_events.append(event)
+        if not lower:
+            self._stop(
+                "measured {:.2f} W over the {} budget at the lowest profiled clock {:g} MHz "
+                "(batch {})".format(watts, _label(budget), f, b)
+            )
+            return
+        self._lock(lower[-1], t)
+        if self._pending is not None and (
+            (self._pending.batch_size, self._pending.freq_mhz) in self.infeasible
+        ):
+            self._pending = None
+        self._open_segment(t, REASON_GUARD)
+        self._note(
+            "guard: {:.2f} W over {} at {:g} MHz (batch {}); stepped down to {:g} MHz".format(
+                watts, _label(budget), f, b, lower[-1]
+            )
+        )
+
+    # -- helpers (hold self._mu) -----------------------------------------------------------------
+    def _choose(self, budget: Optional[float]) -> Optional[LutPoint]:
+        return choose(
+            self.points, self.efficiency, budget, self.objective, self.infeasible, self.max_batch
+        )
+
+    def _choose_for_batch(
+        self, batch: int, budget: Optional[float], below_mhz: float
+    ) -> Optional[LutPoint]:
+        """The running batch's fastest point that fits ``budget`` at or under ``below_mhz``."""
+        cands = [
+            p
+            for p in self.points
+            if p.batch_size == batch
+            and (batch, p.freq_mhz) not in self.infeasible
+            and p.freq_mhz <= below_mhz
+        ]
+        ok = [p for p in cands if fits(p, budget)]
+        if ok:
+            return min(ok, key=lambda p: (p.time_per_batch_s, p.freq_mhz))
+        return min(cands, key=lambda p: p.freq_mhz) if cands else None
+
+    def _nothing_fits(self, budget: Optional[float]) -> str:
+        low = lowest_peak(self.points)
+        where = (
+            "; the lowest profiled peak is {:.2f} W (batch {}, {:g} MHz)".format(
+                low.peak_power_w, low.batch_size, low.freq_mhz
+            )
+            if low is not None
+            else ""
+        )
+        extra = " ({} point(s) excluded by the guard)".format(len(self.infeasible))
+        return "no profiled point fits the {} budget{}{}".format(
+            _label(budget), where, extra if self.infeasible else ""
+        )
+
+    def _apply_point(self, p: LutPoint, t: float) -> None:
+        if p.freq_mhz != self._freq or not self.lock_log:
+            self._lock(p.freq_mhz, t)
+        self._batch = p.batch_size
+        set_workload = getattr(self.backend, "set_workload", None)
+        if callable(set_workload):
+            set_workload(p.batch_size)
+
+    def _lock(self, freq: float, t: float) -> None:
+        if self.backend.frequencies():
+            self.backend.lock(freq)
+            wait = getattr(self.backend, "wait_settled", None)
+            if callable(wait):
+                wait()  # bounded; samples before the clock arrives never trip the guard
+        self._freq = freq
+        self.lock_log.append((t, freq))
+        self._settle_until = self.now() + self.settle_s
+        self._over_since = None
+
+    def _open_segment(self, t: float, reason: str) -> None:
+        if self.segments:
+            last = self.segments[-1]
+            last["end_s"] = t
+            if (
+                last["batch_size"] == self._batch
+                and last["freq_mhz"] == self._freq
+                and last["budget_w"] == self._budget
+            ):
+                return  # nothing changed: keep one segment
+        self.segments.append(
+            {
+                "start_s": t,
+                "end_s": t,
+                "batch_size": self._batch,
+                "freq_mhz": self._freq,
+                "budget_w": self._budget,
+                "reason": reason,
+                "energy_j": 0.0,
+            }
+        )
+
+    def _account(self, t: float, watts: float) -> None:
+        self.power_samples += 1
+        if self._budget is not None and watts > self._budget:
+            self.over_samples += 1
+        self._power_seen = True
+        self._peak_w = watts if self._peak_w is None else max(self._peak_w, watts)
+        seg = self.segments[-1] if self.segments else None
+        if seg is not None:
+            seg["end_s"] = max(seg["end_s"], t)
+        if self._last is not None and seg is not None:
+            t0, w0 = self._last
+            e = max(0.0, t - t0) * (w0 + watts) / 2.0
+            self._energy_j += e
+            seg["energy_j"] = (seg.get("energy_j") or 0.0) + e
+        self._last = (t, watts)
+
+    def _stop(self, why: str) -> None:
+        if self.stop_reason is None:
+            self.stop_reason = why
+            self.status = STATUS_OVER_BUDGET
+            self._note("stopping: " + why)
+
+    def _note(self, message: str) -> None:
+        self.notes.append(message)
+        if self._log is not None:
+            self._log(message)
+
+    # -- results --------------------------------------------------------------------------------
+    def summary(self) -> Dict[str, Any]:
+        """Segments, guard events and the measured totals of the run (call after ``stop``)."""
+        with self._mu:
+            end = self._end if self._end is not None else self.now()
+            segs = [dict(s) for s in self.segments]
+            if segs:
+                segs[-1]["end_s"] = end
+            for s in segs:
+                if not self._power_seen:
+                    s["energy_j"] = None
+            return {
+                "status": self.status,
+                "stop_reason": self.stop_reason,
+                "time_s": end,
+                "energy_j": self._energy_j if self._power_seen else None,
+                "peak_power_w": self._peak_w,
+                "power_samples": self.power_samples,
+                "over_budget_samples": self.over_samples,
+                "segments": segs,
+                "guard_events": [dict(e) for e in self.guard_events],
+                "infeasible": sorted([b, f] for b, f in self.infeasible),
+                "notes": list(self.notes),
+                "budget_source": self.source.describe(),
+                "objective": self.objective,
+            }
+
+
+def train_under_budget(
+    backend: Backend,
+    model: Any,
+    train_set: Any,
+    test_set: Any,
+    points: List[LutPoint],
+    efficiency: Dict[int, float],
+    source: BudgetSource,
+    ref_batch: int,
+    lr: float,
+    objective: str = "time",
+    guard_window_s: float = 0.2,
+    sampler_hz: float = 20.0,
+    log: Optional[Callable[[str], None]] = None,
+    **train_options: Any,
+) -> Tuple[Any, Dict[str, Any]]:
+    """Fine-tune under the closed loop; the device is restored on every way out.
+
+    The one entry point shared by ``powerfleet train`` and the agent's ``train`` command:
+    ``train_options`` go to ``trainer.train_to_target`` (``batch_size``/``lr`` are the
+    learning-rate reference pair there). Returns (TrainResult, ``ClosedLoop.summary()``) with the
+    summary's ``status`` set to the trainer's unless the loop stopped the run.
+    """
+    from .trainer import train_to_target
+
+    n_train = _length(train_set)
+    loop = ClosedLoop(
+        backend,
+        points,
+        efficiency,
+        source,
+        objective=objective,
+        guard_window_s=guard_window_s,
+        hz=sampler_hz,
+        max_batch=n_train,
+        log=log,
+    )
+    with loop:
+        result = train_to_target(
+            model,
+            train_set,
+            test_set,
+            batch_size=ref_batch,
+            lr=lr,
+            power_read=loop.sampler,
+            controller=loop,
+            sampler_hz=sampler_hz,
+            **train_options,
+        )
+    summary = loop.summary()
+    if summary["status"] is None or result.status == "reached":
+        summary["status"] = result.status
+    summary["batch_size"] = loop.batch_size
+    summary["freq_mhz"] = loop.freq_mhz
+    return result, summary
+
+
+def _length(data: Any) -> Optional[int]:
+    tensors = getattr(data, "tensors", None)
+    if tensors is not None:
+        data = tensors
+    if isinstance(data, (tuple, list)) and data:
+        return len(data[0])
+    try:
+        return len(data)
+    except TypeError:
+        return None

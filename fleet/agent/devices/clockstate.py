@@ -1,0 +1,155 @@
+"""The original GPU clocks, saved on disk before the first write and deleted after the restore.
+
+Why a file: an agent killed with SIGKILL (or a board losing power mid-run) runs no exit path, so
+the clock stays pinned, and the next run would otherwise read the pinned bounds as "original" and
+restore to them forever. So before the first write the original bounds and governor go to a state
+file (atomic: temp file, fsync, rename); every later start restores from a file it finds before
+reading anything as original; a clean restore deletes it. The file names the board and devfreq
+node it belongs to, and a file from another board is refused rather than applied: foreign bounds
+could pin this GPU at clocks its own table does not even hold.
+
+Where (``default_state_dir``): a root-owned ``/var/lib/powerfleet`` when running as root (the
+boot-time ``powerfleet restore`` unit runs as root), else ``$XDG_STATE_HOME/powerfleet`` or
+``~/.local/state/powerfleet``. A sysfs root other than ``/`` (a copied tree, the virtual Jetson)
+keeps its state under ``<root>/var/lib/powerfleet``, so a dry run never touches the real board's
+state. The directory is created with mode 0700.
+
+Python 3.6 compatible, stdlib only. See docs/architecture.md (device backends).
+"""
+
+import json
+import os
+import tempfile
+import time
+from typing import Any, Dict, Optional
+
+from .base import DeviceError
+
+STATE_FILE = "jetson-clocks.json"
+FORMAT = "powerfleet-clock-state-1"
+IDENTITY_KEYS = ("sysfs_root", "devfreq", "board", "available_hz")
+
+
+def default_state_dir(sysfs_root: str = "/") -> str:
+    """Where original clocks are saved when no ``--state-dir`` is given (see module docstring)."""
+    if sysfs_root and os.path.realpath(sysfs_root) != "/":
+        return os.path.join(sysfs_root, "var", "lib", "powerfleet")
+    if os.geteuid() == 0:
+        return "/var/lib/powerfleet"
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "state"
+    )
+    return os.path.join(base, "powerfleet")
+
+
+def state_path(state_dir: str) -> str:
+    return os.path.join(state_dir, STATE_FILE)
+
+
+def describe_identity(ident: Dict[str, Any]) -> str:
+    """A short human name for a board: devfreq node, model string and sysfs root."""
+    board = ident.get("board") or "unknown board"
+    return "{} on {!r} under {}".format(ident.get("devfreq"), board, ident.get("sysfs_root"))
+
+
+def save(state_dir: str, identity: Dict[str, Any], bounds: Dict[str, Any]) -> str:
+    """Write identity + bounds atomically to the state file; return its path.
+
+    Raises DeviceError (one line) when the directory cannot be created or written: the caller
+    must then not touch the clocks, since nothing could bring them back after a crash.
+    """
+    record = {"format": FORMAT, "saved_at": time.time(), "pid": os.getpid()}
+    record.update(identity)
+    record.update(bounds)
+    path = state_path(state_dir)
+    tmp = None
+    try:
+        if not os.path.isdir(state_dir):
+            os.makedirs(state_dir, mode=0o700)
+            os.chmod(state_dir, 0o700)  # makedirs' mode is masked by the umask
+        fd, tmp = tempfile.mkstemp(prefix=".jetson-clocks.", dir=state_dir)
+        with os.fdopen(fd, "w") as fh:
+            json.dump(record, fh, sort_keys=True)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        tmp = None
+        _fsync_dir(state_dir)
+    except OSError as exc:
+        raise DeviceError(
+            "cannot save the original GPU clocks to {}: {}; choose a writable --state-dir".format(
+                path, exc.strerror or exc
+            )
+        ) from None
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+    return path
+
+
+def load(state_dir: str) -> Optional[Dict[str, Any]]:
+    """The saved record, or None when there is none. A damaged file is a one-line DeviceError."""
+    path = state_path(state_dir)
+    try:
+        with open(path, "r") as fh:
+            text = fh.read()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise DeviceError(
+            "cannot read clock state {}: {}".format(path, exc.strerror or exc)
+        ) from None
+    try:
+        record = json.loads(text)
+    except ValueError:
+        record = None
+    ok = isinstance(record, dict) and record.get("format") == FORMAT
+    if ok:
+        for key in ("min_freq", "max_freq"):
+            value = record.get(key)
+            ok = ok and isinstance(value, int) and not isinstance(value, bool) and value > 0
+    if not ok:
+        raise DeviceError(
+            "clock state {} is damaged (expected a {} JSON object with integer min_freq and "
+            "max_freq); check the board's clocks and remove the file".format(path, FORMAT)
+        )
+    return record
+
+
+def check_identity(record: Dict[str, Any], identity: Dict[str, Any], path: str) -> None:
+    """Refuse a state file written for another board (one line naming both)."""
+    theirs = {k: record.get(k) for k in IDENTITY_KEYS}
+    ours = {k: identity.get(k) for k in IDENTITY_KEYS}
+    if theirs != ours:
+        raise DeviceError(
+            "clock state {} belongs to another board ({}), not this one ({}): refusing to restore "
+            "foreign clock bounds; use this board's --state-dir or remove the file".format(
+                path, describe_identity(theirs), describe_identity(ours)
+            )
+        )
+
+
+def remove(state_dir: str) -> None:
+    try:
+        os.unlink(state_path(state_dir))
+    except FileNotFoundError:
+        return
+    _fsync_dir(state_dir)
+
+
+def _fsync_dir(path: str) -> None:
+    """Make a rename/unlink durable (a power cut right after must not resurrect the old file)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -1,0 +1,330 @@
+"""`powerfleet train`: the paper's whole workflow on one board, no coordinator needed.
+
+Profile (unless a LUT is given), select, lock, fine-tune under the closed loop, restore. The loop
+itself lives in the agent (``fleet.agent.closedloop``) so the hardware client drives the very
+same code through the agent's ``train`` command; this module only parses, prints and writes the
+run folder. The device is restored on every exit path (normal end, error, Ctrl-C, SIGTERM): the
+closed loop restores when its block ends and ``install_restore_handlers`` covers signals.
+See ``docs/architecture.md`` (closed loop).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from typing import Any
+
+from rich.console import Console
+
+from fleet.agent.devices import DeviceError, open_backend
+from fleet.agent.devices.guard import install_restore_handlers
+from fleet.cli.cmd_profile import add_backend_flags, backend_options
+from fleet.cli.common import console, emit_json, note, table
+from fleet.errors import InputError
+
+DEFAULT_BATCH_SIZES = "4,8,16,32,64,128"
+COMMAND = "train"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "train",
+        help="profile if needed, select, lock and fine-tune on this board under a power budget "
+        "(closed loop: budget changes re-select, a runtime guard steps the clock down)",
+    )
+    add_backend_flags(p)  # --backend and every backend's options, from the registry
+    p.add_argument("--model", required=True, help="small_cnn, resnet18, mobilenetv2, ...")
+    p.add_argument("--weights", help="pre-trained weights (powerfleet pretrain)")
+    p.add_argument("--dataset", required=True, help="prepared dataset name or a path")
+    p.add_argument("--data-dir", help="prepared-data directory (default: $POWERFLEET_DATA)")
+    p.add_argument("--subset", type=int, help="samples to use (deterministic)")
+    p.add_argument("--efficiency", required=True, help="efficiency CSV (powerfleet estimate)")
+    p.add_argument("--profile", help="profile CSV of this board (default: profile first)")
+    budget = p.add_mutually_exclusive_group(required=True)
+    budget.add_argument("--budget-w", help="fixed budget in watts (or 'none')")
+    budget.add_argument("--budget-schedule", help="SECONDS:WATTS steps, e.g. '0:7,600:4.5'")
+    budget.add_argument("--budget-file", help="file holding the budget, re-read every second")
+    p.add_argument("--objective", choices=("time", "energy"), default="time")
+    p.add_argument("--target-accuracy", type=float, default=0.9)
+    p.add_argument("--max-samples", type=int, help="stop here if the target is not met")
+    p.add_argument("--eval-every", type=int, help="samples between evaluations (default: epoch)")
+    p.add_argument("--optimizer", default="adam", choices=["adam", "adamw", "sgd"])
+    p.add_argument("--lr-ref", type=float, default=5e-4, help="learning rate at --lr-ref-batch")
+    p.add_argument("--lr-ref-batch", type=int, default=128)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--batch-sizes", default=DEFAULT_BATCH_SIZES, help="to profile (no --profile)")
+    p.add_argument("--guard-window", type=float, default=0.2, help="seconds over budget to act")
+    p.add_argument("--sampler-hz", type=float, default=20.0, help="power sampling rate (>= 20)")
+    p.add_argument(
+        "--device", choices=("auto", "cpu", "cuda"), default="auto",
+        help="torch device (auto: cuda on jetson/nvml when torch sees one, else cpu)",
+    )  # fmt: skip
+    p.add_argument("--out", help="run folder: run.json, checkpoint, weights, profile")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    p.set_defaults(func=run)
+
+
+# ---------------------------------------------------------------------------- inputs
+
+
+def _budget_source(args: argparse.Namespace) -> Any:
+    from fleet.agent.budget import BudgetError, make_source
+
+    try:
+        return make_source(
+            args.budget_w, args.budget_schedule, args.budget_file,
+            warn=lambda m: note(COMMAND, "warning: " + m),
+        )  # fmt: skip
+    except BudgetError as exc:
+        raise InputError(str(exc)) from None
+
+
+def _efficiency(path: str) -> dict[int, float]:
+    from fleet.efficiency import load_efficiency
+
+    eff = load_efficiency(path)
+    if not eff.reached:
+        raise InputError(f"{path}: no batch size reached the target accuracy")
+    return dict(eff.reached)
+
+
+def _lut_from_profile(path: str) -> list[Any]:
+    from fleet.agent.choose import LutPoint
+    from fleet.profile import load_profile
+
+    prof = load_profile(path)
+    return [
+        LutPoint(p.batch_size, p.freq_mhz, p.time_per_batch_s, p.peak_power_w, p.mean_power_w)
+        for p in prof.points
+    ]
+
+
+def _numbers(raw: str, flag: str) -> list[int]:
+    try:
+        out = [int(x) for x in raw.split(",") if x.strip()]
+    except ValueError:
+        raise InputError(f"{flag}: expected comma-separated integers, got {raw!r}") from None
+    if not out or any(v <= 0 for v in out):
+        raise InputError(f"{flag}: expected positive integers, got {raw!r}")
+    return out
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    if not 0.0 <= args.target_accuracy <= 1.0:
+        raise InputError(f"--target-accuracy must be in [0, 1], got {args.target_accuracy}")
+    counts = (
+        ("--max-samples", args.max_samples),
+        ("--eval-every", args.eval_every),
+        ("--lr-ref-batch", args.lr_ref_batch),
+        ("--subset", args.subset),
+    )
+    for flag, value in counts:
+        if value is not None and value < 1:
+            raise InputError(f"{flag} must be >= 1, got {value}")
+    if not (math.isfinite(args.lr_ref) and args.lr_ref > 0):
+        raise InputError(f"--lr-ref must be > 0, got {args.lr_ref}")
+    if not (math.isfinite(args.sampler_hz) and args.sampler_hz >= 20):
+        raise InputError(f"--sampler-hz must be >= 20 (the guard needs it), got {args.sampler_hz}")
+    if not (math.isfinite(args.guard_window) and 0 <= args.guard_window <= 0.4):
+        raise InputError(f"--guard-window must be in [0, 0.4] s, got {args.guard_window}")
+    for flag, path in (("--efficiency", args.efficiency), ("--profile", args.profile),
+                       ("--weights", args.weights)):  # fmt: skip
+        if path is not None and not os.path.isfile(path):
+            raise InputError(f"{flag}: {path} not found")
+
+
+def _torch_device(args: argparse.Namespace) -> str:
+    if args.device != "auto":
+        return args.device
+    if args.backend not in ("jetson", "nvml"):
+        return "cpu"
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda"
+    note(COMMAND, "torch sees no CUDA GPU; training runs on the CPU (--device cuda to require it)")
+    return "cpu"
+
+
+# ---------------------------------------------------------------------------- the run
+
+
+def run(args: argparse.Namespace) -> int:
+    from fleet.agent.closedloop import ClosedLoopError, train_under_budget
+    from fleet.agent.trainer import TrainerError, atomic_torch_save
+    from fleet.task import build_for, load_task
+
+    _check_args(args)
+    source = _budget_source(args)
+    efficiency = _efficiency(args.efficiency)
+    points = _lut_from_profile(args.profile) if args.profile else None
+    options = backend_options(args)
+    task = load_task(args.dataset, args.data_dir, args.subset, args.seed)
+    model = build_for(task, args.model, args.seed, args.weights)
+    device = _torch_device(args)
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+    try:
+        backend = open_backend(args.backend, **options)
+    except DeviceError as exc:
+        raise InputError(str(exc)) from None
+
+    uninstall = install_restore_handlers(backend)
+    err = Console(stderr=True)
+    live = err.is_terminal and not args.json
+    try:
+        if points is None:
+            points = _profile_first(args, backend, task, model, source, device)
+        last: dict[str, Any] = {}
+
+        def progress(done: int, total: int, info: dict[str, Any]) -> None:
+            last.update(info)
+            if live:
+                budget = last.get("budget_w")
+                err.print(
+                    f"\r[bold]train[/] {done}/{total} samples  b={last.get('batch_size', '-')} "
+                    f"f={last.get('freq_mhz', '-')} MHz  budget="
+                    f"{'none' if budget is None else budget} W  acc={last.get('accuracy', '-')}",
+                    end="", highlight=False,
+                )  # fmt: skip
+
+        ckpt = os.path.join(args.out, "checkpoint.pt") if args.out else None
+        try:
+            result, summary = train_under_budget(
+                backend, model, task.train, task.test, points, efficiency, source,
+                args.lr_ref_batch, args.lr_ref, objective=args.objective,
+                guard_window_s=args.guard_window, sampler_hz=args.sampler_hz,
+                log=lambda m: note(COMMAND, m), target_accuracy=args.target_accuracy,
+                optimizer=args.optimizer, eval_every_samples=args.eval_every,
+                max_samples=args.max_samples, seed=args.seed, device=device,
+                checkpoint_path=ckpt, task=task.kind, progress=progress,
+            )  # fmt: skip
+        except (ClosedLoopError, TrainerError) as exc:
+            raise InputError(str(exc)) from None
+        finally:
+            if live:
+                err.print()
+    finally:
+        uninstall()
+        backend.restore()
+    out = _report(result, summary, args, ckpt)
+    if args.out:
+        atomic_torch_save(
+            {k: v.detach().cpu() for k, v in model.state_dict().items()},
+            os.path.join(args.out, "weights.pt"),
+        )
+        with open(os.path.join(args.out, "run.json"), "w") as fh:
+            json.dump(out, fh, indent=2, default=str)
+    if args.json:
+        emit_json(out)
+    else:
+        _print_human(out)
+    return 0
+
+
+def _profile_first(args, backend, task, model, source, device) -> list[Any]:
+    """The staircase under the highest budget the run will face (all points if unbounded)."""
+    from fleet.agent.choose import ChooseError, lut_from_rows
+    from fleet.agent.profiler import profile_grid, write_profile
+
+    highest = source.highest()
+    under = f" (staircase under {highest:g} W)" if highest is not None else " (full grid)"
+    note(COMMAND, "no --profile: profiling first" + under)
+    try:
+        result = profile_grid(
+            backend, args.model, input_shape=task.input_shape,
+            batch_sizes=_numbers(args.batch_sizes, "--batch-sizes"), budget_w=highest,
+            sampler_hz=args.sampler_hz, num_classes=task.classes, device=device, model=model,
+        )  # fmt: skip
+    except DeviceError as exc:
+        raise InputError(str(exc)) from None
+    if args.out:
+        write_profile(os.path.join(args.out, "profile.csv"), result.rows, result.metadata)
+    try:
+        return lut_from_rows(result.rows, "profile just measured")
+    except ChooseError as exc:
+        raise InputError(str(exc)) from None
+
+
+def _report(result: Any, summary: dict[str, Any], args: argparse.Namespace, ckpt: str | None):
+    out = {
+        "status": summary["status"],
+        "samples": result.samples,
+        "samples_to_accuracy": result.samples_to_accuracy,
+        "accuracy": result.final_accuracy,
+        "target_accuracy": result.target_accuracy,
+        "time_s": summary["time_s"],
+        "train_time_s": result.train_time_s,
+        "eval_time_s": result.eval_time_s,
+        "energy_j": summary["energy_j"],
+        "peak_power_w": summary["peak_power_w"],
+        "power_samples": summary["power_samples"],
+        "over_budget_samples": summary["over_budget_samples"],
+        "segments": summary["segments"],
+        "guard_events": summary["guard_events"],
+        "drift_events": [],
+        "batch_size": summary["batch_size"],
+        "freq_mhz": summary["freq_mhz"],
+        "objective": summary["objective"],
+        "budget": summary["budget_source"],
+        "stop_reason": summary["stop_reason"],
+        "notes": summary["notes"],
+        "backend": args.backend,
+        "model": args.model,
+        "checkpoint": ckpt,
+        "out": args.out,
+    }
+    return out
+
+
+def _fmt_w(w: Any) -> str:
+    return "none" if w is None else f"{w:g}"
+
+
+def _print_human(out: dict[str, Any]) -> None:
+    console.print(
+        table(
+            f"Segments ({out['budget']}, objective {out['objective']})",
+            ["from s", "to s", "batch", "freq MHz", "budget W", "energy J", "reason"],
+            [
+                [
+                    f"{s['start_s']:.1f}",
+                    f"{s['end_s']:.1f}",
+                    s["batch_size"],
+                    f"{s['freq_mhz']:g}",
+                    _fmt_w(s["budget_w"]),
+                    "-" if s["energy_j"] is None else f"{s['energy_j']:.1f}",
+                    s["reason"],
+                ]
+                for s in out["segments"]
+            ],
+        )  # fmt: skip
+    )
+    if out["guard_events"]:
+        console.print(
+            table(
+                "Guard events",
+                ["t s", "from MHz", "to MHz", "measured W", "budget W"],
+                [
+                    [
+                        f"{e['t_s']:.2f}",
+                        f"{e['from_mhz']:g}",
+                        "stop" if e["to_mhz"] is None else f"{e['to_mhz']:g}",
+                        f"{e['measured_w']:.2f}",
+                        _fmt_w(e["budget_w"]),
+                    ]
+                    for e in out["guard_events"]
+                ],
+            )  # fmt: skip
+        )
+    energy = "n/a" if out["energy_j"] is None else f"{out['energy_j']:.1f} J"
+    peak = "n/a" if out["peak_power_w"] is None else f"{out['peak_power_w']:.2f} W"
+    console.print(
+        f"status {out['status']}: {out['samples']} samples, accuracy {out['accuracy']:.4f}, "
+        f"{out['time_s']:.1f} s, {energy}, peak {peak}"
+    )
+    if out["stop_reason"]:
+        print(f"powerfleet train: {out['stop_reason']}", file=sys.stderr)

@@ -1,0 +1,85 @@
+"""A board whose power really follows the locked clock, for the closed-loop tests and benchmark.
+
+Power at (batch b, clock f) is ``idle + k * f * (1 + b / 64) + drift``; ``drift_w`` can be set
+at any moment (another thread, a timer) to play a rail that runs hotter than its profile. Every
+lock is logged with its monotonic time so tests can assert the clock over time.
+"""
+
+import threading
+import time
+
+from fleet.agent.devices.base import Backend
+
+FREQS = [200.0, 400.0, 600.0, 800.0]
+BATCHES = [8, 16, 32]
+IDLE_W = 1.0
+K_W_PER_MHZ = 0.004
+
+
+def model_power(b, f):
+    return IDLE_W + K_W_PER_MHZ * f * (1.0 + b / 64.0)
+
+
+def model_time(b, f):
+    """Seconds per step: bigger batches are more efficient per sample, faster clocks faster."""
+    return (0.002 + 0.0004 * b) * 800.0 / f
+
+
+def lut_rows():
+    rows = []
+    for b in BATCHES:
+        for f in FREQS:
+            p = model_power(b, f)
+            rows.append(
+                {
+                    "batch_size": b,
+                    "freq_mhz": f,
+                    "time_per_batch_s": model_time(b, f),
+                    "peak_power_w": p + 0.05,
+                    "mean_power_w": p,
+                }
+            )
+    return rows
+
+
+class FollowBackend(Backend):
+    name = "follow"
+
+    def __init__(self, freqs=None):
+        self._freqs = list(freqs or FREQS)
+        self.locked = None
+        self.batch = None
+        self.drift_w = 0.0
+        self.lock_log = []  # (monotonic time, MHz)
+        self.restores = 0
+        self._mu = threading.Lock()
+
+    def frequencies(self):
+        return list(self._freqs)
+
+    def lock(self, freq_mhz):
+        with self._mu:
+            self.locked = float(freq_mhz)
+            self.lock_log.append((time.monotonic(), float(freq_mhz)))
+
+    def restore(self):
+        with self._mu:
+            if self.locked is not None:
+                self.restores += 1
+            self.locked = None
+
+    def set_workload(self, batch):
+        self.batch = batch
+
+    def read_power_w(self):
+        f = self.locked if self.locked is not None else max(self._freqs)
+        b = self.batch or 0
+        return model_power(b, f) + self.drift_w
+
+    def locked_at(self, t):
+        """The clock locked at monotonic time t (None before the first lock)."""
+        cur = None
+        for when, f in self.lock_log:
+            if when <= t:
+                cur = f
+        return cur

@@ -1,0 +1,153 @@
+"""`powerfleet train` end to end: a real process, the replay backend, tiny generated images."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fleet.cli import main
+from tests.closedloop_helpers import lut_rows
+
+ROOT = Path(__file__).resolve().parents[1]
+EFF = {8: 4000, 16: 4000, 32: 4400}
+
+
+@pytest.fixture()
+def inputs(tmp_path):
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 2, 640)
+    x = rng.integers(0, 256, (640, 8, 8)).astype(np.uint8)
+    x[y == 1, :, :4] = 255  # a learnable pattern
+    data = tmp_path / "tiny.npz"
+    np.savez(data, x_train=x[:512], y_train=y[:512], x_test=x[512:], y_test=y[512:])
+    prof = tmp_path / "profile.csv"
+    with open(prof, "w", newline="") as fh:
+        w = csv.DictWriter(fh, ["batch_size", "freq_mhz", "time_per_batch_s", "peak_power_w",
+                                "mean_power_w"])  # fmt: skip
+        w.writeheader()
+        w.writerows(lut_rows())
+    eff = tmp_path / "eff.csv"
+    eff.write_text("batch_size,samples_to_accuracy\n" + "".join(
+        f"{b},{n}\n" for b, n in EFF.items()))  # fmt: skip
+    return {"data": str(data), "profile": str(prof), "eff": str(eff), "tmp": tmp_path}
+
+
+def base_args(inp):
+    return [
+        "train", "--backend", "replay", "--replay-profile", inp["profile"],
+        "--model", "small_cnn", "--dataset", inp["data"], "--efficiency", inp["eff"],
+    ]  # fmt: skip
+
+
+def run_cli(args, timeout=240):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    return subprocess.run(
+        [sys.executable, "-m", "fleet", *args], capture_output=True, text=True, env=env,
+        timeout=timeout, cwd=str(ROOT),
+    )  # fmt: skip
+
+
+def test_train_json_contract_and_consistent_numbers(inputs):
+    out_dir = inputs["tmp"] / "run"
+    proc = run_cli(
+        base_args(inputs)
+        + [
+            "--profile",
+            inputs["profile"],
+            "--budget-schedule",
+            "0:6,0.5:4.2",
+            "--max-samples",
+            "1536",
+            "--eval-every",
+            "512",
+            "--target-accuracy",
+            "1.0",
+            "--lr-ref-batch",
+            "16",
+            "--out",
+            str(out_dir),
+            "--json",
+        ]  # fmt: skip
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    for key in ("status", "samples", "accuracy", "time_s", "energy_j", "peak_power_w",
+                "segments", "guard_events", "drift_events"):  # fmt: skip
+        assert key in out, key
+    assert out["status"] in ("reached", "not reached")
+    assert out["samples"] >= 1536 or out["status"] == "reached"
+    assert out["drift_events"] == [] and out["guard_events"] == []
+    segs = out["segments"]
+    assert segs[0]["start_s"] == 0 and segs[0]["reason"] == "start"
+    for a, b in zip(segs, segs[1:], strict=False):
+        assert b["start_s"] == pytest.approx(a["end_s"])
+    assert segs[-1]["end_s"] == pytest.approx(out["time_s"])
+    for s in segs:
+        assert set(s) >= {"start_s", "end_s", "batch_size", "freq_mhz", "budget_w", "reason"}
+    assert out["energy_j"] == pytest.approx(sum(s["energy_j"] for s in segs), rel=1e-9)
+    # Replay power is the profiled mean at the running point: energy ~ mean power x time.
+    assert 1.0 * out["time_s"] * 0.5 < out["energy_j"] <= out["peak_power_w"] * out["time_s"]
+    assert out["peak_power_w"] <= max(r["mean_power_w"] for r in lut_rows()) + 1e-9
+    assert segs[0]["budget_w"] == 6.0 and (segs[0]["batch_size"], segs[0]["freq_mhz"]) == (32, 800)
+    if out["time_s"] > 0.7:  # the 0.5 s step happened inside the run: the clock came down
+        assert segs[-1]["budget_w"] == 4.2 and segs[-1]["freq_mhz"] == 600.0
+    saved = json.loads((out_dir / "run.json").read_text())
+    assert saved["segments"] == segs
+    assert (out_dir / "checkpoint.pt").is_file() and (out_dir / "weights.pt").is_file()
+
+
+def test_train_profiles_first_without_a_profile(inputs):
+    proc = run_cli(
+        base_args(inputs)
+        + [
+            "--budget-w",
+            "4.2",
+            "--max-samples",
+            "256",
+            "--eval-every",
+            "256",
+            "--batch-sizes",
+            "8,16,32",
+            "--out",
+            str(inputs["tmp"] / "r2"),
+            "--json",
+        ]  # fmt: skip
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert "profiling first (staircase under 4.2 W)" in proc.stderr
+    assert (inputs["tmp"] / "r2" / "profile.csv").is_file()
+    assert (out["batch_size"], out["freq_mhz"]) == (16, 600.0)
+    assert out["peak_power_w"] <= 4.2
+
+
+@pytest.mark.parametrize(
+    "budget, words",
+    [
+        (
+            ["--budget-schedule", "0:7,600:4.5,300:3"],
+            "times must increase; 300 s comes after 600 s",
+        ),
+        (["--budget-schedule", "0:7,-5:3"], "must be >= 0 seconds"),
+        (["--budget-schedule", "0:seven"], "not a budget"),
+        (["--budget-w", "-2"], "not a budget"),
+        (["--budget-file", "/nonexistent/budget"], "budget file /nonexistent/budget not found"),
+    ],
+)
+def test_bad_budgets_are_one_line_exit_2(inputs, capsys, budget, words):
+    code = main(base_args(inputs) + budget)
+    err = capsys.readouterr().err
+    assert code == 2
+    assert words in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_nothing_fits_is_one_line_exit_2(inputs, capsys):
+    code = main(base_args(inputs) + ["--profile", inputs["profile"], "--budget-w", "1.5"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "no profiled point fits the 1.5 W budget" in err and "1.95 W" in err

@@ -1,0 +1,384 @@
+"""The closed loop on a board whose power follows the locked clock (tests/closedloop_helpers.py).
+
+Real training (small_cnn on tiny generated data) under a real sampler thread; an ``augment``
+hook that sleeps makes each step take a board-like 15 ms, so the run spans the schedule steps
+and drift injections. Tolerances are generous: this runs on a loaded 2-core machine.
+"""
+
+import math
+import os
+import random
+import threading
+import time
+
+import pytest
+import torch
+
+from fleet.agent.budget import (
+    BudgetError,
+    FileBudget,
+    FixedBudget,
+    ScheduleBudget,
+    make_source,
+    parse_schedule,
+)
+from fleet.agent.choose import choose, efficiency_from, lut_from_rows, scaled_lr
+from fleet.agent.closedloop import STATUS_OVER_BUDGET, ClosedLoop, train_under_budget
+from fleet.agent.models import build_model
+from tests.closedloop_helpers import FREQS, FollowBackend, lut_rows, model_power
+
+EFF = {8: 4000.0, 16: 4000.0, 32: 4400.0}  # b=32 wins when the budget allows its clock
+STEP_S = 0.015
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def make_data(n, seed):
+    g = torch.Generator()
+    g.manual_seed(seed)
+    y = torch.randint(0, 2, (n,), generator=g)
+    x = torch.randn(n, 1, 8, 8, generator=g)
+    return x, y
+
+
+TRAIN, TEST = make_data(512, 1), make_data(128, 2)
+
+
+def slow_step(x, gen):
+    time.sleep(STEP_S)
+    return x
+
+
+def after_start(backend, delay_s, action):
+    """Run ``action`` ``delay_s`` after the loop's first lock (a daemon thread)."""
+
+    def wait_then_act():
+        deadline = time.monotonic() + 60
+        while not backend.lock_log and time.monotonic() < deadline:
+            time.sleep(0.005)
+        time.sleep(max(0.0, backend.lock_log[0][0] + delay_s - time.monotonic()))
+        action()
+
+    th = threading.Thread(target=wait_then_act)
+    th.daemon = True
+    th.start()
+    return th
+
+
+def run_loop(backend, source, max_samples, checkpoint=None, **kw):
+    model = build_model("small_cnn", num_classes=2, input_shape="1x8x8", seed=0, width=4)
+    return train_under_budget(
+        backend, model, TRAIN, TEST, lut_from_rows(lut_rows()), EFF, source, 16, 1e-3,
+        target_accuracy=1.0, max_samples=max_samples, eval_every_samples=256,
+        augment=slow_step, checkpoint_path=checkpoint, **kw
+    )  # fmt: skip
+
+
+# ------------------------------------------------------------------------------ selection
+
+
+def test_chooser_agrees_with_fleet_selection_brute_force():
+    from fleet.efficiency import Efficiency
+    from fleet.efficiency import scaled_lr as fleet_scaled_lr
+    from fleet.errors import InfeasibleError
+    from fleet.profile import Point, Profile
+    from fleet.selection import select, select_brute_force
+
+    rng = random.Random(7)
+    checked = 0
+    for _ in range(300):
+        batches = rng.sample([4, 8, 16, 32, 64, 128], rng.randint(1, 6))
+        freqs = rng.sample([76.8, 153.6, 307.2, 460.8, 614.4, 768.0, 921.6], rng.randint(1, 7))
+        rows, points = [], []
+        for b in batches:
+            for f in freqs:
+                if rng.random() < 0.15:
+                    continue
+                t = rng.uniform(0.01, 1.0) * b / f
+                peak = round(rng.uniform(1.0, 10.0), 1)  # rounding makes ties happen
+                mean = peak * rng.uniform(0.6, 1.0)
+                rows.append(
+                    {"batch_size": b, "freq_mhz": f, "time_per_batch_s": t,
+                     "peak_power_w": peak, "mean_power_w": mean}
+                )  # fmt: skip
+                points.append(Point(b, f, t, peak, mean))
+        if not points:
+            continue
+        eff_map = {b: float(rng.choice([1000, 2000, 3000])) for b in batches}
+        if rng.random() < 0.3:
+            eff_map[batches[0]] = math.nan
+        if all(math.isnan(v) for v in eff_map.values()):
+            continue
+        profile, eff = Profile(points), Efficiency(eff_map)
+        lut = lut_from_rows(rows)
+        effv = efficiency_from({b: (None if math.isnan(v) else v) for b, v in eff_map.items()})
+        for budget in (None, 2.0, 4.5, 6.0, 9.9):
+            for objective in ("time", "energy"):
+                mine = choose(lut, effv, budget, objective)
+                try:
+                    ref = select(profile, eff, budget, objective)
+                    brute = select_brute_force(profile, eff, budget, objective)
+                except InfeasibleError:
+                    assert mine is None
+                    continue
+                assert (ref.batch_size, ref.freq_mhz) == (brute.batch_size, brute.freq_mhz)
+                assert mine is not None
+                assert (mine.batch_size, mine.freq_mhz) == (ref.batch_size, ref.freq_mhz)
+                checked += 1
+    assert checked > 500
+    for opt in ("adam", "adamw", "sgd"):
+        for b in (4, 16, 128):
+            assert scaled_lr(b, 128, 5e-4, opt) == pytest.approx(fleet_scaled_lr(b, 128, 5e-4, opt))
+
+
+def test_chooser_skips_excluded_points():
+    lut = lut_from_rows(lut_rows())
+    assert (choose(lut, EFF, 6.0).batch_size, choose(lut, EFF, 6.0).freq_mhz) == (32, 800.0)
+    p = choose(lut, EFF, 6.0, exclude={(32, 800.0)})
+    assert (p.batch_size, p.freq_mhz) == (16, 800.0)
+    assert choose(lut, EFF, 1.0) is None
+
+
+# ------------------------------------------------------------------------------ budgets
+
+
+def test_schedule_parsing_and_errors():
+    assert parse_schedule("0:7,600:4.5") == [(0.0, 7.0), (600.0, 4.5)]
+    assert parse_schedule("0:none, 10:3")[0] == (0.0, None)
+    s = ScheduleBudget(parse_schedule("0:7,600:4.5,900:none"))
+    assert [s.budget_at(t) for t in (0, 599.9, 600, 899, 1e6)] == [7.0, 7.0, 4.5, 4.5, None]
+    for bad, words in (
+        ("0:7,600:4.5,300:3", "times must increase"),
+        ("0:7,-5:3", ">= 0"),
+        ("5:7", "start at 0"),
+        ("0:seven", "not a budget"),
+        ("0:7,600", "SECONDS:WATTS"),
+    ):
+        with pytest.raises(BudgetError, match=words):
+            parse_schedule(bad)
+
+
+def test_budget_file_garbage_keeps_last_good_and_warns_once(tmp_path):
+    path = tmp_path / "budget"
+    path.write_text("5.5\n")
+    now = [0.0]
+    warnings = []
+    src = FileBudget(str(path), warn=warnings.append, clock=lambda: now[0])
+    assert src.budget_at(0) == 5.5
+    path.write_text("4\n")
+    assert src.budget_at(0) == 5.5  # not re-read within the second
+    now[0] = 1.0
+    assert src.budget_at(1) == 4.0
+    for text in ("garbage", "-3", "", "nan W"):
+        path.write_text(text)
+        now[0] += 1.0
+        assert src.budget_at(now[0]) == 4.0
+    assert len(warnings) == 1 and "keeping 4 W" in warnings[0] and str(path) in warnings[0]
+    os.remove(str(path))
+    now[0] += 1.0
+    assert src.budget_at(now[0]) == 4.0 and len(warnings) == 1
+    path.write_text("none")
+    now[0] += 1.0
+    assert src.budget_at(now[0]) is None
+    path.write_text("x")
+    now[0] += 1.0
+    assert src.budget_at(now[0]) is None and len(warnings) == 2  # a new bad spell warns again
+    with pytest.raises(BudgetError, match="not a budget"):
+        path.write_text("junk")
+        FileBudget(str(path))
+    with pytest.raises(BudgetError, match="exactly one"):
+        make_source("5", "0:5", None)
+
+
+def test_budget_file_drives_the_loop(tmp_path):
+    path = tmp_path / "budget"
+    path.write_text("6\n")
+    backend = FollowBackend()
+    written = []
+
+    def controller_writes():  # as a controller should: write aside, then rename over
+        (tmp_path / "budget.new").write_text("3.2\n")
+        os.replace(str(tmp_path / "budget.new"), str(path))
+        written.append(time.monotonic())
+
+    timer = threading.Timer(1.2, controller_writes)
+    timer.start()
+    try:
+        result, summary = run_loop(backend, make_source(budget_file=str(path)), 2400)
+    finally:
+        timer.cancel()
+    assert summary["segments"][0]["budget_w"] == 6.0
+    assert any(s["budget_w"] == 3.2 for s in summary["segments"])
+    # The clock came down within one re-read period (1 s) plus margin of the write ...
+    lowered = [w for w, f in backend.lock_log if f < 800.0]
+    assert lowered and 0 < lowered[0] - written[0] < 1.0 + 0.5
+    # ... and the run ends at the 3.2 W choice, (16, 400 MHz).
+    assert (summary["batch_size"], summary["freq_mhz"]) == (16, 400.0)
+    assert backend.locked is None and backend.restores >= 1
+
+
+# ------------------------------------------------------------------------------ the loop
+
+
+def test_schedule_lowers_the_clock_at_the_step():
+    backend = FollowBackend()
+    result, summary = run_loop(backend, ScheduleBudget(parse_schedule("0:6,1.5:4.2")), 3200)
+    t0 = backend.lock_log[0][0]  # the loop's 0 s: its first lock
+    assert result.samples >= 3200
+    # Locked value over time: 800 MHz (b=32) before the step, 600 MHz (b=16) after it.
+    assert backend.locked_at(t0) == 800.0
+    assert backend.locked_at(t0 + 1.4) == 800.0
+    assert backend.locked_at(t0 + 1.5 + 0.5) == 600.0
+    assert backend.locked_at(t0 + summary["time_s"] - 0.05) == 600.0
+    first_600 = min(w for w, f in backend.lock_log if f == 600.0)
+    assert 1.5 - 0.05 <= first_600 - t0 <= 1.5 + 0.5
+    segs = summary["segments"]
+    assert (segs[0]["batch_size"], segs[0]["freq_mhz"], segs[0]["reason"]) == (32, 800.0, "start")
+    last = segs[-1]
+    assert (last["batch_size"], last["freq_mhz"], last["budget_w"]) == (16, 600.0, 4.2)
+    assert any(s["reason"] == "budget-change" for s in segs)
+    assert summary["guard_events"] == []
+    # After the switch nothing ran over the new budget for long: the guard never fired.
+    assert backend.locked is None and backend.restores >= 1
+
+
+def test_guard_steps_down_within_half_a_second_and_never_reselects():
+    backend = FollowBackend()
+    drift_at = [None]
+
+    def drift():
+        drift_at[0] = time.monotonic()
+        backend.drift_w = 0.5  # 32 @ 800 MHz: 5.8 + 0.5 W > 6 W
+
+    after_start(backend, 1.0, drift)
+    # at 2.5 s the budget rises to 7 W: the excluded (32, 800) would win again
+    result, summary = run_loop(backend, ScheduleBudget(parse_schedule("0:6,2.5:7")), 4000)
+    events = summary["guard_events"]
+    assert len(events) == 1
+    ev = events[0]
+    assert (ev["from_mhz"], ev["to_mhz"], ev["budget_w"]) == (800.0, 600.0, 6.0)
+    assert ev["measured_w"] == pytest.approx(model_power(32, 800.0) + 0.5)
+    stepped = min(w for w, f in backend.lock_log if f == 600.0)
+    assert 0.0 < stepped - drift_at[0] <= 0.5
+    t0 = backend.lock_log[0][0]
+    assert ev["t_s"] == pytest.approx(stepped - t0, abs=0.05)
+    assert [32, 800.0] in summary["infeasible"]
+    after = [s for s in summary["segments"] if s["start_s"] >= ev["t_s"] - 1e-9]
+    assert after[0]["reason"] == "guard"
+    assert not any((s["batch_size"], s["freq_mhz"]) == (32, 800.0) for s in after)
+    assert any(s["budget_w"] == 7.0 for s in after)
+    assert (after[-1]["batch_size"], after[-1]["freq_mhz"]) == (16, 800.0)
+    assert result.status == "not reached" and summary["status"] == "not reached"
+
+
+def test_guard_reacts_during_a_long_step():
+    backend = FollowBackend()
+    src = FixedBudget(6.0)
+    loop = ClosedLoop(backend, lut_from_rows(lut_rows()), EFF, src)
+    with loop:
+        assert loop.before_step() == (32, False)
+        backend.drift_w = 0.5
+        t = time.monotonic()
+        while time.monotonic() - t < 1.0 and not loop.guard_events:
+            time.sleep(0.01)  # the "step": the trainer does not call back meanwhile
+        reacted = time.monotonic() - t
+    assert loop.guard_events and reacted <= 0.5
+    assert backend.locked is None
+
+
+def test_lowest_clock_still_over_stops_with_checkpoint_and_restores(tmp_path):
+    backend = FollowBackend()
+    ckpt = str(tmp_path / "ckpt.pt")
+    after_start(backend, 0.6, lambda: setattr(backend, "drift_w", 2.0))
+    result, summary = run_loop(backend, FixedBudget(3.2), 100000, checkpoint=ckpt)
+    assert result.status == STATUS_OVER_BUDGET and summary["status"] == STATUS_OVER_BUDGET
+    ev = summary["guard_events"]
+    assert [(e["from_mhz"], e["to_mhz"]) for e in ev] == [(400.0, 200.0), (200.0, None)]
+    assert "lowest profiled clock 200 MHz" in summary["stop_reason"]
+    assert os.path.isfile(ckpt) and 0 < result.samples < 100000
+    assert backend.locked is None and backend.restores >= 1
+    # The checkpoint resumes (the drift gone): the counts carry on from where it stopped.
+    backend2 = FollowBackend()
+    result2, summary2 = run_loop(backend2, FixedBudget(3.2), result.samples + 256, checkpoint=ckpt)
+    assert result2.resumed_from_samples == result.samples
+    assert result2.samples >= result.samples + 256 and summary2["guard_events"] == []
+
+
+def test_nothing_fits_the_first_budget_is_one_line_and_restores():
+    from fleet.agent.closedloop import ClosedLoopError
+
+    backend = FollowBackend()
+    with pytest.raises(ClosedLoopError, match="lowest profiled peak is 1.95 W"):
+        run_loop(backend, FixedBudget(1.0), 100)
+    assert backend.locked is None
+
+
+def test_frequencies_are_locked_only_from_the_lut():
+    backend = FollowBackend()
+    run_loop(backend, ScheduleBudget(parse_schedule("0:6,0.5:3.2")), 1200)
+    assert {f for _, f in backend.lock_log} <= set(FREQS)
+
+
+# ------------------------------------------------------------------------------ the agent
+
+
+def test_agent_train_runs_the_closed_loop_and_falls_back_to_cpu(tmp_path):
+    from fleet.agent.protocol import Context, ProtocolError, handle_train
+    from tests.test_trainer import _train_request
+
+    backend = FollowBackend()
+    events = []
+    ctx = Context(backend, "jetson", events.append)  # a GPU backend kind; torch has no CUDA here
+    req = _train_request(tmp_path, max_samples=1024, target_accuracy=1.0)
+    del req["freq_mhz"]
+    req.update(
+        budget_schedule="0:6,0.3:3.2",
+        profile=lut_rows(),
+        efficiency={"batch_sizes": [8, 16, 32], "samples_to_accuracy": [4000, 4000, None]},
+        batch_size=16,
+    )
+    res = handle_train(ctx, req)
+    if not torch.cuda.is_available():
+        assert res["device"] == "cpu" and any("no CUDA" in n for n in res["notes"])
+    assert res["status"] == "not reached" and res["samples"] >= 1024
+    assert res["drift_events"] == [] and res["guard_events"] == []
+    segs = res["segments"]
+    assert segs[0]["reason"] == "start" and segs[0]["budget_w"] == 6.0
+    assert (segs[0]["batch_size"], segs[0]["freq_mhz"]) == (16, 800.0)  # b=32 never reached
+    assert segs[-1]["end_s"] == pytest.approx(res["loop_time_s"])
+    assert res["loop_energy_j"] == pytest.approx(sum(s["energy_j"] for s in segs))
+    assert backend.locked is None and backend.restores >= 1
+    assert os.path.isfile(req["checkpoint"]) and os.path.isfile(req["out_weights"])
+    bad = dict(req, freq_mhz=800.0)
+    with pytest.raises(ProtocolError, match="exclude each other"):
+        handle_train(ctx, bad)
+    with pytest.raises(ProtocolError, match="times must increase"):
+        handle_train(ctx, dict(req, budget_schedule="0:6,5:4,2:3"))
+    assert backend.locked is None
+
+
+def test_closed_loop_resume_is_exact_under_a_fixed_budget(tmp_path):
+    def run(max_samples, ckpt):
+        model = build_model("small_cnn", num_classes=2, input_shape="1x8x8", seed=0, width=4)
+        result, _ = train_under_budget(
+            FollowBackend(), model, TRAIN, TEST, lut_from_rows(lut_rows()), EFF,
+            FixedBudget(4.2), 32, 1e-3, target_accuracy=1.0, max_samples=max_samples,
+            eval_every_samples=256, checkpoint_path=ckpt,
+        )  # fmt: skip
+        return result, model
+
+    ckpt = str(tmp_path / "split.pt")
+    first, _ = run(512, ckpt)
+    resumed, m_split = run(1024, ckpt)
+    whole, m_whole = run(1024, str(tmp_path / "whole.pt"))
+    assert first.samples == 512 and resumed.resumed_from_samples == 512
+    assert resumed.samples == whole.samples == 1024
+    assert resumed.curve == whole.curve
+    s1, s2 = m_split.state_dict(), m_whole.state_dict()
+    assert all(torch.equal(s1[k], s2[k]) for k in s1)  # bit-identical on the CPU
