@@ -120,7 +120,7 @@ def _bounds(profile: Profile, b: int, f: float) -> tuple[float, float, float]:
         elif p.freq_mhz > f:
             faster.append(p.time_per_batch_s)
     if faster:
-        time_lb = min(faster)
+        time_lb = max(faster)  # the nearest higher knob: the tightest bound
     return peak_lb, mean_lb, time_lb
 
 
@@ -181,6 +181,8 @@ def check_coverage(
     gaps = missing_points(profile, coverage, eff, budget_w, choice)
     if not gaps:
         return
+    if choice is not None:  # name a point of the chosen batch size first: the likeliest win
+        gaps.sort(key=lambda k: (k[0] != choice.batch_size, -k[1]))
     b, f = gaps[0]
     label = "no budget" if budget_w is None else f"{budget_w:g} W"
     what = "a point"
