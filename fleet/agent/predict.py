@@ -383,8 +383,14 @@ def predict_profile(
     errors = {}  # type: Dict[str, Optional[float]]
     methods = {}  # type: Dict[str, str]
     values = {}  # type: Dict[str, Dict[Tuple[int, float], float]]
+    rho = _cap_ratio(obs["peak_power_w"])
     for q in QUANTITIES:
         if not obs[q]:
+            continue
+        if rho is not None:
+            _check_rows(obs[q], wanted_b)
+            values[q] = _predict_capped(q, obs, rho, todo)
+            methods[q], errors[q] = "cap", None
             continue
         values[q], methods[q], errors[q] = _predict_quantity(q, obs[q], wanted_b, fs, todo)
     meta = {}
@@ -442,6 +448,78 @@ def _predict_quantity(
     method = "interp" if use_interp else "shape"
     err = _rms(interp_err if use_interp else shape_err)
     return out, method, err
+
+
+def _cap_ratio(peak: Dict[Tuple[int, float], float]) -> Optional[float]:
+    """If the knob is a power limit in watts, the ratio peak/limit where power sits at it.
+
+    Recognised when some batch size has 3+ probes whose peak is the same fraction (within
+    3 %, between 0.5 and 1.2) of the knob: power pinned to the knob. A clock in MHz never
+    looks like that (power is affine in the clock with a large offset). None otherwise.
+    """
+    if not peak:
+        return None
+    ratios = {}  # type: Dict[int, List[float]]
+    for (b, k), p in peak.items():
+        if k > 0:
+            ratios.setdefault(b, []).append(p / k)
+    best = max(max(r) for r in ratios.values())
+    if not 0.5 <= best <= 1.2:
+        return None
+    pinned = [x for r in ratios.values() for x in r if x >= 0.97 * best]
+    if not any(sum(1 for x in r if x >= 0.97 * best) >= 3 for r in ratios.values()):
+        return None
+    return float(np.median(pinned))
+
+
+def _check_rows(obs: Dict[Tuple[int, float], float], bs: Sequence[int]) -> None:
+    for b in bs:
+        mine = set(k for (bb, k) in obs if bb == b)
+        if len(mine) < 2:
+            raise PredictError(
+                "batch size {} has {} probed knob value(s); prediction needs at least 2 "
+                "per batch size".format(b, len(mine))
+            )
+
+
+def _predict_capped(
+    name: str,
+    obs: Dict[str, Dict[Tuple[int, float], float]],
+    rho: float,
+    todo: Sequence[Tuple[int, float]],
+) -> Dict[Tuple[int, float], float]:
+    """Power-limit knob: below its knee a batch size draws ``rho * limit`` (pinned); above it,
+    what it draws unconstrained (its highest probe, if that one was not pinned). Time and mean
+    power follow the same knee: flat above it, interpolated between pinned probes below it.
+    """
+    out = {}
+    peak = obs["peak_power_w"]
+    for b, k in todo:
+        row = sorted((kk, y) for (bb, kk), y in obs[name].items() if bb == b)
+        top_k = row[-1][0]
+        free = peak[(b, top_k)] < 0.97 * rho * top_k
+        knee = peak[(b, top_k)] / rho if free else float("inf")
+        if k < row[0][0] or k > top_k:
+            raise PredictError(
+                "{}: knob {:g} is outside batch size {}'s probed range {:g}..{:g}; prediction "
+                "does not extrapolate".format(name, k, b, row[0][0], top_k)
+            )
+        if k >= knee:
+            out[(b, k)] = row[-1][1]
+            continue
+        if name == "peak_power_w":
+            out[(b, k)] = rho * k
+            continue
+        anchors = [(kk, y) for kk, y in row if peak[(b, kk)] >= 0.97 * rho * kk]
+        if free:
+            anchors.append((knee, row[-1][1]))
+        if not anchors or k < anchors[0][0]:
+            anchors = row
+        # Pinned, a step costs roughly a power of the limit: interpolate on log-log axes.
+        xs = [math.log(a[0]) for a in anchors]
+        ys = [math.log(a[1]) for a in anchors]
+        out[(b, k)] = math.exp(float(np.interp(math.log(k), xs, ys)))
+    return out
 
 
 def _clean(f: float) -> Any:
