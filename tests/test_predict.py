@@ -8,6 +8,7 @@ import pytest
 
 from fleet.agent.predict import (
     PredictError,
+    carry_deviation,
     default_max_probes,
     design_probes,
     fit_surface,
@@ -158,3 +159,27 @@ def test_power_limit_knob_in_watts_is_predicted_sensibly():
 def test_a_clock_profile_is_not_mistaken_for_a_power_limit():
     pred = predict_profile(rows_at(design_probes(BATCHES, NANO), physical), BATCHES, NANO)
     assert pred.methods["peak_power_w"] == "shape"
+
+
+def test_carry_deviation_moves_the_table_with_the_remeasured_points():
+    table = rows_at([(b, f) for b in BATCHES for f in NANO], physical)
+    slower = []
+    for b, f in [(4, NANO[0]), (128, NANO[5]), (32, NANO[-1])]:
+        t, pk, mn = physical(b, f)
+        slower.append(
+            {"batch_size": b, "freq_mhz": f, "time_per_batch_s": 1.2 * t, "peak_power_w": pk}
+        )
+    out = carry_deviation(table, slower)
+    assert len(out) == 72
+    for r in out:
+        t = physical(r["batch_size"], r["freq_mhz"])[0]
+        assert r["time_per_batch_s"] == pytest.approx(1.2 * t, rel=1e-9)  # uniform drift
+    measured = [r for r in out if r["source"] == "measured"]
+    assert len(measured) == 3
+    # a local deviation: only the largest batch got slower; it moves most near where it was seen
+    local = [dict(slower[1]), {**slower[0], "time_per_batch_s": physical(4, NANO[0])[0]}]
+    out = {(r["batch_size"], r["freq_mhz"]): r for r in carry_deviation(table, local)}
+    near = out[(128, NANO[6])]["time_per_batch_s"] / physical(128, NANO[6])[0]
+    far = out[(4, NANO[1])]["time_per_batch_s"] / physical(4, NANO[1])[0]
+    assert near > 1.1 and far < 1.05
+    assert out[(128, NANO[6])]["source"] == "predicted"

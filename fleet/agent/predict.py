@@ -544,3 +544,66 @@ def describe(prediction: Prediction) -> List[str]:
                 )
             )
     return lines
+
+
+# --------------------------------------------------------------------------------------------
+# Carrying measured deviations across a table (drift, verify-before-trust)
+
+
+def carry_deviation(rows: Sequence[Row], updates: Sequence[Row], power: float = 2.0) -> List[Row]:
+    """Refresh a full table from a few re-measured points.
+
+    Each row of ``updates`` (a measured profile row) replaces its grid point; every other
+    ``ok`` row is scaled by the measured/old ratio of each column, interpolated from the
+    updated points by inverse-distance weighting on log ratios over (batch-size rank, knob
+    rank), so a deviation seen near a point moves it most (paper §4.1: "interpolating the
+    deviations across operating points"). Scaled rows become ``source=predicted``: they are no
+    longer what was measured there. Points of ``updates`` absent from ``rows`` are added.
+    """
+    table = {}  # type: Dict[Tuple[int, float], Row]
+    for r in rows:
+        table[(int(float(r["batch_size"])), float(r["freq_mhz"]))] = dict(r)
+    bs = sorted(set(k[0] for k in table) | set(int(float(u["batch_size"])) for u in updates))
+    ks = sorted(set(k[1] for k in table) | set(float(u["freq_mhz"]) for u in updates))
+    bpos = dict((b, i / max(len(bs) - 1, 1)) for i, b in enumerate(bs))
+    kpos = dict((k, j / max(len(ks) - 1, 1)) for j, k in enumerate(ks))
+    ratios = {}  # type: Dict[str, List[Tuple[float, float, float]]]
+    new_keys = set()
+    for u in updates:
+        key = (int(float(u["batch_size"])), float(u["freq_mhz"]))
+        new_keys.add(key)
+        old = table.get(key)
+        for q in QUANTITIES:
+            now, before = _num(u.get(q)), _num(old.get(q)) if old is not None else None
+            if now is not None and before is not None and now > 0 and before > 0:
+                ratios.setdefault(q, []).append(
+                    (bpos[key[0]], kpos[key[1]], math.log(now / before))
+                )
+    out = []
+    for key in sorted(table):
+        row = table[key]
+        if key in new_keys or not _ok(row):
+            continue
+        changed = False
+        for q, pts in ratios.items():
+            value = _num(row.get(q))
+            if value is None:
+                continue
+            num = den = 0.0
+            for pb, pk, lr in pts:
+                w = 1.0 / ((bpos[key[0]] - pb) ** 2 + (kpos[key[1]] - pk) ** 2) ** (power / 2)
+                num += w * lr
+                den += w
+            row[q] = value * math.exp(num / den)
+            changed = True
+        if changed:
+            row["source"] = "predicted"
+        out.append(row)
+    out.extend(table[k] for k in sorted(table) if k not in new_keys and not _ok(table[k]))
+    for u in updates:
+        row = dict(u)
+        if not row.get("source"):
+            row["source"] = "measured"
+        out.append(row)
+    out.sort(key=lambda r: (int(float(r["batch_size"])), float(r["freq_mhz"])))
+    return out
