@@ -550,7 +550,9 @@ def describe(prediction: Prediction) -> List[str]:
 # Carrying measured deviations across a table (drift, verify-before-trust)
 
 
-def carry_deviation(rows: Sequence[Row], updates: Sequence[Row], power: float = 2.0) -> List[Row]:
+def carry_deviation(
+    rows: Sequence[Row], updates: Sequence[Row], power: float = 2.0, scale_measured: bool = True
+) -> List[Row]:
     """Refresh a full table from a few re-measured points.
 
     Each row of ``updates`` (a measured profile row) replaces its grid point; every other
@@ -559,6 +561,8 @@ def carry_deviation(rows: Sequence[Row], updates: Sequence[Row], power: float = 
     rank), so a deviation seen near a point moves it most (paper §4.1: "interpolating the
     deviations across operating points"). Scaled rows become ``source=predicted``: they are no
     longer what was measured there. Points of ``updates`` absent from ``rows`` are added.
+    ``scale_measured=False`` leaves measured rows alone (verify-before-trust corrects only
+    predictions; drift moves the whole table).
     """
     table = {}  # type: Dict[Tuple[int, float], Row]
     for r in rows:
@@ -579,10 +583,18 @@ def carry_deviation(rows: Sequence[Row], updates: Sequence[Row], power: float = 
                 ratios.setdefault(q, []).append(
                     (bpos[key[0]], kpos[key[1]], math.log(now / before))
                 )
+    if not scale_measured:  # measured rows are right: the deviation fades towards them
+        for key, row in table.items():
+            if key not in new_keys and _ok(row) and row.get("source") != "predicted":
+                for pts in ratios.values():
+                    pts.append((bpos[key[0]], kpos[key[1]], 0.0))
     out = []
     for key in sorted(table):
         row = table[key]
         if key in new_keys or not _ok(row):
+            continue
+        if not scale_measured and row.get("source") != "predicted":
+            out.append(row)
             continue
         changed = False
         for q, pts in ratios.items():
