@@ -9,8 +9,9 @@ with the full table: mean and worst relative error for step time and peak power 
 predicted points, and the selection regret at several budgets. Regret is the time-to-accuracy
 of the choice made on the predicted table, costed on the true table, over that of the choice
 made on the true table, minus 1. A predicted choice is verified first, as the device does
-(issue 11, verify-before-trust): if its true peak is over the budget the point is dropped and
-the selection repeated; such catches are counted as ``verify``. The baseline is the separable
+(issue 11, verify-before-trust, ``fleet.verify.select_verified``): the true table answers the
+probe, the table is corrected and the selection repeated; those probes are counted. The
+baseline is the separable
 fit ``Y(b, k) = Y_b * Y_k`` (least squares in log space) on the same probes.
 It also prints the probe counts of the full grid, the staircase and predict mode per board.
 The reference profiles are modeled (simulations/devicemodel.py) and get refitted; rerun this
@@ -37,6 +38,7 @@ from fleet.efficiency import Efficiency, load_efficiency
 from fleet.errors import InfeasibleError
 from fleet.profile import Point, Profile
 from fleet.selection import align, select
+from fleet.verify import select_verified
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 Key = tuple[int, float]
@@ -91,23 +93,29 @@ def to_profile(values: dict[str, dict[Key, float]], keys: list[Key], name: str) 
 
 
 def verified_choice(
-    pred: Profile, truth: Profile, probed: set[Key], eff: Efficiency, budget: float | None
-) -> tuple[Point | None, int]:
-    """Select on the predicted table; a predicted choice over budget on the truth is dropped
-    and the selection repeated (the device's verify-before-trust). Returns (true point, catches)."""
-    points = list(pred.points)
-    catches = 0
-    while True:
-        try:
-            c = select(Profile(points, pred.source), eff, budget)
-        except InfeasibleError:
-            return None, catches
-        key = (c.batch_size, c.freq_mhz)
-        true = truth.point(*key)
-        if key in probed or budget is None or true.peak_power_w <= budget:
-            return true, catches
-        catches += 1
-        points = [p for p in points if (p.batch_size, p.freq_mhz) != key]
+    vals: dict[str, dict[Key, float]],
+    table: dict[Key, dict[str, str]],
+    probed: set[Key],
+    eff: Efficiency,
+    budget: float | None,
+) -> tuple[Key | None, int, int]:
+    """The product's verify-before-trust (fleet.verify.select_verified) on the predicted table,
+    with the true table as the device. Returns (final point, probes, over-budget catches)."""
+    rows = [
+        {
+            "batch_size": k[0],
+            "freq_mhz": k[1],
+            **{q: vals[q][k] for q in QUANTITIES if q in vals},
+            "source": "measured" if k in probed else "predicted",
+        }
+        for k in sorted(table)
+    ]
+    try:
+        got = select_verified(rows, eff, budget, lambda b, f: dict(table[(b, f)]), max_probes=20)
+    except InfeasibleError:
+        return None, 0, 0
+    over = sum("over budget" in c.reason for c in got.corrections)
+    return (got.choice.batch_size, got.choice.freq_mhz), len(got.corrections), over
 
 
 def tta(p: Point, eff: Efficiency) -> float:
@@ -150,24 +158,24 @@ def evaluate(path: str, budgets: list[float | None]) -> dict[str, object] | None
             errs = [abs(vals[q][k] - truth_vals[q][k]) / truth_vals[q][k] for k in todo]
             out[f"{label}_{short}_mean"] = statistics.mean(errs)
             out[f"{label}_{short}_max"] = max(errs)
-        pred = to_profile(vals, keys, f"{label}:{path}")
-        regrets, catches = [], 0
+        regrets, catches, checks = [], 0, 0
         for eff_path in efficiencies_for(model):
             prof_t, eff, _ = align(truth, load_efficiency(eff_path))
-            prof_p, _, _ = align(pred, eff)
             for budget in budgets:
                 try:
                     best = select(prof_t, eff, budget)
                 except InfeasibleError:
                     continue
-                got, caught = verified_choice(prof_p, prof_t, probed, eff, budget)
+                got, n_probes, caught = verified_choice(vals, table, probed, eff, budget)
                 catches += caught
+                checks += n_probes
                 if got is None:
                     regrets.append(math.inf)
                     continue
-                regrets.append(tta(got, eff) / best.predicted_time_s - 1.0)
+                regrets.append(tta(truth.point(*got), eff) / best.predicted_time_s - 1.0)
         out[f"{label}_regrets"] = regrets
         out[f"{label}_verify"] = catches
+        out[f"{label}_verify_probes"] = checks
     return out
 
 
@@ -231,6 +239,7 @@ def main() -> int:
             "regret_max": max(regrets),
             "selections": len(regrets),
             "verify_catches": sum(r[f"{label}_verify"] for r in results),
+            "verify_probes": sum(r[f"{label}_verify_probes"] for r in results),
         }
     summary["probe_fraction_max"] = max(r["probes"] / r["grid"] for r in results)
     if args.json:
@@ -264,8 +273,8 @@ def main() -> int:
             f"{label:10} time mean {_pct(s['time_mean'])} (worst {_pct(s['time_max'])}), "
             f"peak mean {_pct(s['peak_mean'])} (worst {_pct(s['peak_max'])}), regret median "
             f"{_pct(s['regret_median'])} (worst {_pct(s['regret_max'])}) over "
-            f"{s['selections']} selections, {s['verify_catches']} predicted choices caught "
-            "over budget by verification"
+            f"{s['selections']} selections; verification probed {s['verify_probes']} "
+            f"predicted choices, {s['verify_catches']} of them over budget"
         )
     ours = summary["ours"]
     goals = [

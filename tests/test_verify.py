@@ -46,6 +46,7 @@ def test_a_point_predicted_under_budget_but_over_it_is_corrected_and_reselected(
     assert first.measured_peak_w == float(table[(16, 614.4)]["peak_power_w"])
     key = (got.choice.batch_size, got.choice.freq_mhz)
     assert float(table[key]["peak_power_w"]) <= 4.5  # the final choice truly fits
+    assert key == (16, 537.6)  # and is the full grid's answer (test_coverage_predict_cli)
     final = {(int(r["batch_size"]), float(r["freq_mhz"])): r for r in got.rows}
     assert final[key]["source"] == "measured"
     assert final[(16, 614.4)]["source"] == "measured"
