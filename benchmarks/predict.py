@@ -11,8 +11,8 @@ of the choice made on the predicted table, costed on the true table, over that o
 made on the true table, minus 1. A predicted choice is verified first, as the device does
 (issue 11, verify-before-trust, ``fleet.verify.select_verified``): the true table answers the
 probe, the table is corrected and the selection repeated; those probes are counted. The
-baseline is the separable
-fit ``Y(b, k) = Y_b * Y_k`` (least squares in log space) on the same probes.
+baseline is the separable fit ``Y(b, k) = Y_b * Y_k`` (least squares in log space) on the
+same probes.
 It also prints the probe counts of the full grid, the staircase and predict mode per board.
 The reference profiles are modeled (simulations/devicemodel.py) and get refitted; rerun this
 script after they change.
