@@ -59,3 +59,18 @@ def test_a_measured_choice_needs_no_probe():
     got = select_verified(rows, eff, 7.0, lambda b, f: (_ for _ in ()).throw(AssertionError))
     assert (got.choice.batch_size, got.choice.freq_mhz) == (16, 921.6)
     assert got.corrections == []
+
+
+def test_a_better_point_predicted_just_over_budget_is_probed_and_taken():
+    eff = load_efficiency(EFF)
+    table = truth()
+    rows = predicted_table()
+    hidden = next(r for r in rows if (r["batch_size"], float(r["freq_mhz"])) == (16, 614.4))
+    hidden["peak_power_w"] = 5.1  # 2 % over 5 W by prediction; 4.65 W in truth
+    assert select(profile_from_rows(rows), eff, 5.0).freq_mhz != 614.4
+    got = select_verified(rows, eff, 5.0, lambda b, f: dict(table[(b, f)]))
+    assert (got.choice.batch_size, got.choice.freq_mhz) == (16, 614.4)
+    assert (16, 614.4) in [(c.batch_size, c.freq_mhz) for c in got.corrections]
+    # with no margin the hidden point stays hidden
+    got = select_verified(rows, eff, 5.0, lambda b, f: dict(table[(b, f)]), margin=0.0)
+    assert (got.choice.batch_size, got.choice.freq_mhz) != (16, 614.4)
