@@ -183,3 +183,11 @@ def test_carry_deviation_moves_the_table_with_the_remeasured_points():
     far = out[(4, NANO[1])]["time_per_batch_s"] / physical(4, NANO[1])[0]
     assert near > 1.1 and far < 1.05
     assert out[(128, NANO[6])]["source"] == "predicted"
+
+
+def test_a_full_grid_passes_through_unchanged():
+    rows = rows_at([(b, f) for b in (4, 8) for f in (100.0, 200.0)], physical)
+    pred = predict_profile(rows, [4, 8], [100.0, 200.0])
+    assert pred.predicted == 0 and pred.methods == {}
+    assert [r["time_per_batch_s"] for r in pred.rows] == [r["time_per_batch_s"] for r in rows]
+    assert {r["source"] for r in pred.rows} == {"measured"}

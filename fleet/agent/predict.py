@@ -385,7 +385,7 @@ def predict_profile(
     values = {}  # type: Dict[str, Dict[Tuple[int, float], float]]
     rho = _cap_ratio(obs["peak_power_w"])
     for q in QUANTITIES:
-        if not obs[q]:
+        if not obs[q] or not todo:  # nothing to predict: a full grid passes through as is
             continue
         if rho is not None:
             _check_rows(obs[q], wanted_b)
