@@ -135,7 +135,10 @@ def test_predict_cli_too_few_probes_exits_2_one_line(tmp_path):
     sparse.write_text(
         "batch_size,freq_mhz,time_per_batch_s,peak_power_w\n4,100,1.0,3.0\n4,200,0.6,3.5\n"
     )
-    r = run_cli("predict", "--profile", str(sparse), "--out", str(tmp_path / "o.csv"))
+    r = run_cli(
+        "predict", "--profile", str(sparse), "--freqs", "100,150,200",
+        "--out", str(tmp_path / "o.csv"),
+    )  # fmt: skip
     assert r.returncode == 2
     assert len(r.stderr.strip().splitlines()) == 1
     assert "too few" in r.stderr and "2 or more batch sizes" in r.stderr
