@@ -207,6 +207,17 @@ def probe_counts(budgets: list[float | None]) -> list[dict[str, object]]:
     return rows
 
 
+def _finite(obj: object) -> object:
+    """JSON without Infinity/NaN: a selection that found nothing is null."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_finite(v) for v in obj]
+    return obj
+
+
 def _pct(x: float) -> str:
     return "inf" if math.isinf(x) else f"{100 * x:.2f}%"
 
@@ -243,11 +254,8 @@ def main() -> int:
         }
     summary["probe_fraction_max"] = max(r["probes"] / r["grid"] for r in results)
     if args.json:
-        json.dump(
-            {"profiles": results, "summary": summary, "probe_counts": counts, "skipped": skipped},
-            sys.stdout,
-            default=str,
-        )
+        doc = {"profiles": results, "summary": summary, "probe_counts": counts, "skipped": skipped}
+        json.dump(_finite(doc), sys.stdout)
         print()
         return 0
     head = (
