@@ -25,6 +25,7 @@ COMMANDS = [
     "pretrain",
     "estimate",
     "predict",
+    "profiles",
 ]
 
 
