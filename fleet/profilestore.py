@@ -384,3 +384,37 @@ def store_from_fleet(fleet_path: str | Path) -> Path | None:
     if not isinstance(raw, str) or not raw:
         raise InputError(f"{path}: [run] profile_store must be a directory path, got {raw!r}")
     return (path.parent / raw).resolve()
+
+
+def unverified(rows: Sequence[Row]) -> list[Row]:
+    """A sibling's rows as this board must treat them: every ok row ``source=predicted``, so
+    ``fleet.verify.select_verified`` probes whatever the selection lands on before training."""
+    out = []
+    for r in rows:
+        row = dict(r)
+        if str(row.get("status") or "ok").lower() == "ok":
+            row["source"] = "predicted"
+        out.append(row)
+    return out
+
+
+def adopt_sibling(
+    store: str | Path, device: str, device_type: str, workload: Workload
+) -> StoredProfile | None:
+    """Give a new ``device`` a starting profile from a sibling of its type, or None.
+
+    The copy is stored under ``device`` with ``source=sibling``, ``probes=0`` and
+    ``sibling_of=<the other device>``, its rows marked predicted (:func:`unverified`); the
+    device verifies the choice with a few probes and the round stores what it measured.
+    """
+    found = sibling(store, device_type, workload, exclude=device)
+    if found is None:
+        return None
+    prov = Provenance(
+        device_type,
+        "sibling",
+        probes=0,
+        l4t=found.provenance.l4t,
+        extra={"sibling_of": found.device},
+    )
+    return put(store, device, workload, unverified(found.rows), prov)

@@ -11,10 +11,12 @@ from pathlib import Path
 import pytest
 
 from fleet.agent.profile_io import read_rows
+from fleet.efficiency import Efficiency
 from fleet.errors import InputError
 from fleet.profilestore import (
     Provenance,
     Workload,
+    adopt_sibling,
     get,
     list_store,
     profile_path,
@@ -23,6 +25,7 @@ from fleet.profilestore import (
     sibling,
     store_from_fleet,
 )
+from fleet.verify import profile_from_rows, select_verified
 
 REPO = Path(__file__).resolve().parents[1]
 NANO = REPO / "simulations" / "profiles" / "nano_resnet18.csv"
@@ -196,3 +199,45 @@ def test_cli_lists_the_store(tmp_path):
     bad.write_text("x")
     res = _cli("--store", str(bad), "--json")
     assert res.returncode == 2 and res.stderr.count("\n") == 1 and "not a directory" in res.stderr
+
+
+def test_adopted_sibling_is_verified_with_a_few_probes(tmp_path):
+    """A new Nano starts from nano-02's table; its own board draws 12 % more power. The choice
+    is probed, found over budget, corrected, and the final choice fits on the new board."""
+    store = tmp_path / "s"
+    put(store, "nano-02", WL, NANO.read_text(), Provenance("jetson-nano", "measured"))
+    assert adopt_sibling(store, "nano-02", "jetson-orin", WL) is None
+    start = adopt_sibling(store, "nano-09", "jetson-nano", WL)
+    assert start is not None
+    assert start.provenance.source == "sibling" and start.provenance.probes == 0
+    assert start.provenance.extra == {"sibling_of": "nano-02"}
+    assert {r["source"] for r in start.rows} == {"predicted"}
+    truth = {}
+    for r in get(store, "nano-02", WL).rows:
+        row = dict(r, source="measured")
+        row["peak_power_w"] = 1.12 * float(r["peak_power_w"])
+        row["mean_power_w"] = 1.12 * float(r["mean_power_w"])
+        truth[(int(r["batch_size"]), float(r["freq_mhz"]))] = row
+    probed = []
+
+    def measure(b, f):
+        probed.append((b, f))
+        return truth[(b, f)]
+
+    eff = Efficiency({b: 1000.0 * b**0.5 for b in sorted({k[0] for k in truth})})
+    budget = 5.0
+    result = select_verified(start.rows, eff, budget, measure)
+    chosen = truth[(result.choice.batch_size, result.choice.freq_mhz)]
+    assert chosen["peak_power_w"] <= budget  # fits on the new board, by its own measurement
+    assert 1 <= len(probed) <= 3  # a few probes (2 here), not a profile of 72 points
+    assert result.corrections[0].reason.startswith("over budget")
+    best = min(
+        (float(r["time_per_batch_s"]) / b * eff.samples[b], k)
+        for k, r in truth.items()
+        for b in [k[0]]
+        if r["peak_power_w"] <= budget
+    )
+    b_chosen = int(chosen["batch_size"])
+    got = float(chosen["time_per_batch_s"]) / b_chosen * eff.samples[b_chosen]
+    assert got == pytest.approx(best[0])  # the best the new board can do under the budget
+    assert profile_from_rows(result.rows).point(result.choice.batch_size, result.choice.freq_mhz)
