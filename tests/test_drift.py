@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -233,3 +234,63 @@ def test_reprobes_skip_points_the_drift_may_push_over_budget():
     assert pick_reprobes(rows, [event], k=4, budget_w=9.0) == [(8, 100.0), (8, 300.0)]
     assert pick_reprobes(rows, [event], k=1) == [(8, 100.0)]
     assert math.isclose(rows[0]["peak_power_w"], 3.6)
+
+
+def test_training_run_on_a_warming_board_refreshes_the_lut():
+    """A Nano ResNet18 LUT; after 300 s the board draws 10 % more power everywhere (it warmed
+    up). Steps are noisy (+-3 % time, +-2 % power, a 2x stall now and then). The detector fires
+    once; the refresh (drifted point + re-probed neighbours under the budget, the rest carried)
+    matches the warm board within 3 %, and re-selection on it picks the warm board's best."""
+    import random
+
+    from fleet.agent.profile_io import read_rows as read_csv
+
+    path = Path(__file__).resolve().parents[1] / "simulations/profiles/nano_resnet18.csv"
+    rows = [row for _n, row in read_csv(str(path))[1]]
+    cold = {(int(r["batch_size"]), float(r["freq_mhz"])): r for r in rows}
+
+    def warm_row(key):
+        r = dict(cold[key], source="measured")
+        r["peak_power_w"] = 1.10 * float(r["peak_power_w"])
+        r["mean_power_w"] = 1.10 * float(r["mean_power_w"])
+        return r
+
+    eff = Efficiency({b: 1000.0 * b**0.5 for b in sorted({k[0] for k in cold})})
+    budget = 5.0
+
+    def choose(table):
+        c = select(profile_from_rows(table), eff, budget)
+        return c.batch_size, c.freq_mhz
+
+    b, f = choose(rows)
+    t_cold, p_cold = float(cold[(b, f)]["time_per_batch_s"]), float(cold[(b, f)]["peak_power_w"])
+    rng = random.Random(7)
+    det = DriftDetector(rows)
+    now, fired = 0.0, []
+    while now < 900.0:
+        warm = now >= 300.0
+        step = t_cold * (1 + rng.uniform(-0.03, 0.03)) * (2.0 if rng.random() < 0.05 else 1.0)
+        peak = p_cold * (1.10 if warm else 1.0) * (1 + rng.uniform(-0.02, 0.02))
+        now += step
+        ev = det.observe(now, b, f, step, peak)
+        if ev:
+            fired.append(ev)
+    assert len(fired) == 1
+    ev = fired[0]
+    assert ev["kind"] == "power" and 300.0 < ev["t_s"] < 300.0 + 10 * t_cold
+    assert ev["measured_peak_w"] == pytest.approx(1.10 * p_cold, rel=0.025)
+    # the next segment boundary: re-probe up to 4 neighbours that stay under the budget
+    keys = pick_reprobes(rows, fired, k=4, budget_w=budget)
+    assert 1 <= len(keys) <= 4
+    assert all(1.10 * float(cold[k]["peak_power_w"]) <= budget for k in keys)
+    refreshed = refresh_rows(rows, fired, [warm_row(k) for k in keys])
+    worst = max(
+        abs(float(r["peak_power_w"]) / float(warm_row(k)["peak_power_w"]) - 1)
+        for r in refreshed
+        for k in [(int(r["batch_size"]), float(r["freq_mhz"]))]
+    )
+    assert worst < 0.03, worst
+    changed, before, after = choice_changes(rows, refreshed, choose)
+    truth = [warm_row(k) for k in cold]
+    assert before == (b, f) and changed
+    assert after == choose(truth)  # what a fresh profile of the warm board would pick
