@@ -221,6 +221,7 @@ def put(
     workload: Workload,
     rows_or_csv_text: str | Sequence[Row],
     provenance: Provenance,
+    comments: Sequence[str] = (),
 ) -> StoredProfile:
     """Store (or replace) the profile of ``device`` for ``workload``; returns what was written.
 
@@ -228,6 +229,7 @@ def put(
     validated first (one-line InputError naming the problem); a ``model`` column that names
     another model than the workload is refused. ``provenance.date`` defaults to now and
     ``provenance.probes`` to the number of rows not marked ``source=predicted``.
+    ``comments``: header lines to keep with rows (CSV text brings its own).
     """
     path = profile_path(store, device, workload)
     _check_provenance(provenance)
@@ -236,7 +238,7 @@ def put(
     else:
         with tempfile.TemporaryDirectory(prefix="powerfleet-store-") as tmp:
             tmp_path = Path(tmp) / "rows.csv"
-            write_rows(str(tmp_path), [dict(r) for r in rows_or_csv_text])
+            write_rows(str(tmp_path), [dict(r) for r in rows_or_csv_text], comments)
             try:
                 header, rows, comments = _read(tmp_path)
             except InputError as exc:
@@ -417,4 +419,4 @@ def adopt_sibling(
         l4t=found.provenance.l4t,
         extra={"sibling_of": found.device},
     )
-    return put(store, device, workload, unverified(found.rows), prov)
+    return put(store, device, workload, unverified(found.rows), prov, found.comments)

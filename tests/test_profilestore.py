@@ -69,9 +69,10 @@ def test_round_trip_with_provenance(tmp_path):
     assert text.startswith("# store.device=nano-01\n# store.model=resnet18\n")
     assert "# store.serial=1421019012345\n# powerfleet profile\n" in text
     # storing what was read back gives the same bytes (one codec, stable)
-    put(tmp_path / "store2", "nano-01", WL, back.rows, back.provenance)
+    put(tmp_path / "store2", "nano-01", WL, back.rows, back.provenance, back.comments)
     again = get(tmp_path / "store2", "nano-01", WL)
     assert again is not None and again.rows == back.rows and again.provenance == prov
+    assert again.path.read_bytes() == stored.path.read_bytes()
     # no temp files left behind by the atomic writes
     assert sorted(os.listdir(stored.path.parent)) == ["resnet18@3x32x32.csv"]
 
@@ -212,6 +213,8 @@ def test_adopted_sibling_is_verified_with_a_few_probes(tmp_path):
     assert start.provenance.source == "sibling" and start.provenance.probes == 0
     assert start.provenance.extra == {"sibling_of": "nano-02"}
     assert {r["source"] for r in start.rows} == {"predicted"}
+    assert start.comments == get(store, "nano-02", WL).comments  # how it was measured, kept
+    assert start.comments[0].startswith("MODELED reference profile")
     truth = {}
     for r in get(store, "nano-02", WL).rows:
         row = dict(r, source="measured")
