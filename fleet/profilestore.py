@@ -420,3 +420,42 @@ def adopt_sibling(
         extra={"sibling_of": found.device},
     )
     return put(store, device, workload, unverified(found.rows), prov, found.comments)
+
+
+def put_from_device(
+    store: str | Path,
+    device: str,
+    device_type: str,
+    workload: Workload,
+    csv_text: str,
+    **overrides: Any,
+) -> StoredProfile:
+    """Store the profile CSV a device returned with its reply (first contact, or a refresh).
+
+    Provenance comes from the CSV's own header (:func:`provenance_from_comments`: date,
+    probes, plan=predict -> predicted, source=refreshed, l4t/serial where the agent reported
+    them); ``overrides`` (e.g. ``l4t=`` from the agent's hello) win over the header.
+    """
+    _header, _rows, comments = _parse_text(csv_text)
+    prov = provenance_from_comments(comments, device_type, **overrides)
+    return put(store, device, workload, csv_text, prov)
+
+
+def starting_profile(
+    store: str | Path, device: str, device_type: str, workload: Workload
+) -> tuple[str, StoredProfile | None]:
+    """What ``device`` starts this round with, and how it got it.
+
+    ``("stored", p)``: its own stored profile (ship it; no profiling). ``("sibling", p)``: none
+    of its own, but a board of the same type has one; a copy with every row unverified was just
+    stored for it (ship it; the device verifies its choice before training). ``("profile",
+    None)``: first contact for this type and workload; the device profiles (predict mode) and
+    returns the CSV, which the coordinator stores with :func:`put_from_device`.
+    """
+    own = get(store, device, workload)
+    if own is not None:
+        return "stored", own
+    copied = adopt_sibling(store, device, device_type, workload)
+    if copied is not None:
+        return "sibling", copied
+    return "profile", None

@@ -244,3 +244,39 @@ def test_adopted_sibling_is_verified_with_a_few_probes(tmp_path):
     got = float(chosen["time_per_batch_s"]) / b_chosen * eff.samples[b_chosen]
     assert got == pytest.approx(best[0])  # the best the new board can do under the budget
     assert profile_from_rows(result.rows).point(result.choice.batch_size, result.choice.freq_mhz)
+
+
+def test_first_contact_then_reuse_then_sibling(tmp_path):
+    """Round 1: nothing stored -> the board profiles in predict mode (the real agent profiler
+    on a replay backend) and returns its CSV; the coordinator stores it. Round 2: the board
+    gets its own profile back. A second board of the type starts from a sibling copy."""
+    from fleet.agent.devices.replay import ReplayBackend
+    from fleet.agent.predict import design_probes
+    from fleet.agent.profiler import profile_grid, write_profile
+    from fleet.profilestore import put_from_device, starting_profile
+
+    store = tmp_path / "store"
+    assert starting_profile(store, "nano-01", "jetson-nano", WL) == ("profile", None)
+    # the device side: profile in predict mode, write the CSV, send its text back
+    backend = ReplayBackend(str(NANO))
+    batches = [4, 16, 64]
+    result = profile_grid(backend, "resnet18", (3, 32, 32), batches, predict=True)
+    device_csv = tmp_path / "device" / "nano-01_resnet18.csv"
+    write_profile(str(device_csv), result.rows, result.metadata)
+    stored = put_from_device(
+        store, "nano-01", "jetson-nano", WL, device_csv.read_text(), l4t="R32.7.4"
+    )
+    freqs = sorted({float(r["freq_mhz"]) for r in result.rows})
+    assert stored.provenance.source == "predicted"
+    assert stored.provenance.probes == result.probes == len(design_probes(batches, freqs))
+    assert stored.provenance.l4t == "R32.7.4"
+    assert len(stored.rows) == len(batches) * len(freqs) == 36
+    # round 2: shipped back as it was stored, nothing to profile
+    how, again = starting_profile(store, "nano-01", "jetson-nano", WL)
+    assert how == "stored" and again.rows == stored.rows
+    assert again.provenance == stored.provenance
+    # a second Nano starts from the first one's table, unverified
+    how, copy = starting_profile(store, "nano-02", "jetson-nano", WL)
+    assert how == "sibling" and copy.provenance.extra == {"sibling_of": "nano-01"}
+    assert {r["source"] for r in copy.rows} == {"predicted"}
+    assert starting_profile(store, "tx2-01", "jetson-tx2nx", WL) == ("profile", None)
