@@ -294,3 +294,14 @@ def test_training_run_on_a_warming_board_refreshes_the_lut():
     truth = [warm_row(k) for k in cold]
     assert before == (b, f) and changed
     assert after == choose(truth)  # what a fresh profile of the warm board would pick
+
+
+def test_choice_changes_accepts_the_choosers_return_shapes():
+    from collections import namedtuple
+
+    lut_point = namedtuple("LutPoint", "batch_size freq_mhz time_per_batch_s")
+    rows, other = grid(), grid()[:3]
+    picks = {id(rows): lut_point(16, 300.0, 0.26), id(other): None}
+    assert choice_changes(rows, other, lambda t: picks[id(t)]) == (True, (16, 300.0), None)
+    same = choice_changes(rows, other, lambda t: {"batch_size": "8", "freq_mhz": "200"})
+    assert same == (False, (8, 200.0), (8, 200.0))
