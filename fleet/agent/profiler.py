@@ -57,6 +57,8 @@ def profile_grid(
     model: Any = None,
     min_window_s: Optional[float] = None,
     seed: int = 0,
+    predict: bool = False,
+    max_probes: Optional[int] = None,
 ) -> ProfileResult:
     """Profile ``model_name`` on ``backend``: the full grid, or the staircase under ``budget_w``.
 
@@ -69,6 +71,8 @@ def profile_grid(
     (default 3 sampler periods; a 5-step window at b=4 can be shorter than one period).
     ``progress(done, total, row)`` is called after each point; under a budget ``total`` is the
     grid size (an upper bound) and a last call with ``done == total`` marks the end.
+    ``predict`` probes only the design of ``predict.design_probes`` (at most ``max_probes``,
+    default a quarter of the grid) and fills the rest with ``source=predicted`` rows.
     """
     bs = _check_batch_sizes(batch_sizes)
     if int(steps) < 1:
@@ -79,10 +83,17 @@ def profile_grid(
         raise ValueError("sampler_hz must be > 0, got {}".format(sampler_hz))
     if budget_w is not None and not float(budget_w) > 0:
         raise ValueError("budget must be > 0 W, got {}".format(budget_w))
+    if predict and budget_w is not None:
+        raise ValueError("predict mode probes the whole grid's design; drop the budget")
     points = _choose_freqs(backend, freqs)
     controllable = bool(backend.frequencies())
     if not points:
         points = [_current_freq(backend)]
+    design = None  # type: Optional[List[Tuple[int, float]]]
+    if predict:
+        from .predict import design_probes
+
+        design = design_probes(bs, points, max_probes)  # PredictError before any probe
     model_name, input_shape = _resolve_model(model_name, input_shape)
     replay = callable(getattr(backend, "measure", None))
     # A replaying backend reports power with each point; a real one must have a readable rail.
@@ -128,7 +139,13 @@ def profile_grid(
                 row["time_per_batch_s"], _or_inf(row["peak_power_w"]), row["mean_power_w"]
             )
 
-        if budget_w is None:
+        if design is not None:
+            total = len(design)
+            cannot_run = set()  # type: set
+            for b, f in design:
+                if b not in cannot_run and measure(b, f) is None and rows[-1]["status"] == "oom":
+                    cannot_run.add(b)
+        elif budget_w is None:
             for b in bs:
                 for f in points:
                     if measure(b, f) is None and rows[-1]["status"] == "oom":
@@ -148,7 +165,41 @@ def profile_grid(
         backend, model_name, input_shape, steps, warmup, sampler_hz, budget_w, device,
         num_classes, replay, measurer,
     )  # fmt: skip
-    return ProfileResult(rows, len(rows), total, metadata)
+    # What the profile was meant to cover, so a reader can tell what it never measured.
+    metadata["grid_batch_sizes"] = ",".join(str(b) for b in bs)
+    metadata["grid_freqs"] = ",".join("{:g}".format(f) for f in points)
+    probes = len(rows)
+    if design is not None:
+        rows = _fill_predicted(rows, bs, points, metadata)
+    return ProfileResult(rows, probes, len(bs) * len(points), metadata)
+
+
+def _fill_predicted(
+    rows: List[Row], bs: Sequence[int], points: Sequence[float], metadata: Dict[str, Any]
+) -> List[Row]:
+    """Predict mode: mark probed rows with their source and add the predicted rest.
+
+    If the probes cannot support a prediction the measured rows are kept alone (measurements
+    are never thrown away) and the metadata says why.
+    """
+    from .predict import PredictError, predict_profile
+
+    metadata["plan"] = "predict"
+    metadata["probes"] = len(rows)
+    for row in rows:
+        row["source"] = metadata.get("source") or "measured"
+    try:
+        prediction = predict_profile(rows, bs, points)
+    except PredictError as exc:
+        metadata["predict_error"] = str(exc)
+        return rows
+    for q, method in sorted(prediction.methods.items()):
+        err = prediction.errors.get(q)
+        metadata["predict_" + q] = "method={} loo_rms_rel_err={}".format(
+            method, "n/a" if err is None else "{:.4f}".format(err)
+        )
+    metadata["predicted_rows"] = prediction.predicted
+    return prediction.rows
 
 
 def write_profile(

@@ -170,6 +170,8 @@ _PROFILE_ARGS = [
     "device",
     "out",
     "rows",
+    "predict",
+    "max_probes",
 ]
 
 
@@ -209,6 +211,8 @@ def handle_profile(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
         num_classes=_number(req, "num_classes"),
         device=str(device),
         progress=progress,
+        predict=bool(req.get("predict", False)),  # probe a design, predict the rest
+        max_probes=None if req.get("max_probes") is None else int(_number(req, "max_probes")),
     )
     if out:
         write_profile(out, result.rows, result.metadata)

@@ -32,6 +32,8 @@ COMMANDS = [
     ("estimate", "estimate samples-to-accuracy per batch size on a proxy"),
     ("train", "fine-tune on this board under a budget, with the closed loop (guard, re-selection)"),
     ("restore", "put back the GPU clocks a crashed run left locked"),
+    ("predict", "fill a sparse profile: predict time and power at the points not probed"),
+    ("profiles", "list the coordinator's profile store"),
 ]
 
 

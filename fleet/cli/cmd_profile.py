@@ -40,6 +40,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-sizes", default=DEFAULT_BATCH_SIZES, help="comma-separated")
     p.add_argument("--freqs", help="comma-separated MHz to probe (default: all the device offers)")
     p.add_argument("--budget-w", help="power budget in watts: probe only the staircase under it")
+    p.add_argument(
+        "--predict", action="store_true",
+        help="probe a small design (a quarter of the grid) and predict the rest",
+    )  # fmt: skip
+    p.add_argument("--max-probes", type=int, help="with --predict: most points to probe")
     p.add_argument("--steps", type=int, default=5, help="timed training steps per point")
     p.add_argument("--warmup", type=int, default=2, help="untimed warm-up steps per point")
     p.add_argument("--sampler-hz", type=float, default=20.0, help="power sampling rate")
@@ -84,11 +89,16 @@ def backend_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     from fleet.agent import models
+    from fleet.agent.predict import PredictError
     from fleet.agent.profiler import profile_grid, write_profile
 
     batch_sizes = _numbers(args.batch_sizes, "--batch-sizes", int)
     freqs = _numbers(args.freqs, "--freqs", float) if args.freqs else None
     budget = parse_budget(args.budget_w) if args.budget_w is not None else None
+    if args.predict and budget is not None:
+        raise InputError("--predict fills the whole grid; it does not combine with --budget-w")
+    if args.max_probes is not None and not args.predict:
+        raise InputError("--max-probes applies to --predict")
     if args.steps < 1:
         raise InputError(f"--steps must be >= 1, got {args.steps}")
     if args.warmup < 0:
@@ -161,7 +171,11 @@ def run(args: argparse.Namespace) -> int:
                 num_classes=args.num_classes,
                 device=device,
                 progress=on_progress,
+                predict=args.predict,
+                max_probes=args.max_probes,
             )
+    except PredictError as exc:
+        raise InputError(f"--predict: {exc}") from None
     except DeviceError as exc:
         raise InputError(str(exc)) from None
     finally:
@@ -182,6 +196,7 @@ def run(args: argparse.Namespace) -> int:
         "input_shape": shape,
         "plan": result.metadata.get("plan"),
         "budget_w": budget,
+        "predicted": sum(1 for r in result.rows if r.get("source") == "predicted"),
     }
     if args.json:
         emit_json(summary)
@@ -197,14 +212,16 @@ def run(args: argparse.Namespace) -> int:
                     r["time_per_batch_s"],
                     r["peak_power_w"],
                     r["mean_power_w"],
-                    r["samples"],
-                    r["status"],
+                    r.get("samples"),
+                    r["status"] if r["status"] != "ok" else r.get("source", "ok"),
                 ]
                 for r in result.rows
             ],
         )
     )
     saved = f", {summary['saved']} saved by the staircase" if budget is not None else ""
+    if args.predict:
+        saved = f", {summary['predicted']} predicted"
     console.print(
         f"probed {result.probes} of {result.grid_size} grid points{saved}; wrote {args.out}"
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from fleet.cli.common import budget_label, console, emit_json, mhz, note, parse_budget, table
+from fleet.coverage import check_coverage, read_coverage
 from fleet.efficiency import load_efficiency
 from fleet.objectives import OBJECTIVES
 from fleet.profile import load_profile
@@ -28,6 +29,8 @@ def run(args: argparse.Namespace) -> int:
     budget = parse_budget(args.budget_w)
     profile, eff, msg = align(load_profile(args.profile), load_efficiency(args.efficiency))
     choice = select(profile, eff, budget, args.objective)
+    coverage = read_coverage(args.profile)
+    check_coverage(profile, coverage, eff, budget, choice)  # unmeasured but maybe better: exit 2
     if msg:  # said only on success: a failure's stderr is its one line
         note("select", msg)
     if args.json:
@@ -35,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
         out["budget_w"] = budget
         out["profile"] = args.profile
         out["efficiency"] = args.efficiency
+        out["predicted"] = coverage.is_predicted(choice.batch_size, choice.freq_mhz)
         emit_json(out)
         return 0
     console.print(

@@ -1,0 +1,100 @@
+"""`powerfleet predict`: fill a sparse profile's grid with predicted points (issue 11).
+
+The measured rows are written back exactly as read; each missing (batch size, knob) point of
+the requested grid gets a row with ``source=predicted``, and ``#`` lines say how they were made
+(method and leave-one-out error per column). The prediction itself lives in
+``fleet.agent.predict`` so the board's profiler uses the same code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+from fleet.agent.predict import PredictError, describe, predict_profile
+from fleet.agent.profile_io import read_rows, write_rows
+from fleet.cli.common import console, emit_json, table
+from fleet.coverage import read_coverage
+from fleet.errors import InputError
+from fleet.profile import load_profile
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "predict",
+        help="predict time and power at the un-probed points of a sparse profile's grid",
+    )
+    p.add_argument("--profile", required=True, help="sparse profile CSV (the probed points)")
+    p.add_argument(
+        "--batch-sizes", help="comma-separated grid batch sizes (default: the profile's grid)"
+    )
+    p.add_argument(
+        "--freqs", help="comma-separated grid knob values, MHz or W (default: the profile's grid)"
+    )
+    p.add_argument("--out", required=True, help="full profile CSV to write")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    p.set_defaults(func=run)
+
+
+def _numbers(raw: str, flag: str, integer: bool) -> list[float]:
+    out = []
+    for item in (x.strip() for x in raw.split(",")):
+        if not item:
+            continue
+        try:
+            value = float(item)
+        except ValueError:
+            raise InputError(f"{flag}: {item!r} is not a number") from None
+        if not math.isfinite(value) or value <= 0 or (integer and value != int(value)):
+            kind = "positive integers" if integer else "positive numbers"
+            raise InputError(f"{flag}: expected {kind}, got {item}")
+        out.append(int(value) if integer else value)
+    if not out:
+        raise InputError(f"{flag}: expected a comma-separated list, got {raw!r}")
+    return sorted(set(out))
+
+
+def run(args: argparse.Namespace) -> int:
+    load_profile(args.profile)  # validates the file: one line naming file/line/field
+    coverage = read_coverage(args.profile)
+    if args.batch_sizes:
+        batch_sizes = _numbers(args.batch_sizes, "--batch-sizes", True)
+    else:
+        batch_sizes = coverage.batch_sizes
+    knobs = _numbers(args.freqs, "--freqs", False) if args.freqs else coverage.knobs
+    _header, numbered, comments = read_rows(args.profile)
+    rows = [row for _lineno, row in numbered]
+    try:
+        prediction = predict_profile(rows, batch_sizes, knobs)
+    except PredictError as exc:
+        raise InputError(f"{args.profile}: too few or unusable probes to predict: {exc}") from None
+    grid = [
+        "grid_batch_sizes=" + ",".join(str(b) for b in batch_sizes),
+        "grid_freqs=" + ",".join(f"{k:g}" for k in knobs),
+    ]
+    kept = [c for c in comments if not c.startswith(("grid_batch_sizes=", "grid_freqs="))]
+    write_rows(args.out, prediction.rows, kept + grid + describe(prediction))
+    summary = {
+        "path": args.out,
+        "profile": args.profile,
+        "rows": len(prediction.rows),
+        "measured": prediction.measured,
+        "predicted": prediction.predicted,
+        "methods": prediction.methods,
+        "loo_rms_rel_err": prediction.errors,
+    }
+    if args.json:
+        emit_json(summary)
+        return 0
+    console.print(
+        table(
+            f"Prediction for {args.profile}",
+            ["column", "method", "LOO RMS rel. err"],
+            [[q, m, prediction.errors.get(q)] for q, m in prediction.methods.items()],
+        )
+    )
+    console.print(
+        f"kept {prediction.measured} measured rows, predicted {prediction.predicted}; "
+        f"wrote {args.out}"
+    )
+    return 0
