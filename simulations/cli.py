@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fleet.cli.common import budget_label, console, emit_json, fmt, mhz, table
 from fleet.errors import InputError
+from simulations.flower_engine import FlowerRunError
 from simulations.runner import DEFAULT_FLEET, ENGINES, simulate
 
 
@@ -44,6 +46,9 @@ def run(args: argparse.Namespace) -> int:
 
         try:
             report = simulate(args.fleet, args.engine, args.run_dir, progress)
+        except FlowerRunError as exc:  # the run failed: one line, not a traceback
+            print(f"powerfleet simulate: error: {exc}", file=sys.stderr)
+            return 1
         except ValueError as exc:
             if isinstance(exc, InputError):
                 raise
