@@ -54,8 +54,8 @@ COMMAND = "python -m simulations.calibrate --loo"
 BUDGETS: tuple[float | None, ...] = (4.5, 7.0, None)
 #: Baselines' caps (paper §5.1 for the Nano; inferred from Table 4's B1 column for the TX2 NX).
 CAPS_MHZ: dict[str, dict[float | None, float]] = {
-    "nano": {4.5: 307.2, 7.0: 614.4, None: 921.6},
-    "tx2nx": {4.5: 420.75, 7.0: 930.75, None: 1300.5},
+    "nano": dm.BASELINE_CAPS_MHZ,
+    "tx2nx": dm.TX2NX_BASELINE_CAPS_MHZ,
 }
 METHODS = ("b1", "b2", "ours", "oracle")
 #: The proxy and the targets of each model (paper §5.1), in the order parameters are packed.
@@ -96,7 +96,7 @@ FRACTIONS = ("act_floor", "mem_frac")
 # Weights (per unit of residual). Log-times of the cells and the two speed-up ratios carry the
 # fit; constraints are hinges measured in 10 mW or 1 %; priors are weak (0.08 per e-fold).
 W_CELL = 1.0
-W_RATIO = 2.0
+W_RATIO = 3.5
 W_HINGE = 5.0
 W_PRIOR = 0.04
 W_SCALE = 1.0
@@ -107,6 +107,13 @@ W_FIG1 = 3.0
 TEMPERATURES = ((0.08, 0.05), (0.03, 0.02), (0.012, 0.008))
 #: Clearance between a peak and a budget the calibration relies on (W).
 MARGIN_W = 0.02
+#: Whether Fig. 1 and Fig. 2 enter the fit. They do not need to: the table fit alone already
+#: keeps Fig. 1's feasibility (b=128 to 307.2 MHz, b=64 to 460.8 MHz under 5 W) with a saving
+#: of ~30 % (paper 31.9 %) and Fig. 2's flip (see :func:`figures_markdown`). Forcing them in as
+#: hinges with margins (saving exactly 31.9 %, TT ratios 2 % clear of the flip) raised the
+#: ResNet18 ratio errors from ~0.05-0.10 to ~0.2, so they are checked afterwards instead
+#: (tests/test_devicemodel.py) and the tables, 96 cells of the same method, carry the fit.
+FIT_FIGURES = False
 #: Fig. 2's ratio of samples to accuracy, N(32) / N(8) = 15 / 10, pinned on ResNet18's curves.
 FIG2_RATIO = 1.5
 
@@ -391,7 +398,7 @@ def _power_residuals(state: State, model: str, lighter_than: dict[str, np.ndarra
         if heavy is not None:
             gap = heavy[: peak.shape[0]] - peak  # lighter model's batches are a prefix
             res.append(W_HINGE * _hinge((MARGIN_W - gap.min()) / s))
-    if model == "resnet18":
+    if model == "resnet18" and FIT_FIGURES:
         res += _fig_residuals(state)
     return res
 
@@ -684,7 +691,7 @@ def calibration_dict(fit: Fit, cells: Sequence[Cell]) -> dict:
     spread = seed_spread(cells)
     pred = hard_predictions(fit, cells)
     fitted_err = {
-        "|".join(map(str, k)): round(math.log(pred[k] / v), 6)
+        _key_text(k): round(math.log(pred[k] / v), 6)
         for k, v in {c.key: c.time_s for c in cells}.items()
     }
     out: dict = {
@@ -716,6 +723,42 @@ def calibration_dict(fit: Fit, cells: Sequence[Cell]) -> dict:
                 },
             }
     return out
+
+
+def _key_text(key: tuple) -> str:
+    return "|".join("none" if v is None else str(v) for v in key)
+
+
+def _key_parse(text: str) -> tuple:
+    model, board, ds, budget, method = text.split("|")
+    return (model, board, ds, None if budget == "none" else float(budget), method)
+
+
+def committed_fit() -> Fit:
+    """The fit devicemodel loaded (simulations/calibration.json), as calibrate's states."""
+    states = {}
+    for model in FIT_ORDER:
+        wl = dm.WORKLOADS[model]
+        log_n = {
+            ds: np.log(
+                [
+                    dm.samples_to_accuracy(dm.EFFICIENCY_CURVES[(model, ds)], b)
+                    for b in wl.batch_sizes
+                ]
+            )
+            for ds in DATASETS[model]
+        }
+        states[model] = State(wl, dm.JETSON_TX2NX, log_n)
+    return Fit(states, {}, 0.0)
+
+
+def committed_loo() -> dict[tuple, float] | None:
+    """Leave-one-out predictions stored beside the fit, if the fit was run with ``--loo``."""
+    if not CALIBRATION_PATH.exists():
+        return None
+    data = json.loads(CALIBRATION_PATH.read_text())
+    loo = data.get("leave_one_out")
+    return {_key_parse(k): v for k, v in loo.items()} if loo else None
 
 
 def _fmt_budget(b: float | None) -> str:
@@ -792,12 +835,42 @@ def _summary(cells, fitted, loo, project, before) -> list[str]:
     return lines
 
 
+def figures_markdown() -> str:
+    """Where the fitted Nano ResNet18 profile leaves Fig. 1 and Fig. 2 (not fitted, reported)."""
+    rows = dm.profile_rows(dm.JETSON_NANO, dm.WORKLOADS["resnet18"])
+    f128, f64 = dm.highest_feasible(rows, 128, 5.0), dm.highest_feasible(rows, 64, 5.0)
+    lines = [
+        "### Fig. 1 and Fig. 2 under the fit",
+        "",
+        "Not fitted (`calibrate.FIT_FIGURES`): the table fit is checked against them afterwards "
+        "(forcing them in with margins raised the ResNet18 ratio errors to about 0.2).",
+        "",
+        f"- Fig. 1 (5 W): b=128 tops out at {f128} MHz (paper 307.2), b=64 at {f64} MHz "
+        "(paper 460.8)",
+    ]
+    if f128 and f64:
+        saving = 1 - dm.per_sample_s(dm._row(rows, 64, f64)) / dm.per_sample_s(
+            dm._row(rows, 128, f128)
+        )
+        lines[-1] += f"; b=64 saves {saving:.1%} of the time (paper 31.9 %)."
+    for budget in (4.5, 5.0, 7.0):
+        f8, f32 = dm.highest_feasible(rows, 8, budget), dm.highest_feasible(rows, 32, budget)
+        t8 = dm.per_sample_s(dm._row(rows, 8, f8)) * dm.FIG2_N[8]
+        t32 = dm.per_sample_s(dm._row(rows, 32, f32)) * dm.FIG2_N[32]
+        win = 8 if t8 < t32 else 32
+        want = 8 if budget < 7 else 32
+        lines.append(
+            f"- Fig. 2 at {budget:g} W: b=8 at {f8} MHz, b=32 at {f32} MHz; TT(32)/TT(8) = "
+            f"{t32 / t8:.3f}, b={win} wins (paper: b={want})."
+        )
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m simulations.calibrate", description=__doc__)
     parser.add_argument("--out", default=str(CALIBRATION_PATH), help="calibration JSON")
     parser.add_argument("--loo", action="store_true", help="leave-one-out pass as well")
     parser.add_argument("--report", help="write the side-by-side Markdown table here")
-    parser.add_argument("--loo-json", help="write the leave-one-out predictions here (JSON)")
     args = parser.parse_args(argv)
     cells = load_cells()
     fit = fit_all(cells)
@@ -809,10 +882,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.loo:
         t0 = time.perf_counter()
         loo = leave_one_out(fit, cells)
-        print(f"leave-one-out: {len(cells)} refits in {time.perf_counter() - t0:.1f} s")
-        if args.loo_json:
-            dump = {"|".join(map(str, k)): v for k, v in loo.items()}
-            dm.atomic_write_text(Path(args.loo_json), json.dumps(dump, indent=1) + "\n")
+        seconds = time.perf_counter() - t0
+        print(f"leave-one-out: {len(cells)} refits in {seconds:.1f} s")
+        data["leave_one_out"] = {_key_text(k): v for k, v in loo.items()}
+        data["leave_one_out_seconds"] = round(seconds, 1)
+        dm.atomic_write_text(Path(args.out), json.dumps(data, indent=1, sort_keys=True) + "\n")
     text = report_markdown(cells, fitted, loo)
     if args.report:
         dm.atomic_write_text(Path(args.report), text)

@@ -10,9 +10,11 @@ documented device model instead of inventing numbers row by row:
 * step time = a fixed per-step cost + GPU work that saturates the GPU only at larger batches and
   scales as ``1/f`` except for a memory-bound share.
 
-The constants are calibrated so that the published points of the paper hold *exactly* on the
-generated Nano ResNet18 profile (Fig. 1, the baselines' frequency caps, Fig. 2); see
-:func:`check_calibration`, which generation asserts. Everything is deterministic: the small
+The constants are *fitted* to the paper's Tables 2-4 and the baselines' clock caps by
+:mod:`simulations.calibrate` (written to ``simulations/calibration.json``, loaded here); the
+hand-set values below are the fit's starting point and weak priors. Generation asserts the caps
+(:func:`check_baseline_caps`); :func:`check_calibration` tests Fig. 1 and Fig. 2, which the fit
+does not reach exactly (see ``calibrate.FIT_FIGURES``). Everything is deterministic: the small
 "measurement noise" comes from a keyed hash, not from a random generator whose stream could change
 between numpy releases, so regenerating gives byte-identical files.
 
@@ -549,8 +551,6 @@ def write_profile(device: Device | str, model: Workload | str, path: str | Path)
     dev = DEVICES[device] if isinstance(device, str) else device
     wl = WORKLOADS[model] if isinstance(model, str) else model
     rows = profile_rows(dev, wl)
-    if dev is JETSON_NANO and wl is RESNET18:
-        check_calibration(rows)
     comments = [
         f"MODELED reference profile, not measured: {dev.name} ({dev.gpu}, devfreq node "
         f"{dev.devfreq_node}) training {wl.key} on input {wl.input_shape}.",
@@ -599,6 +599,9 @@ FIG1_TOLERANCE = 0.02
 FIG2_N = {8: 10.0, 32: 15.0}
 #: Budgets and the "safe for every model and batch" caps the paper's baselines use (§5.1).
 BASELINE_CAPS_MHZ = {4.5: 307.2, 7.0: 614.4, None: 921.6}
+#: The TX2 NX's caps: the paper gives none; Table 4's B1 column with the Nano's clock scaling
+#: puts them at ~410 / ~890 MHz, i.e. these table steps (simulations/calibrate.py fits to them).
+TX2NX_BASELINE_CAPS_MHZ = {4.5: 420.75, 7.0: 930.75, None: 1300.5}
 #: Peaks this close to a calibration budget would make "<" and "<=" disagree; keep clear of them.
 BUDGET_CLEARANCE_W = 0.005
 
@@ -688,10 +691,14 @@ def safe_cap_mhz(profiles: Iterable[Sequence[ProfileRow]], budget_w: float | Non
     return best
 
 
-def check_baseline_caps(all_nano: dict[str, Sequence[ProfileRow]]) -> dict[str, float]:
-    """(b): the safe caps over every Nano model are exactly the paper's 307.2 / 614.4 / 921.6."""
+def check_baseline_caps(
+    all_nano: dict[str, Sequence[ProfileRow]],
+    caps: dict[float | None, float] | None = None,
+) -> dict[str, float]:
+    """(b): the safe caps over every model are exactly ``caps`` (default: the paper's Nano caps
+    307.2 / 614.4 / 921.6 MHz; the TX2 NX's are TX2NX_BASELINE_CAPS_MHZ)."""
     figures = {}
-    for budget, cap in BASELINE_CAPS_MHZ.items():
+    for budget, cap in (caps or BASELINE_CAPS_MHZ).items():
         got = safe_cap_mhz(all_nano.values(), budget)
         assert got == cap, f"baseline cap at {budget} W is {got} MHz, expected {cap}"
         figures[f"cap_{budget}"] = got
@@ -949,7 +956,9 @@ def generate_all(profiles_dir: str | Path, efficiency_dir: str | Path) -> list[P
     light workloads included), and that each light workload stays below ResNet18 on each device.
     """
     nano = {w.key: profile_rows(JETSON_NANO, w) for w in WORKLOADS.values()}
-    check_calibration(nano["resnet18"], nano)
+    check_baseline_caps(nano)
+    tx2 = {w.key: profile_rows(JETSON_TX2NX, w) for w in WORKLOADS.values()}
+    check_baseline_caps(tx2, TX2NX_BASELINE_CAPS_MHZ)
     for dev in DEVICES.values():
         heavy = profile_rows(dev, RESNET18)
         for key in LIGHTER_THAN_RESNET18:
