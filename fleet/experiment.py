@@ -97,7 +97,9 @@ def seed_truths(truth: Efficiency, seeds: int, salt: str) -> list[Efficiency]:
     rng = np.random.default_rng(_stable(salt, 0))
     batches = sorted(truth.samples)
     common = _standardise(rng.normal(size=seeds))
-    own = np.stack([_standardise(rng.normal(size=seeds)) for _ in batches])
+    # each batch's own part is made orthogonal to the common one, so the mixture's spread is
+    # exactly 1 over the seeds (sample correlations would otherwise inflate or shrink it)
+    own = np.stack([_standardise(_orthogonal(rng.normal(size=seeds), common)) for _ in batches])
     mix = SEED_COMMON * common[None, :] + math.sqrt(1 - SEED_COMMON**2) * own
     out = []
     for s in range(seeds):
@@ -110,6 +112,13 @@ def seed_truths(truth: Efficiency, seeds: int, salt: str) -> list[Efficiency]:
             samples[b] = max(n + truth.std.get(b, 0.0) * float(mix[k, s]), 0.05 * n)
         out.append(Efficiency(samples, source=f"{truth.source}#seed{s}", metadata=truth.metadata))
     return out
+
+
+def _orthogonal(z: np.ndarray, against: np.ndarray) -> np.ndarray:
+    """``z`` with its (centred) component along ``against`` removed."""
+    z = z - z.mean()
+    norm = float(against @ against)
+    return z - (float(z @ against) / norm) * against if norm > 0 else z
 
 
 def _standardise(z: np.ndarray) -> np.ndarray:

@@ -107,13 +107,16 @@ W_FIG1 = 3.0
 TEMPERATURES = ((0.08, 0.05), (0.03, 0.02), (0.012, 0.008))
 #: Clearance between a peak and a budget the calibration relies on (W).
 MARGIN_W = 0.02
-#: Whether Fig. 1 and Fig. 2 enter the fit. They do not need to: the table fit alone already
-#: keeps Fig. 1's feasibility (b=128 to 307.2 MHz, b=64 to 460.8 MHz under 5 W) with a saving
-#: of ~30 % (paper 31.9 %) and Fig. 2's flip (see :func:`figures_markdown`). Forcing them in as
-#: hinges with margins (saving exactly 31.9 %, TT ratios 2 % clear of the flip) raised the
-#: ResNet18 ratio errors from ~0.05-0.10 to ~0.2, so they are checked afterwards instead
-#: (tests/test_devicemodel.py) and the tables, 96 cells of the same method, carry the fit.
+#: Whether Fig. 1 and Fig. 2 enter the fit as hinges. They do not. Forced in (Fig. 1's saving
+#: within its 2-point tolerance, Fig. 2's winners by any margin), every figure holds but the
+#: ResNet18 ratio errors rise from 0.05-0.09 to 0.12-0.16 (Nano B1/ours 0.124, B2/ours 0.158;
+#: TX2 NX 0.154, 0.131). Left out, they only choose between the B2 hypotheses
+#: (:func:`figure_misses`); the fit then keeps Fig. 1 (30.3 % saving, paper 31.9 %) and Fig. 2
+#: at 4.5 W and 7 W, while at 5 W b=32 edges out b=8 by ~2 % (the flip moves from between 5 and
+#: 7 W to between 4.5 and 5 W). See :func:`figures_markdown` and tests/test_devicemodel.py.
 FIT_FIGURES = False
+#: Cost of one figure miss when choosing between B2 hypotheses (a cell off by e^1 costs 1).
+W_FIGURE_MISS = 10.0
 #: Fig. 2's ratio of samples to accuracy, N(32) / N(8) = 15 / 10, pinned on ResNet18's curves.
 FIG2_RATIO = 1.5
 
@@ -418,7 +421,7 @@ def _fig_residuals(state: State) -> list[float]:
         W_HINGE * _hinge(((5.0 + MARGIN_W) - peak[i64, j460 + 1]) / s),
     ]
     saving = 1.0 - ts[i64, j460] / ts[i128, j307]
-    res.append(W_FIG1 * (saving - dm.FIG1_SAVING) / 0.01)
+    res.append(W_FIG1 * _hinge(abs(saving - dm.FIG1_SAVING) - 0.015) / 0.01)
     n8, n32 = dm.FIG2_N[8], dm.FIG2_N[32]
     for budget in (4.5, 5.0, 7.0):
         ok8 = np.nonzero(peak[i8] <= budget)[0]
@@ -428,8 +431,41 @@ def _fig_residuals(state: State) -> list[float]:
             continue
         r = (ts[i32, ok32[-1]] * n32) / (ts[i8, ok8[-1]] * n8)  # TT(32) / TT(8)
         want_8 = budget < 7.0
-        res.append(W_HINGE * _hinge(((1.02 - r) if want_8 else (r - 0.98)) / 0.01))
+        res.append(W_HINGE * _hinge(((1.005 - r) if want_8 else (r - 0.995)) / 0.01))
     return res
+
+
+def figure_misses(state: State) -> float:
+    """How far the Nano ResNet18 grid misses Fig. 1 and Fig. 2 (0 when both hold).
+
+    Fig. 1: b=128 / b=64 top out at 307.2 / 460.8 MHz under 5 W (1 per miss) and the saving is
+    within 2 points of 31.9 % (excess in points); Fig. 2: the winner under 4.5 / 5 / 7 W (1 per
+    wrong winner). Used to choose between B2 hypotheses, which the tables alone leave close.
+    """
+    if state.workload.key != "resnet18":
+        return 0.0
+    ts, peak, _ = grid(dm.JETSON_NANO, state.workload)
+    bs, fs = list(state.workload.batch_sizes), list(dm.JETSON_NANO.freqs_mhz)
+
+    def top(b: int, budget: float) -> int | None:
+        ok = np.nonzero(peak[bs.index(b)] <= budget)[0]
+        return int(ok[-1]) if len(ok) else None
+
+    miss = 0.0
+    j128, j64 = top(128, 5.0), top(64, 5.0)
+    miss += (j128 != fs.index(307.2)) + (j64 != fs.index(460.8))
+    if j128 is not None and j64 is not None:
+        saving = 1.0 - ts[bs.index(64), j64] / ts[bs.index(128), j128]
+        miss += max(0.0, abs(saving - dm.FIG1_SAVING) - dm.FIG1_TOLERANCE) * 100
+    for budget in (4.5, 5.0, 7.0):
+        j8, j32 = top(8, budget), top(32, budget)
+        if j8 is None or j32 is None:
+            miss += 1
+            continue
+        tt8 = ts[bs.index(8), j8] * dm.FIG2_N[8]
+        tt32 = ts[bs.index(32), j32] * dm.FIG2_N[32]
+        miss += (tt8 < tt32) != (budget < 7.0)
+    return float(miss)
 
 
 def _prior_residuals(state: State, model: str, lay: Layout) -> list[float]:
@@ -568,11 +604,14 @@ def fit_model(
     lay = Layout.for_model(model)
     mine = [c for c in cells if c.model == model]
     if b2 is None and x0 is None:
-        best = None
+        # judge each hypothesis by the hard rules the fleet applies, not by the soft objective
+        best, best_cost = None, math.inf
         for cand in dm.WORKLOADS[model].batch_sizes:
             got = fit_model(model, cells, tx2nx, lighter_than, None, temperatures, iters, cand)
-            if best is None or got[2] < best[2]:
-                best = got
+            hard = np.array(_cell_residuals(got[0], model, mine, None))
+            cost = float(hard @ hard) + W_FIGURE_MISS * figure_misses(got[0])
+            if cost < best_cost:
+                best, best_cost = got, cost
         return best
     if x0 is None:
         init = initial_state(model, tx2nx)
@@ -696,10 +735,10 @@ def calibration_dict(fit: Fit, cells: Sequence[Cell]) -> dict:
     }
     out: dict = {
         "about": (
-            "Fitted by simulations/calibrate.py to the paper's Tables 2-4 (simulations/"
-            "paper_cells.csv), Fig. 1, Fig. 2 and the baselines' clock caps; least squares on "
-            "log-times and the B1/ours, B2/ours ratios with weak priors on the hand-set "
-            "constants. Regenerate: " + COMMAND
+            "Fitted by simulations/calibrate.py to every cell of the paper's Tables 2-4 "
+            "(simulations/paper_cells.csv) and the baselines' clock caps (Fig. 1 and Fig. 2 "
+            "only choose between B2 hypotheses); least squares on log-times and the B1/ours, "
+            "B2/ours ratios with weak priors on the hand-set constants. Regenerate: " + COMMAND
         ),
         "fit_seconds": round(fit.seconds, 1),
         "workloads": {},
@@ -842,8 +881,8 @@ def figures_markdown() -> str:
     lines = [
         "### Fig. 1 and Fig. 2 under the fit",
         "",
-        "Not fitted (`calibrate.FIT_FIGURES`): the table fit is checked against them afterwards "
-        "(forcing them in with margins raised the ResNet18 ratio errors to about 0.2).",
+        "Not fitted (`calibrate.FIT_FIGURES`): the table fit is checked against them afterwards. "
+        "Forcing them in keeps every figure but raises the ResNet18 ratio errors to 0.12-0.16.",
         "",
         f"- Fig. 1 (5 W): b=128 tops out at {f128} MHz (paper 307.2), b=64 at {f64} MHz "
         "(paper 460.8)",

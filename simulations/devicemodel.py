@@ -37,7 +37,7 @@ from pathlib import Path
 
 #: Bumped whenever a constant or formula changes; written into every generated file so a profile
 #: can always be traced back to the model that produced it.
-MODEL_VERSION = "devicemodel-1.0"
+MODEL_VERSION = "devicemodel-2.0"
 
 #: Keys the deterministic noise; change it and every noisy number changes, nothing else does.
 NOISE_SEED = 20240501
