@@ -374,8 +374,8 @@ def test_agent_train_command_over_stdio(tmp_path):
     assert res["accuracy"] == res["final_accuracy"] >= 0.85
     assert res["freq_mhz"] == 614.4 and res["restored"] is True and res["power_measured"]
     # Power came from the replayed point (batch 8, 614.4 MHz): only there while locked.
-    assert res["mean_power_w"] == pytest.approx(4.14669) == res["peak_power_w"]
-    assert res["energy_j"] == pytest.approx(4.14669 * res["train_time_s"])
+    assert res["mean_power_w"] == pytest.approx(4.15704) == res["peak_power_w"]
+    assert res["energy_j"] == pytest.approx(4.15704 * res["train_time_s"])
     assert power["ok"] is True and power["power_w"] is None  # unlocked and idle afterwards
     assert events and all(e["id"] == 2 and e["event"] == "progress" for e in events)
     assert [e["done"] for e in events] == sorted(e["done"] for e in events)
