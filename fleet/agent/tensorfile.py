@@ -184,7 +184,7 @@ def load(path: str, kind: Optional[str] = None, max_bytes: int = MAX_BYTES) -> A
                 )
             )
         with open(path, "rb") as fh:
-            data = fh.read(max_bytes + 1)
+            data = fh.read(size + 1)  # not max_bytes: read() allocates what it is asked for
     except TensorFileError:
         raise
     except (IOError, OSError) as exc:
@@ -206,8 +206,11 @@ def loads(data: bytes, kind: Optional[str] = None, where: str = "<bytes>") -> An
 
 def file_kind(path: str) -> str:
     """The ``kind`` in a tensor file's header (checked like a full load, tensors not built)."""
+    size = os.path.getsize(path)
+    if size > MAX_BYTES:
+        raise TensorFileError("{}: {} bytes, more than a tensor file may hold".format(path, size))
     with open(path, "rb") as fh:
-        data = fh.read(MAX_BYTES + 1)
+        data = fh.read(size + 1)
     return _read_header(data, path)[0]["kind"]
 
 
