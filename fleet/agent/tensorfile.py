@@ -37,6 +37,7 @@ import os
 import re
 import struct
 import sys
+import warnings
 from typing import Any, Dict, List, Optional, Tuple
 
 MAGIC = b"PFTENS1\n"
@@ -410,7 +411,9 @@ def convert(src: str, dst: str, kind: str = "tensors") -> None:
             "torch >= 1.13".format(torch.__version__)
         )
     try:
-        obj = torch.load(src, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch's advice on pickle protocols is noise here
+            warnings.simplefilter("ignore")
+            obj = torch.load(src, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - torch raises many types on bad files
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         raise TensorFileError("{}: torch refused it: {}".format(src, first)) from None
