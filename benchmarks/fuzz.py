@@ -178,6 +178,7 @@ def m_del_line(rng: random.Random, data: bytes) -> bytes:
 
 
 def m_many_rows(rng: random.Random, data: bytes) -> bytes:
+    """Repeat the last row 1,000 or 20,000 times (a bloated or looping writer)."""
     lines = _lines(data.rstrip(b"\n"))
     times = min(rng.choice([1000, 20_000]), MAX_INPUT // (len(lines[-1]) + 1))
     return b"\n".join(lines + [lines[-1]] * times) + b"\n"
@@ -193,8 +194,10 @@ def m_invalid_utf8(rng: random.Random, data: bytes) -> bytes:
     return data[:i] + rng.choice([b"\xff", b"\xc3\x28", b"\xed\xa0\x80", b"\x80"]) + data[i:]
 
 
-GENERIC = [m_truncate, m_flip, m_bom, m_crlf, m_binary, m_long_line, m_dup_line, m_del_line,
-           m_nul, m_invalid_utf8]  # fmt: skip
+GENERIC = [m_truncate, m_flip, m_bom, m_crlf, m_binary, m_dup_line, m_del_line, m_nul,
+           m_invalid_utf8]  # fmt: skip
+BIG = [m_long_line]  # costly inputs (megabytes): one input in BIG_SHARE gets one of them
+BIG_SHARE = 20
 
 
 # CSV-aware mutators: they keep the file a CSV and change what a cell says.
@@ -327,15 +330,19 @@ def m_quoted_newline(rng: random.Random, data: bytes) -> bytes:
     return _join(lines)
 
 
+BIG.append(m_many_rows)
 CSV_MUTATORS = [m_cell, m_cell, m_header, m_conflict, m_physics, m_quoted_newline, m_many_rows]
 
 
 def mutate(rng: random.Random, data: bytes, specific: list) -> bytes:
     """One to three mutations; format-specific ones twice as likely as generic byte damage."""
-    pool = specific * 2 + GENERIC
+    pool = [m for m in specific if m not in BIG] * 2 + GENERIC
+    big = [m for m in specific if m in BIG] + BIG
     for _ in range(rng.randint(1, 3)):
         if data and len(data) < MAX_INPUT // 2:
             data = rng.choice(pool)(rng, data)
+    if data and rng.randrange(BIG_SHARE) == 0:
+        data = rng.choice(big)(rng, data)
     return data[:MAX_INPUT]
 
 
@@ -357,7 +364,8 @@ def check_profile(profile) -> str | None:
         seen[key] = p
         if p.batch_size <= 0 or p.batch_size > 10**7:
             return f"batch_size {p.batch_size} accepted"
-        if not _finite(p.freq_mhz) or p.freq_mhz <= 0:
+        unclocked = p.freq_mhz == 0 and profile.freqs_mhz == [0.0]  # a CPU: no clock knob
+        if not _finite(p.freq_mhz) or (p.freq_mhz <= 0 and not unclocked):
             return f"freq_mhz {p.freq_mhz} accepted"
         if not _finite(p.time_per_batch_s) or p.time_per_batch_s < 1e-6:
             return f"time_per_batch_s {p.time_per_batch_s} accepted"

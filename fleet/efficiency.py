@@ -17,6 +17,7 @@ from pathlib import Path
 
 from fleet.agent.profile_io import ProfileFormatError, atomic_write_text, read_table
 from fleet.errors import InputError
+from fleet.profile import printable
 
 REQUIRED = ("batch_size", "samples_to_accuracy")
 OPTIONAL_NUMERIC = ("std", "runs")
@@ -103,14 +104,15 @@ def load_efficiency(path: str | Path) -> Efficiency:
         raise InputError(str(exc)) from None
     missing = [c for c in REQUIRED if c not in header]
     if missing:
+        found = ", ".join(printable(h) for h in header[:20]) or "nothing"
         raise InputError(
             f"{path}: missing column(s) {', '.join(missing)}; expected at least "
-            f"{', '.join(REQUIRED)} (found: {', '.join(h[:40] for h in header[:20]) or 'nothing'})"
+            f"{', '.join(REQUIRED)} (found: {found})"
         )
     dupes = {h for h in header if header.count(h) > 1}
     if dupes:
         raise InputError(
-            f"{path}: duplicate column(s) {', '.join(sorted(dupes))[:200]} in the header"
+            f"{path}: duplicate column(s) {printable(', '.join(sorted(dupes)), 200)} in the header"
         )
     samples: dict[int, float] = {}
     std: dict[int, float] = {}

@@ -188,6 +188,12 @@ def _show(raw: str) -> str:
     return repr(raw if len(raw) <= 40 else raw[:40] + "...")
 
 
+def printable(text: str, limit: int = 40) -> str:
+    """A cell as it may appear in a one-line message: short, control characters replaced."""
+    short = text if len(text) <= limit else text[:limit] + "..."
+    return "".join(ch if ch.isprintable() else "?" for ch in short)
+
+
 def _num(
     path: str,
     lineno: int,
@@ -214,7 +220,7 @@ def _num(
         lo = "" if low is None else ("> " if low_open else ">= ") + f"{low:g}"
         hi = "" if high is None else f"<= {high:g}"
         bounds = " and ".join(x for x in (lo, hi) if x)
-        shown = raw if len(raw) <= 40 else raw[:40] + "..."
+        shown = printable(raw)
         raise InputError(f"{path}: line {lineno}: {col}={shown} must be {bounds}")
     return v
 
@@ -236,12 +242,12 @@ def load_profile(path: str | Path) -> Profile:
     if missing:
         raise InputError(
             f"{path}: missing column(s) {', '.join(missing)}; expected at least "
-            f"{', '.join(REQUIRED_COLUMNS)} (found: {', '.join(h[:40] for h in header[:20])})"
+            f"{', '.join(REQUIRED_COLUMNS)} (found: {', '.join(printable(h) for h in header[:20])})"
         )
     dupes = {h for h in header if header.count(h) > 1}
     if dupes:
         raise InputError(
-            f"{path}: duplicate column(s) {', '.join(sorted(dupes))[:200]} in the header"
+            f"{path}: duplicate column(s) {printable(', '.join(sorted(dupes)), 200)} in the header"
         )
     points: list[Point] = []
     failed: list[tuple[int, float, str]] = []
