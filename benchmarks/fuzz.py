@@ -496,8 +496,9 @@ def fleet_format(tmp: str):
         return "\n".join(lines).encode("utf-8", "surrogateescape")
 
     def m_count(rng: random.Random, data: bytes) -> bytes:
+        """The repeated device's ``count``: nothing, wrong types, or far too many devices."""
         n = rng.choice(["0", "-2", "2.5", "1000000000", "10000000000000", "50001", '"3"'])
-        return data + f"count = {n}\n".encode()
+        return data.replace(b"count = 3", f"count = {n}".encode())
 
     def m_dup_table(rng: random.Random, data: bytes) -> bytes:
         text = data.decode("utf-8", "surrogateescape")
