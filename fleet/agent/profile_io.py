@@ -158,7 +158,12 @@ def _fmt(value: object) -> str:
         if value != value:  # NaN: an empty cell is the contract's "no value"
             return ""
         return "{:.6g}".format(value)
-    return str(value)
+    return _one_line(str(value))
+
+
+def _one_line(text: str) -> str:
+    """The reader takes one record per line, so the writer never puts a line break in a cell."""
+    return " ".join(text.splitlines()) if ("\n" in text or "\r" in text) else text
 
 
 def write_rows(
@@ -184,7 +189,7 @@ def write_rows(
         ]
     buf = io.StringIO()
     for line in comments:
-        buf.write("# {}\n".format(line))
+        buf.write("# {}\n".format(_one_line(line)))
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(list(columns))
     for row in rows:

@@ -419,7 +419,7 @@ def read_line(stream: Any, limit: int = MAX_LINE_BYTES) -> Tuple[Optional[Any], 
 def serve(ctx: Context, stdin: IO[Any]) -> int:
     """Answer requests until EOF or shutdown; restore the device on the way out. Returns 0.
 
-    Lines end only at ``\n``: a text stream would also end them at a bare CR (universal
+    Lines end only at ``\\n``: a text stream would also end them at a bare CR (universal
     newlines) and split one request into two, so a stream with a binary ``buffer`` (stdin) is
     read as bytes. A hostile line (too long, too deep, not UTF-8, not an object) gets an error
     reply and the loop goes on. A client that goes away (closed pipe) ends the loop like EOF
