@@ -307,7 +307,13 @@ class VirtualBoard:
         self.configure(noise_w=float(sd_w))
 
     def read(self, attr: str) -> str:
-        return (self.node / attr).read_text().strip()
+        """One devfreq attribute; an empty read (a writer between truncate and write) retries."""
+        for _ in range(100):
+            text = (self.node / attr).read_text().strip()
+            if text:
+                return text
+            time.sleep(0.001)
+        return text
 
     def clocks(self) -> dict[str, Any]:
         """min/max/cur in Hz and the governor, as the files hold them now."""
