@@ -462,14 +462,17 @@ def run_kernel(root: str | Path, stop: threading.Event | None = None) -> None:
         target = st.eff_max if ctl["load"] is not None else st.eff_min
         if target != st.target:
             st.target, st.target_since = target, now
-        if st.cur != st.target and now - st.target_since >= float(ctl["lag_s"]):
+        switch = st.cur != st.target and now - st.target_since >= float(ctl["lag_s"])
+        if switch:
             st.cur = st.target
-            _atomic_write(node / "cur_freq", f"{st.cur}\n")
         watts = modeled_power_w(spec, ctl["workload"], ctl["load"], st.cur)
         watts = watts * float(ctl["drift_scale"]) + float(ctl["drift_add_w"])
         if ctl["noise_w"]:
             watts += rng.gauss(0.0, float(ctl["noise_w"]))
+        # Power first: once a reader sees cur_freq at the target, the rail already shows it.
         _write_power(spec, rail_files, max(watts, 0.0), st)
+        if switch:
+            _atomic_write(node / "cur_freq", f"{st.cur}\n")
         st.ticks += 1
         if now - last_status > 0.2:
             _write_status(root, st)

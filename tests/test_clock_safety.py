@@ -375,3 +375,40 @@ def test_no_permission_is_one_line_exit_2_clocks_untouched():
         assert not (base / "out.csv").exists()
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.parametrize("settle_timeout_s,settled", [(1.0, True), (0.0, False)])
+def test_settling_drops_samples_taken_before_the_clock_arrived(tmp_path, settle_timeout_s, settled):
+    """cur_freq lags each lock by 0.3 s; a 1-step window with --warmup 0 is shorter than that.
+
+    Waiting for the clock puts every sample at the locked clock; not waiting (timeout 0, the old
+    behaviour) measures the previous clock's power, which is the staircase error of issue 10.
+    """
+    from fleet.agent.profiler import profile_grid
+
+    board = build_board(tmp_path / "root", "nano", workload="small_cnn")
+    freqs = (76.8, 921.6)
+    with board.kernel(process=True, load=8, lag_s=0.3):
+        assert wait_for(lambda: board.clocks()["cur_freq"] == max(board.freqs_hz), 5)
+        b = JetsonBackend(
+            str(board.root), state_dir=str(tmp_path / "s"), settle_timeout_s=settle_timeout_s
+        )
+        result = profile_grid(
+            b, "small_cnn", "1x8x8", batch_sizes=[2], freqs=freqs, steps=1, warmup=0,
+            sampler_hz=100, min_window_s=0.05,
+        )  # fmt: skip
+    assert [r["freq_mhz"] for r in result.rows] == [76.8, 921.6]
+    for row in result.rows:
+        own = board.model_power_w(round(row["freq_mhz"] * 1e6), 8)
+        other_f = freqs[1] if row["freq_mhz"] == freqs[0] else freqs[0]
+        other = board.model_power_w(round(other_f * 1e6), 8)
+        assert abs(own - other) > 0.5  # the two clocks are far apart in power
+        if settled:
+            assert row["peak_power_w"] == pytest.approx(own, abs=0.002)
+            assert row["mean_power_w"] == pytest.approx(own, abs=0.002)
+        elif row["freq_mhz"] == freqs[0]:
+            # the window opened before the clock moved: its first samples are the previous
+            # (921.6 MHz) clock's power, and that is what the profile would record as the peak
+            assert row["peak_power_w"] == pytest.approx(other, abs=0.002)
+    if settled:
+        assert b.settle_s is not None and 0.2 < b.settle_s < 1.0
