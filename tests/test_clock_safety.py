@@ -412,3 +412,21 @@ def test_settling_drops_samples_taken_before_the_clock_arrived(tmp_path, settle_
             assert row["peak_power_w"] == pytest.approx(other, abs=0.002)
     if settled:
         assert b.settle_s is not None and 0.2 < b.settle_s < 1.0
+
+
+def test_agent_sigterm_restores_through_its_watcher(tmp_path):
+    board = build_board(tmp_path / "root", "orin")
+    state = tmp_path / "state"
+    original = board.bounds()
+    link = AgentLink(agent_argv(board.root, state), timeout_s=30, close_timeout_s=2).start()
+    try:
+        link.request("lock", freq_mhz=612.0)
+        assert pinned(board, 612000000) and (state / STATE_FILE).exists()
+        link.proc.send_signal(signal.SIGTERM)
+        rc = link.proc.wait(timeout=20)
+    finally:
+        link.close()
+    assert rc == 143
+    assert board.bounds() == original and not (state / STATE_FILE).exists()
+    link._stderr_thread.join(timeout=5)
+    assert any("device clocks restored" in line for line in link._stderr), list(link._stderr)
