@@ -620,6 +620,44 @@ class Kernel:
         self.stop()
 
 
+class ClockRecorder:
+    """Samples a board's clocks (and rail power) every ``period_s`` while a block runs.
+
+    ``seen`` holds ``{"t": seconds since start, "min_freq", "max_freq", "cur_freq",
+    "governor", "power_w"}`` dicts: tests assert the sysfs values over time with it (a clock
+    pinned at the right moment, never a capped state left behind).
+    """
+
+    def __init__(self, board: VirtualBoard, period_s: float = 0.003) -> None:
+        self.board = board
+        self.period_s = float(period_s)
+        self.seen: list[dict[str, Any]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="clock-recorder", daemon=True)
+        self._t0 = 0.0
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                row: dict[str, Any] = self.board.clocks()
+                row["power_w"] = self.board.power_w()
+            except (OSError, ValueError):
+                row = {}
+            if row:
+                row["t"] = time.monotonic() - self._t0
+                self.seen.append(row)
+            self._stop.wait(self.period_s)
+
+    def __enter__(self) -> ClockRecorder:
+        self._t0 = time.monotonic()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def wait_for(predicate: Any, timeout_s: float = 5.0, period_s: float = 0.01) -> bool:
     """Poll ``predicate()`` until true or ``timeout_s``; tests use it to assert over time."""
     deadline = time.monotonic() + timeout_s
@@ -659,6 +697,7 @@ __all__ = [
     "BOARDS",
     "DEFAULTS",
     "BoardSpec",
+    "ClockRecorder",
     "Kernel",
     "VirtualBoard",
     "build_board",

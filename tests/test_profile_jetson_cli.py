@@ -8,40 +8,15 @@ its own clock and leave min/max/governor exactly as it found them, all along the
 """
 
 import json
-import threading
-import time
 
 import pytest
 
 from fleet.profile import load_profile
-from simulations.virtual_jetson import build_board
+from simulations.virtual_jetson import ClockRecorder, build_board
 from tests.conftest import run_cli
 from tests.test_agent_jetson import NANO_HZ
 
 LOAD = 4  # the batch size the emulated board is told is running (power follows it)
-
-
-class ClockRecorder:
-    """Polls the devfreq files every few ms while a command runs: the clocks over time."""
-
-    def __init__(self, board):
-        self.board = board
-        self.seen = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self):
-        while not self._stop.is_set():
-            self.seen.append(self.board.clocks())
-            time.sleep(0.003)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
 
 
 @pytest.mark.parametrize("kind", ["nano", "orin"])
