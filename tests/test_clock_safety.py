@@ -36,6 +36,33 @@ def agent_argv(root: Path, state: Path) -> list:
     return agent_command(backend="jetson", sysfs_root=str(root)) + ["--state-dir", str(state)]
 
 
+CRASH = textwrap.dedent(
+    """
+    import os, sys
+    sys.path.insert(0, {repo!r})
+    from fleet.agent.devices.jetson import JetsonBackend
+    JetsonBackend(sysfs_root=sys.argv[1], state_dir=sys.argv[2]).lock(float(sys.argv[3]))
+    os._exit(0)  # no exit path runs, as after SIGKILL
+    """
+).format(repo=str(REPO))
+
+HOLD = textwrap.dedent(
+    """
+    import sys, time
+    sys.path.insert(0, {repo!r})
+    from fleet.agent.devices.jetson import JetsonBackend
+    JetsonBackend(sysfs_root=sys.argv[1], state_dir=sys.argv[2]).lock(float(sys.argv[3]))
+    print("locked", flush=True)
+    time.sleep(60)
+    """
+).format(repo=str(REPO))
+
+
+def crash_locked(root: Path, state: Path, mhz: float) -> None:
+    """A run that locks the clock and dies without restoring."""
+    subprocess.run([sys.executable, "-c", CRASH, str(root), str(state), str(mhz)], check=True)
+
+
 def pinned(board, hz: int) -> bool:
     c = board.clocks()
     return c["min_freq"] == c["max_freq"] == hz
@@ -128,7 +155,7 @@ def test_agent_start_says_it_restored(tmp_path):
     board = build_board(tmp_path / "root", "tx2nx")
     state = tmp_path / "state"
     original = board.bounds()
-    JetsonBackend(str(board.root), state_dir=str(state)).lock(318.75)  # then "crash"
+    crash_locked(board.root, state, 318.75)
     proc = subprocess.run(
         [*agent_argv(board.root, state)],
         input=json.dumps({"id": 1, "cmd": "shutdown"}) + "\n",
@@ -146,7 +173,7 @@ def test_foreign_state_file_is_refused(tmp_path):
     nano = build_board(tmp_path / "nano", "nano")
     tx2 = build_board(tmp_path / "tx2", "tx2nx")
     state = tmp_path / "state"
-    JetsonBackend(str(nano.root), state_dir=str(state)).lock(230.4)  # nano "crashes"
+    crash_locked(nano.root, state, 230.4)
     tx2_before = tx2.bounds()
     saved = (state / STATE_FILE).read_text()
 
@@ -172,6 +199,38 @@ def test_foreign_state_file_is_refused(tmp_path):
         JetsonBackend(str(tx2.root), state_dir=str(state))
     JetsonBackend(str(nano.root), state_dir=str(state))
     assert not pinned(nano, HZ_230) and not (state / STATE_FILE).exists()
+
+
+def test_a_running_holder_is_not_robbed_and_a_second_backend_adopts(tmp_path):
+    board = build_board(tmp_path / "root", "nano")
+    state = tmp_path / "state"
+    original = board.bounds()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(board.root), str(state), "230.4"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout.readline().strip() == "locked"
+        r = run_cli("restore", "--sysfs-root", str(board.root), "--state-dir", str(state))
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+        assert f"held by running process {proc.pid}" in r.stderr
+        assert pinned(board, HZ_230)  # the live run keeps its clock
+    finally:
+        proc.kill()
+        proc.wait()
+    # now it is gone: the same command repairs the board
+    r = run_cli("restore", "--sysfs-root", str(board.root), "--state-dir", str(state))
+    assert r.returncode == 0 and board.bounds() == original
+
+    # two backends in one process: the second adopts the first's originals, never the pin
+    first = JetsonBackend(str(board.root), state_dir=str(state))
+    first.lock(230.4)
+    second = JetsonBackend(str(board.root), state_dir=str(state))
+    assert second.recovered is None and pinned(board, HZ_230)
+    second.lock(614.4)
+    second.restore()
+    assert board.bounds() == original and not (state / STATE_FILE).exists()
 
 
 def test_damaged_state_file_is_one_line(tmp_path):
