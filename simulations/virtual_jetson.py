@@ -685,6 +685,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
+    parent = os.getppid()
+
+    def orphan_watch() -> None:  # a test that died without stopping us: do not linger
+        while not stop.wait(0.5):
+            if os.getppid() != parent:
+                stop.set()
+
+    threading.Thread(target=orphan_watch, daemon=True).start()
     run_kernel(args.root, stop)
     return 0
 
