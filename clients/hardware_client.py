@@ -238,6 +238,8 @@ class TrainFiles:
         base.mkdir(parents=True, exist_ok=True)
         weights = None
         if records.has_weights(arrays):
+            import torch  # noqa: F401 - Flower's to_torch_state_dict needs torch already loaded
+
             from fleet.agent import tensorfile
 
             weights = f"{stem}_in.pt"
