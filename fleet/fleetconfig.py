@@ -43,7 +43,7 @@ DEVICE_TYPES: dict[str, str] = {
     "cpu": "a CPU-only host (no frequency control; RAPL power when readable)",
 }
 MODES = ("local", "federated")
-OBJECTIVES = ("time", "energy")
+OBJECTIVES = ("time", "energy", "deadline")  # deadline: fleet.deadline
 LEARNING = ("trace", "train")
 
 
@@ -245,7 +245,7 @@ def load_fleet(path: str | Path) -> Fleet:
             raise InputError(
                 f"{w}: unknown device type {dtype!r}; expected one of {', '.join(DEVICE_TYPES)}"
             )
-        if "budget_w" not in d and "budget_schedule" not in d:
+        if not {"budget_w", "budget_schedule", "budget_trace"} & set(d):
             raise InputError(f"{w}: missing field 'budget_w' (watts, or \"none\" for no limit)")
         schedule: tuple[BudgetStep, ...] = ()
         if "budget_schedule" in d:
@@ -253,6 +253,13 @@ def load_fleet(path: str | Path) -> Fleet:
             budget = schedule[0].budget_w
             if "budget_w" in d and parse_budget_value(w, d["budget_w"]) != budget:
                 raise InputError(f"{w}: budget_w disagrees with the schedule's first step")
+        elif "budget_trace" in d:  # a power trace: fleet.budgettrace
+            from fleet.budgettrace import DEFAULT_DWELL_S, schedule_from_trace
+
+            trace = _resolve(base, str(d["budget_trace"]), f"{w} budget_trace")
+            dwell = d.get("budget_dwell_s", DEFAULT_DWELL_S)
+            schedule = schedule_from_trace(trace, dwell, f"{w} budget_trace")
+            budget = schedule[0].budget_w
         else:
             budget = parse_budget_value(f"{w} budget_w", d["budget_w"])
         profile = _resolve(base, str(_req(d, "profile", w, str)), f"{w} profile")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from fleet.efficiency import Efficiency, load_efficiency
@@ -101,6 +102,7 @@ def replay_device(
     objective: str = "time",
     index: SelectionIndex | None = None,
     baselines: bool = True,
+    chooser: Callable[[int, float, float], Choice | None] | None = None,
 ) -> DeviceResult:
     """Run one device's round on the virtual clock; never exceeds any budget in force.
 
@@ -119,11 +121,16 @@ def replay_device(
         learning=spec.learning,
         trace=trace.source,
     )
-    first = _choose(index, shipped, schedule[0].budget_w, objective)
+    # chooser(step, clock, done): another objective's per-step choice (fleet.deadline)
+    first = (
+        chooser(0, 0.0, 0.0)
+        if chooser
+        else _choose(index, shipped, schedule[0].budget_w, objective)
+    )
     if first is None:
         res.status = "infeasible"
         try:
-            index.select(shipped, schedule[0].budget_w, objective)
+            index.select(shipped, schedule[0].budget_w, "time" if chooser else objective)
         except InfeasibleError as exc:
             res.message = str(exc)
         return res
@@ -139,7 +146,12 @@ def replay_device(
         end = schedule[k + 1].at_s if k + 1 < len(schedule) else math.inf
         if clock < step.at_s:  # paused through an infeasible segment: idle until now
             clock = step.at_s
-        choice = first if k == 0 else _choose(index, shipped, step.budget_w, objective)
+        if k == 0:
+            choice = first
+        elif chooser:
+            choice = chooser(k, clock, done)
+        else:
+            choice = _choose(index, shipped, step.budget_w, objective)
         if choice is None:
             res.segments.append(Segment(clock, end, step.budget_w, None, None, 0.0, 0.0, None))
             clock = end
@@ -227,6 +239,7 @@ def simulate_device(
     shipped: Efficiency,
     target_accuracy: float,
     objective: str = "time",
+    deadline_s: float | None = None,
 ) -> DeviceResult:
     """Everything a simulated device does in a round, from its fleet entry and what it received.
 
@@ -248,6 +261,12 @@ def simulate_device(
         profile_a, shipped_a, _ = align(profile, shipped)
         if profile_a.points != profile.points:
             index = SelectionIndex(profile_a)
+        if objective == "deadline":
+            from fleet.deadline import simulate_with_deadline
+
+            return simulate_with_deadline(
+                spec, profile_a, shipped_a, trace, target_accuracy, index, deadline_s
+            )
         return replay_device(spec, profile_a, shipped_a, trace, target_accuracy, objective, index)
     except InputError as exc:
         return DeviceResult(
