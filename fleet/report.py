@@ -47,7 +47,7 @@ def _finite(values: list[object]) -> list[float]:
 
 
 def fleet_totals(rows: list[dict[str, object]]) -> dict[str, object]:
-    ok = [r for r in rows if r.get("status") == "ok"]
+    ok = [r for r in rows if r.get("status") in ("ok", "late")]  # late: trained, after deadline
     times = _finite([r.get("time_s") for r in ok])
     energy = _finite([r.get("energy_j") for r in ok])
     acc_w = [

@@ -24,6 +24,7 @@ COMMANDS = [
     "data",
     "pretrain",
     "estimate",
+    "whatif",
 ]
 
 
