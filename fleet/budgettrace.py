@@ -75,17 +75,32 @@ def load_trace(path: str | Path) -> list[tuple[float, float]]:
 
 
 def trace_to_schedule(
-    readings: Sequence[tuple[float, float]], dwell_s: float = DEFAULT_DWELL_S
+    readings: Sequence[tuple[float, float]],
+    dwell_s: float = DEFAULT_DWELL_S,
+    start_s: float | None = None,
 ) -> tuple[BudgetStep, ...]:
     """The budget schedule for a power trace (rules in the module docstring). Pure.
 
-    ``readings`` are (time_s, available_w) with increasing times; the result starts at 0 (the
-    first reading) and the last level holds after the trace ends.
+    ``readings`` are (time_s, available_w) with increasing times; training starts at trace
+    time ``start_s`` (default: the first reading), which becomes second 0 of the schedule; the
+    last level holds after the trace ends.
     """
     if not readings:
         raise InputError("budget trace: no readings")
     if not math.isfinite(dwell_s) or dwell_s < 0:
         raise InputError(f"budget_dwell_s: expected seconds >= 0, got {dwell_s}")
+    if start_s is not None:
+        if not readings[0][0] <= start_s <= readings[-1][0]:
+            raise InputError(
+                f"budget_trace_start_s: {start_s:g} is outside the trace "
+                f"({readings[0][0]:g} to {readings[-1][0]:g} s)"
+            )
+        k = max(i for i, (t, _) in enumerate(readings) if t <= start_s)
+        if readings[k][0] < start_s:  # the reading in force at the start, conservatively
+            nxt = readings[k + 1][1] if k + 1 < len(readings) else readings[k][1]
+            readings = [(start_s, min(readings[k][1], nxt)), *readings[k + 1 :]]
+        else:
+            readings = list(readings[k:])
     t0 = readings[0][0]
     starts = [t - t0 for t, _ in readings]
     # conservative level on [start_i, start_i+1): the lower end of the interval
@@ -134,12 +149,17 @@ def trace_to_schedule(
 
 
 def schedule_from_trace(
-    path: str | Path, dwell_s: object = DEFAULT_DWELL_S, where: str = "budget_trace"
+    path: str | Path,
+    dwell_s: object = DEFAULT_DWELL_S,
+    where: str = "budget_trace",
+    start_s: object = None,
 ) -> tuple[BudgetStep, ...]:
-    """The fleet TOML hook: file + dwell -> schedule, errors naming the device entry."""
-    if isinstance(dwell_s, bool) or not isinstance(dwell_s, (int, float)):
-        raise InputError(f"{where}: budget_dwell_s must be a number of seconds, got {dwell_s!r}")
+    """The fleet TOML hook: file + dwell (+ start) -> schedule, errors naming the entry."""
+    for name, v in (("budget_dwell_s", dwell_s), ("budget_trace_start_s", start_s)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            raise InputError(f"{where}: {name} must be a number of seconds, got {v!r}")
+    start = None if start_s is None else float(start_s)  # type: ignore[arg-type]
     try:
-        return trace_to_schedule(load_trace(path), float(dwell_s))
+        return trace_to_schedule(load_trace(path), float(dwell_s), start)  # type: ignore[arg-type]
     except InputError as exc:
         raise InputError(f"{where}: {exc}") from None

@@ -262,7 +262,10 @@ class DeadlineChooser:
     """Per-step chooser for the virtual-clock replay (``fleet.replay.replay_device``).
 
     Called with (step index, clock, fraction done) it returns the step's Choice, or None when
-    the step's budget admits nothing; it remembers whether any step had to run late.
+    the step's budget admits nothing. ``late`` is the planned choice's verdict (step 0: what the
+    coordinator learns before training); a device that later falls behind its prediction
+    (its data needs more samples than the shipped estimate) switches to its fastest point and
+    records when in ``behind_at_s`` without becoming ``late``.
     """
 
     def __init__(
@@ -279,8 +282,8 @@ class DeadlineChooser:
         _check_power(self.rates, source)
         self.later = fastest_per_step(self.rates, self.steps)
         self.late = False
-        self.predicted_finish_s: float | None = None  # at the start of the round
-        self.late_finish_s: float | None = None  # at the first step that could not make it
+        self.predicted_finish_s: float | None = None  # planned at the start of the round
+        self.behind_at_s: float | None = None  # when the device fell behind mid-round
 
     def __call__(self, k: int, clock_s: float, done: float) -> Choice | None:
         got = choose_step(self.rates, self.steps, k, clock_s, done, self.deadline_s, self.later)
@@ -288,9 +291,9 @@ class DeadlineChooser:
             return None
         r, late, f, _ = got
         if k == 0:
-            self.predicted_finish_s = f
-        if late and not self.late:
-            self.late, self.late_finish_s = True, f
+            self.predicted_finish_s, self.late = f, late
+        elif late and not self.late and self.behind_at_s is None:
+            self.behind_at_s = clock_s
         return _as_choice(r)
 
 
@@ -321,7 +324,12 @@ def simulate_with_deadline(
     if chooser.late and res.status == "ok":
         res.status = "late"
         res.message = (
-            f"predicted finish {chooser.late_finish_s:.0f} s misses the deadline "
+            f"predicted finish {chooser.predicted_finish_s:.0f} s misses the deadline "
             f"{chooser.deadline_s:.0f} s; ran its fastest point"
+        )
+    elif chooser.behind_at_s is not None and res.status == "ok":
+        res.message = (
+            f"fell behind the {chooser.deadline_s:.0f} s deadline at {chooser.behind_at_s:.0f} s "
+            "(slower than predicted); ran its fastest point from then"
         )
     return res

@@ -258,7 +258,8 @@ def load_fleet(path: str | Path) -> Fleet:
 
             trace = _resolve(base, str(d["budget_trace"]), f"{w} budget_trace")
             dwell = d.get("budget_dwell_s", DEFAULT_DWELL_S)
-            schedule = schedule_from_trace(trace, dwell, f"{w} budget_trace")
+            start = d.get("budget_trace_start_s")  # trace second at which training starts
+            schedule = schedule_from_trace(trace, dwell, f"{w} budget_trace", start)
             budget = schedule[0].budget_w
         else:
             budget = parse_budget_value(f"{w} budget_w", d["budget_w"])
