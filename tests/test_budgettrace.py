@@ -145,3 +145,21 @@ def test_shipped_solar_scenario_follows_the_sun():
             assert s.budget_w <= max(available_at(readings, s.at_s + 10800), NO_POWER_W)
         assert len(d.schedule) > 5
         assert not math.isinf(d.schedule[-1].at_s)
+
+
+def test_solar_round_stays_under_the_sun(tmp_path):
+    from simulations.runner import run_direct
+
+    fleet = load_fleet(ROOT / "simulations" / "fleets" / "solar.toml")
+    rep = run_direct(fleet, tmp_path / "run")
+    assert rep["fleet"]["budget_violations"] == []
+    readings = load_trace(ROOT / "simulations" / "traces" / "clear_day_10w.csv")
+    for row in rep["devices"]:
+        assert row["status"] in ("ok", "late")
+        if not row["device"].endswith("solar"):
+            continue
+        assert len(row["segments"]) > 1  # the budget rose with the sun and it re-selected
+        for seg in row["segments"]:
+            if seg["peak_power_w"] is not None:
+                avail = available_at(readings, seg["start_s"] + 10800)
+                assert seg["peak_power_w"] <= seg["budget_w"] <= avail + 1e-12
