@@ -26,6 +26,7 @@ deadline is the slowest of them (what the coordinator does in the planning excha
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -34,7 +35,7 @@ from typing import TYPE_CHECKING
 from fleet.efficiency import Efficiency
 from fleet.errors import InputError
 from fleet.fleetconfig import BudgetStep, DeviceSpec
-from fleet.profile import Point, Profile, check_budget, feasible
+from fleet.profile import Point, Profile, check_budget
 from fleet.selection import Choice, SelectionIndex, make_choice
 
 if TYPE_CHECKING:
@@ -71,12 +72,51 @@ class DeadlineChoice:
     deadline_s: float
 
 
-def rates(points: Sequence[Point], eff: Efficiency) -> list[Rate]:
+class RateTable:
+    """A profile's points costed with one efficiency, sorted by peak power.
+
+    A budget query is then a prefix (binary search on the peaks) and the fastest point under a
+    budget a lookup in a running best, as in ``fleet.selection.SelectionIndex``: the what-if
+    sweep asks thousands of budgets of a handful of (profile, efficiency) pairs.
+    """
+
+    def __init__(self, all_rates: Sequence[Rate]):
+        self.rates = sorted(all_rates, key=lambda r: (_peak(r.point), r.key()))
+        self.peaks = [_peak(r.point) for r in self.rates]
+        self.best: list[Rate] = []
+        for r in self.rates:
+            self.best.append(r if not self.best or r.key() < self.best[-1].key() else self.best[-1])
+
+    def feasible(self, budget_w: float | None) -> Sequence[Rate]:
+        budget = check_budget(budget_w)
+        if math.isinf(budget):
+            return self.rates
+        return self.rates[: bisect.bisect_right(self.peaks, budget)]
+
+    def fastest(self, budget_w: float | None) -> Rate | None:
+        budget = check_budget(budget_w)
+        k = len(self.rates) if math.isinf(budget) else bisect.bisect_right(self.peaks, budget)
+        return self.best[k - 1] if k else None
+
+
+def _peak(p: Point) -> float:
+    return p.peak_power_w if not math.isnan(p.peak_power_w) else math.inf
+
+
+_TABLES: dict[tuple, RateTable] = {}
+
+
+def rates(points: Sequence[Point], eff: Efficiency) -> RateTable:
     """Cost every point whose batch size reached the target in the shipped efficiency.
 
-    Precompute this once per (profile, efficiency): every budget and deadline query reuses it.
+    Tables are kept per (points, samples-to-accuracy) content, so devices sharing a reference
+    profile and the shipped efficiency share one table whatever their budgets.
     """
     reached = eff.reached
+    key = (tuple(points), tuple(reached.items()))
+    table = _TABLES.get(key)
+    if table is not None:
+        return table
     out = []
     for p in points:
         n = reached.get(p.batch_size)
@@ -84,22 +124,24 @@ def rates(points: Sequence[Point], eff: Efficiency) -> list[Rate]:
             continue
         t = p.time_per_batch_s / p.batch_size * n
         out.append(Rate(p, n, t, p.mean_power_w * t))
-    return out
+    if len(_TABLES) >= 256:
+        _TABLES.clear()
+    table = _TABLES[key] = RateTable(out)
+    return table
 
 
-def feasible_rates(all_rates: Sequence[Rate], budget_w: float | None) -> list[Rate]:
-    budget = check_budget(budget_w)
-    return [r for r in all_rates if feasible(r.point, budget)]
+def feasible_rates(table: RateTable, budget_w: float | None) -> Sequence[Rate]:
+    """Points whose measured peak fits the budget (an unmeasured peak fits only no limit)."""
+    return table.feasible(budget_w)
 
 
-def fastest(all_rates: Sequence[Rate], budget_w: float | None) -> Rate | None:
+def fastest(table: RateTable, budget_w: float | None) -> Rate | None:
     """The time objective's choice under one budget (same tie-break), or None."""
-    fits = feasible_rates(all_rates, budget_w)
-    return min(fits, key=Rate.key) if fits else None
+    return table.fastest(budget_w)
 
 
-def _check_power(all_rates: Sequence[Rate], source: str) -> None:
-    if any(math.isnan(r.point.mean_power_w) for r in all_rates):
+def _check_power(table: RateTable, source: str) -> None:
+    if any(math.isnan(r.point.mean_power_w) for r in table.rates):
         raise InputError(
             f"{source}: the deadline objective needs power measurements; this profile is time-only"
         )
@@ -147,7 +189,7 @@ def finish(
 
 
 def choose_step(
-    all_rates: Sequence[Rate],
+    all_rates: RateTable,
     steps: Sequence[BudgetStep],
     k: int,
     clock_s: float,
@@ -184,7 +226,7 @@ def choose_step(
     return best_any[1], True, best_any[2], best_any[3]
 
 
-def fastest_per_step(all_rates: Sequence[Rate], steps: Sequence[BudgetStep]) -> list[Rate | None]:
+def fastest_per_step(all_rates: RateTable, steps: Sequence[BudgetStep]) -> list[Rate | None]:
     return [fastest(all_rates, s.budget_w) for s in steps]
 
 
@@ -242,7 +284,7 @@ def fastest_finish(
     return fastest_finish_rates(rates(points, eff), steps)
 
 
-def fastest_finish_rates(all_rates: Sequence[Rate], steps: Sequence[BudgetStep]) -> float | None:
+def fastest_finish_rates(all_rates: RateTable, steps: Sequence[BudgetStep]) -> float | None:
     later = fastest_per_step(all_rates, steps)
     if later[0] is None:
         return None

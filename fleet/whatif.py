@@ -19,7 +19,13 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from fleet.deadline import check_deadline, fastest_finish_rates, plan_deadline, rates
+from fleet.deadline import (
+    RateTable,
+    check_deadline,
+    fastest_finish_rates,
+    plan_deadline,
+    rates,
+)
 from fleet.efficiency import Efficiency
 from fleet.errors import InputError
 from fleet.fleetconfig import BudgetStep, DeviceSpec, Fleet
@@ -47,23 +53,27 @@ def fastest_finishes(specs: Sequence[DeviceSpec], shipped: Efficiency) -> list[f
     """What each device reports in the planning exchange: its fastest predicted finish (None
     when it cannot train or its files are unusable; such a device does not set the deadline)."""
     memo: dict[tuple, float | None] = {}
+    tables: dict[str, RateTable | None] = {}  # per profile file: aligned and costed once
     out = []
     for spec in specs:
         key = _kind(spec)
         if key not in memo:
-            memo[key] = _fastest_finish(spec, shipped)
+            if spec.profile not in tables:
+                tables[spec.profile] = _table(spec.profile, shipped)
+            table = tables[spec.profile]
+            steps = spec.schedule or (BudgetStep(0.0, spec.budget_w),)
+            memo[key] = None if table is None else fastest_finish_rates(table, steps)
         out.append(memo[key])
     return out
 
 
-def _fastest_finish(spec: DeviceSpec, shipped: Efficiency) -> float | None:
+def _table(profile_path: str, shipped: Efficiency) -> RateTable | None:
     try:
-        profile, _ = cached_profile(spec.profile)
+        profile, _ = cached_profile(profile_path)
         profile_a, shipped_a, _ = align(profile, shipped)
     except InputError:
         return None
-    steps = spec.schedule or (BudgetStep(0.0, spec.budget_w),)
-    return fastest_finish_rates(rates(profile_a.points, shipped_a), steps)
+    return rates(profile_a.points, shipped_a)
 
 
 @dataclass
