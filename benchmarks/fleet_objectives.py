@@ -95,6 +95,21 @@ def markdown(results: dict, command: str) -> str:
         "they are refitted). Round time = slowest device that trained; fleet energy = sum of "
         "training energy (profiled mean power x time; waiting is not charged).",
         "",
+        "**Objectives.** `time`: each device its fastest feasible point (Algorithm 1). "
+        "`energy`: each device its least-energy feasible point. `deadline`: each device the "
+        "least-energy feasible point whose *predicted* finish meets the round deadline (else "
+        "its fastest point, status `late`); the deadline is the slowest device's fastest "
+        "predicted finish (`fleet.deadline.plan_deadline`) unless `[run] deadline_s` sets it. "
+        "Under a budget schedule the device re-selects at every step against the remaining "
+        'deadline, costing each candidate as "this point until the step ends, then the fastest '
+        'point under every later budget" (see `fleet/deadline.py`). Predictions use the '
+        "shipped proxy efficiency, actual times the device's own trace, so the deadline "
+        "(predicted) can differ from the round time (actual).",
+        "",
+        "Rerun: `python benchmarks/fleet_objectives.py`; a sweep of any fleet: `powerfleet "
+        "whatif --fleet simulations/fleets/large.toml --budgets 3:12.5:0.5 --objective deadline "
+        "--plot front.png`; speed: `python benchmarks/whatif.py`.",
+        "",
         "| Fleet | Objective | Deadline s | Round time s | Fleet energy kJ | vs time | "
         "Trained | Late | Infeasible |",
         "|---|---|---|---|---|---|---|---|---|",
