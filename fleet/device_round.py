@@ -12,9 +12,12 @@ fleet's objective, and then *run*. Only the run differs:
 
 A runner is any object with a ``learning`` label (or None to keep the fleet entry's) and a
 ``run(rnd, res)`` method that fills the row's time/energy/accuracy columns; it may re-select at
-each budget step with ``rnd.choose(budget)`` (or ``rnd.choose(budget, batch_size=b)`` when the
-batch size is fixed by training that already started). A runner that knows the device's true
-samples-to-accuracy (``truth``) also gets the baselines costed on it. Adding a runner is one
+each budget step with ``rnd.choose_step(k, clock_s, done)`` (the objective's per-step chooser
+when it has one, e.g. the deadline's, else ``rnd.choose(budget)``), or
+``rnd.choose(budget, batch_size=b)`` when the batch size is fixed by training that already
+started. An objective's chooser may give the row a status of its own after the run (``late``).
+A runner that knows the device's true samples-to-accuracy (``truth``) also gets the baselines
+costed on it. Adding a runner is one
 class; nothing here changes.
 
 ``DeviceResult`` is the row: its fields define the report's columns (``row_columns``), with
@@ -32,7 +35,7 @@ from fleet.baselines import BASELINES, run_baseline, speedup_column, time_column
 from fleet.efficiency import Efficiency
 from fleet.errors import InfeasibleError, InputError
 from fleet.fleetconfig import DEVICE_TYPES, BudgetStep, DeviceSpec, RunSettings
-from fleet.objectives import OBJECTIVES
+from fleet.objectives import OBJECTIVES, StepChooser
 from fleet.profile import Profile
 from fleet.selection import Choice, SelectionIndex, align, evaluate
 
@@ -62,7 +65,7 @@ class DeviceResult:
     device: str
     device_type: str
     budget_w: float | None = None
-    status: str = "error"  # ok | selected | infeasible | not reached | error
+    status: str = "error"  # ok | late | selected | infeasible | not reached | error
     batch_size: int | None = None
     freq_mhz: float | None = None
     predicted_time_s: float | None = None
@@ -151,6 +154,16 @@ class Round:
     schedule: tuple[BudgetStep, ...]
     first: Choice  # the choice under the schedule's first budget
     context: dict[str, Any] = field(default_factory=dict)
+    chooser: StepChooser | None = None  # the objective's per-step chooser, if it has one
+
+    def choose_step(
+        self, k: int, clock_s: float, done: float, batch_size: int | None = None
+    ) -> Choice | None:
+        """The choice for budget step k, with the clock at ``clock_s`` and ``done`` of the
+        target reached: the objective's own chooser when it has one (and the batch is free)."""
+        if self.chooser is not None and batch_size is None:
+            return self.chooser(k, clock_s, done)
+        return self.choose(self.schedule[k].budget_w, batch_size)
 
     def choose(self, budget_w: float | None, batch_size: int | None = None) -> Choice | None:
         """Re-select at a budget step (optionally for a fixed batch size); None if nothing fits."""
@@ -209,14 +222,23 @@ def run_device(
             index = SelectionIndex(aligned)
         schedule = spec.schedule or (BudgetStep(0.0, spec.budget_w),)
         try:
-            first = index.select(shipped_a, schedule[0].budget_w, run.objective, **(context or {}))
+            first = index.select(shipped_a, schedule[0].budget_w, run.objective, **context)
         except InfeasibleError as exc:
             res.status, res.message = "infeasible", str(exc)
             return res
+        chooser = None
+        make_steps = OBJECTIVES[run.objective].steps
+        if make_steps is not None:  # the objective plans per step (fleet.objectives)
+            chooser = make_steps(aligned.points, shipped_a, schedule, context, aligned.source)
+            first = chooser(0, 0.0, 0.0) or first
         res.take(first)
         res.status = "ok"
-        rnd = Round(spec, run, aligned, shipped_a, index, schedule, first, dict(context or {}))
+        rnd = Round(spec, run, aligned, shipped_a, index, schedule, first, dict(context), chooser)
         runner.run(rnd, res)
+        if chooser is not None and res.status == "ok":
+            status, note = chooser.verdict()
+            res.status = status or res.status
+            res.message = "; ".join(m for m in (note, res.message) if m)
         if runner.truth is not None:
             res.baseline_time_s = baseline_times(rnd, runner.truth)
     except InputError as exc:

@@ -48,6 +48,11 @@ def run_meta(fleet: Fleet, engine: str) -> dict[str, object]:
 
 def run_direct(fleet: Fleet, run_dir: Path, progress: Progress | None = None) -> dict:
     """Every device in this process, one after the other: no Flower, no Ray, same rows."""
+    if fleet.run.objective == "deadline":  # plans the deadline first: fleet.whatif
+        from fleet.whatif import deadline_round
+
+        rows, extra = deadline_round(fleet, progress)
+        return write_report(run_dir, rows, {**run_meta(fleet, "direct"), **extra})
     shipped = cached_efficiency(fleet.run.efficiency)
     rows = []
     total = len(fleet.devices)
