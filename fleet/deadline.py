@@ -34,9 +34,9 @@ from dataclasses import dataclass
 
 from fleet.efficiency import Efficiency
 from fleet.errors import InputError
-from fleet.fleetconfig import BudgetStep
-from fleet.profile import Point, check_budget
-from fleet.selection import Choice, make_choice
+from fleet.fleetconfig import BudgetStep, DeviceSpec
+from fleet.profile import Point, Profile, check_budget
+from fleet.selection import Choice, align, make_choice
 
 # A predicted finish this close to the deadline meets it (float noise of summed segments).
 _REL_TOL = 1e-9
@@ -367,3 +367,46 @@ def pick_deadline(candidates: Sequence[Choice], deadline_s: object) -> Choice | 
     if meet:
         return min(meet, key=lambda c: (c.predicted_energy_j, c.predicted_time_s, *tie(c)))
     return min(candidates, key=lambda c: (c.predicted_time_s, *tie(c)))
+
+
+@dataclass(frozen=True)
+class DevicePlan:
+    """A device's answer in the planning exchange: its fastest predicted finish for the
+    round's work under its own budget (or schedule), and that plan's predicted energy; None
+    when it cannot finish (the coordinator then plans without it), with the reason."""
+
+    fastest_finish_s: float | None
+    energy_j: float | None
+    message: str = ""
+
+
+def plan_device(
+    schedule: Sequence[BudgetStep], points: Sequence[Point], shipped: Efficiency
+) -> DevicePlan:
+    """What a device reports before training (no training, the profile is enough): the time
+    objective's predicted finish under its schedule, costed with the shipped efficiency.
+    ``points`` and ``shipped`` are aligned on their common batch sizes by the caller."""
+    table = rates(points, shipped)
+    later = fastest_per_step(table, schedule)
+    if later[0] is None:
+        return DevicePlan(None, None, "no operating point fits the first budget")
+    f, e = finish(schedule, 0, 0.0, 0.0, later[0], later)
+    if not math.isfinite(f):
+        return DevicePlan(None, None, "the budget schedule ends before the target is reached")
+    return DevicePlan(f, e)
+
+
+def plan_for_device(spec: DeviceSpec, profile: Profile, shipped: Efficiency) -> DevicePlan:
+    """``plan_device`` from a device's fleet entry and its profile, checked as the device round
+    checks them (type, common batch sizes); a problem is the plan's message, never a raise,
+    so one device cannot stop the planning exchange."""
+    from fleet.device_round import check_device_type
+
+    try:
+        check_device_type(spec, profile)
+        aligned, shipped_a, _ = align(profile, shipped)
+        return plan_device(
+            spec.schedule or (BudgetStep(0.0, spec.budget_w),), aligned.points, shipped_a
+        )
+    except InputError as exc:
+        return DevicePlan(None, None, str(exc))

@@ -39,6 +39,10 @@ from fleet.objectives import OBJECTIVES, StepChooser
 from fleet.profile import Profile
 from fleet.selection import Choice, SelectionIndex, align, evaluate
 
+# Statuses of a device that trained to its target: their time and energy count toward the
+# round, and in federated mode their weights go back (``late``: trained, after the deadline).
+TRAINED = ("ok", "late")
+
 
 @dataclass
 class Segment:
@@ -117,7 +121,7 @@ class DeviceResult:
         for n, t in times.items():
             out[time_column(n)] = t
         for n, t in times.items():
-            ok = self.status == "ok" and t and self.time_s
+            ok = self.status in TRAINED and t and self.time_s
             out[speedup_column(n)] = t / self.time_s if ok else None  # type: ignore[operator]
         return out
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from fleet.agent.profile_io import atomic_write_text
 from fleet.baselines import BASELINES, speedup_column
-from fleet.device_round import row_columns
+from fleet.device_round import TRAINED, row_columns
 from fleet.errors import InputError
 
 
@@ -30,7 +30,7 @@ def _finite(values: list[object]) -> list[float]:
 
 
 def fleet_totals(rows: list[dict[str, object]]) -> dict[str, object]:
-    ok = [r for r in rows if r.get("status") in ("ok", "late")]  # late: trained, after deadline
+    ok = [r for r in rows if r.get("status") in TRAINED]  # late: trained, after the deadline
     times = _finite([r.get("time_s") for r in ok])
     energy = _finite([r.get("energy_j") for r in ok])
     acc_w = [

@@ -27,6 +27,7 @@ from fleet.deadline import (
     plan_deadline,
     rates,
 )
+from fleet.device_round import TRAINED
 from fleet.efficiency import Efficiency
 from fleet.errors import InputError
 from fleet.fleetconfig import BudgetStep, DeviceSpec, Fleet, RunSettings
@@ -34,7 +35,6 @@ from fleet.selection import align
 from fleet.virtual_clock import cached_efficiency, cached_profile, simulate_device
 
 Progress = Callable[[int, int, str], None]  # (done, total, device name)
-TRAINED = ("ok", "late")  # statuses whose time and energy count toward the round
 
 
 def _kind(spec: DeviceSpec) -> tuple:
