@@ -83,6 +83,9 @@ def test_choice_equals_brute_force_min_energy_meeting_deadline(pe, budget, deadl
     assert got.choice.predicted_energy_j == pytest.approx(e, rel=1e-12)
     assert got.choice.predicted_time_s == pytest.approx(t, rel=1e-12)
     assert (got.choice.batch_size, got.choice.freq_mhz) == (p.batch_size, p.freq_mhz)
+    # the objective registry's entry (what select/run_device use) picks the same point
+    picked = select(profile, eff, budget, "deadline", deadline_s=deadline)
+    assert (picked.batch_size, picked.freq_mhz) == (p.batch_size, p.freq_mhz)
     if budget is not None:
         assert got.choice.peak_power_w <= budget
     if not got.late:
@@ -227,3 +230,34 @@ def test_explicit_deadline_in_run_table_makes_devices_late(tmp_path):
     f.write_text(src.replace("deadline_s = 100", "deadline_s = -3"))
     with pytest.raises(InputError, match=r"\[run\] deadline_s"):
         simulate_fleet(load_fleet(f))
+
+
+def test_select_cli_deadline_needs_a_deadline_and_picks_like_brute_force():
+    import json
+
+    from tests.conftest import run_cli
+
+    prof = ROOT / "simulations" / "profiles" / "tx2nx_resnet18.csv"
+    eff = ROOT / "simulations" / "efficiency" / "resnet18_cifar10-proxy.csv"
+    base = ["select", "--profile", str(prof), "--efficiency", str(eff), "--budget-w", "7"]
+    r = run_cli(*base, "--objective", "deadline")
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [
+        "powerfleet select: error: --objective deadline needs --deadline-s SECONDS"
+    ]
+    from fleet.efficiency import load_efficiency
+    from fleet.profile import load_profile
+    from fleet.selection import align
+
+    p, e, _ = align(load_profile(str(prof)), load_efficiency(str(eff)))
+    fastest = select(p, e, 7.0, "time").predicted_time_s
+    for deadline, late in ((fastest * 1.4, False), (fastest * 0.5, True)):
+        r = run_cli(*base, "--objective", "deadline", "--deadline-s", str(deadline), "--json")
+        assert r.returncode == 0, r.stderr
+        got = json.loads(r.stdout)
+        want = select_deadline(p.points, e, 7.0, deadline)  # the schedule-aware brute force
+        assert (got["batch_size"], got["freq_mhz"]) == (
+            want.choice.batch_size,
+            want.choice.freq_mhz,
+        )
+        assert got["late"] is late is want.late
