@@ -1,7 +1,8 @@
 """Markdown for the deadline objective: the round beside what the time objective would give.
 
 Takes the numbers ``fleet.whatif.deadline_vs_time`` produced (stored in report.json as
-``deadline_vs_time``) and prints them; it computes nothing, so a cell can be traced to its row.
+``deadline_vs_time``) and prints them, as Markdown (the run report) or as plain lines
+(``powerfleet simulate``); it computes nothing, so a cell can be traced to its row.
 """
 
 from __future__ import annotations
@@ -49,3 +50,23 @@ def deadline_section(cmp: dict, deadline_s: object = None) -> list[str]:
     if len(cmp["devices"]) > len(shown):
         lines.append(f"... {len(cmp['devices']) - len(shown)} more devices in report.json")
     return lines + [""]
+
+
+def deadline_lines(cmp: dict, deadline_s: object = None, limit: int = 20) -> list[str]:
+    """The same comparison as plain text lines for the terminal (``powerfleet simulate``)."""
+    t, d = cmp["time"], cmp["deadline"]
+    lines = [
+        f"deadline objective: deadline {_n(deadline_s, ',.0f')} s; round time "
+        f"{_n(d['round_time_s'], ',.0f')} s, fleet energy {_n(d['energy_j'], ',.0f')} J "
+        f"(time objective: {_n(t['round_time_s'], ',.0f')} s, {_n(t['energy_j'], ',.0f')} J); "
+        f"saved {_n(cmp.get('energy_saved_pct'), '.1f')} %; late {d['late']}",
+    ]
+    for r in cmp["devices"][:limit]:
+        lines.append(
+            f"  {r['device']}: {r['status']}, slow-down {_n(r['slowdown'], '.2f')}x "
+            f"({_n(r['time_objective_s'], ',.0f')} -> {_n(r['deadline_objective_s'], ',.0f')} s), "
+            f"saved {_n(r['saved_j'], ',.0f')} J ({_n(r['saved_pct'], '.1f')} %)"
+        )
+    if len(cmp["devices"]) > limit:
+        lines.append(f"  ... {len(cmp['devices']) - limit} more devices in report.json")
+    return lines

@@ -64,6 +64,18 @@ def run_direct(fleet: Fleet, run_dir: Path, progress: Progress | None = None) ->
     return write_report(run_dir, rows, run_meta(fleet, "direct"))
 
 
+def with_deadline_comparison(fleet: Fleet, run_dir: Path, report: dict) -> dict:
+    """A Flower run's report with the direct engine's comparison (``deadline_vs_time``): what
+    the time objective would have given on the same fleet, rewritten into report.json."""
+    from fleet.whatif import deadline_vs_time, simulate_fleet
+
+    meta = {k: v for k, v in report.items() if k not in ("devices", "fleet")}
+    meta["deadline_vs_time"] = deadline_vs_time(
+        simulate_fleet(fleet, "time").rows, report["devices"]
+    )
+    return write_report(run_dir, report["devices"], meta)
+
+
 def simulate(
     fleet_path: str | Path | None = None,
     engine: str = "flower",
@@ -80,6 +92,8 @@ def simulate(
         from simulations.flower_engine import run_flower
 
         report = run_flower(fleet.path, str(out), progress)
+        if fleet.run.objective == "deadline":
+            report = with_deadline_comparison(fleet, out, report)
     else:
         raise ValueError(f"unknown engine {engine!r}; expected one of {', '.join(ENGINES)}")
     report["wall_s"] = time.perf_counter() - t0

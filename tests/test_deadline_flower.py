@@ -16,6 +16,7 @@ import pytest
 
 from deployment import deploy
 from fleet.fleetconfig import load_fleet
+from fleet.report import read_report
 from fleet.whatif import simulate_fleet
 from simulations.runner import DEFAULT_FLEET, simulate
 from tests.test_flower_deploy import FLEET as DEPLOY_FLEET
@@ -55,6 +56,8 @@ def test_flower_simulation_plans_the_deadline_like_the_direct_engine(tmp_path: P
     assert [r["device"] for r in flower["devices"]] == [r["device"] for r in direct["devices"]]
     for got, want in zip(flower["devices"], direct["devices"], strict=True):
         assert got == want, got["device"]
+    assert flower["deadline_vs_time"] == direct["deadline_vs_time"]  # the report's section
+    assert read_report(tmp_path / "flower")["deadline_vs_time"] == direct["deadline_vs_time"]
     # the deadline changed somebody's choice (else this test would not tell the two apart)
     time_rows = simulate_fleet(load_fleet(fleet_file), "time").rows
     assert any(
