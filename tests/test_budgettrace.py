@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from fleet.budgettrace import NO_POWER_W, load_trace, trace_to_schedule
 from fleet.errors import InputError
-from fleet.fleetconfig import BudgetStep, load_fleet
+from fleet.fleetconfig import BudgetStep, format_budget, load_fleet
 from tests.conftest import ROOT
 
 
@@ -134,6 +134,15 @@ def test_fleet_toml_budget_trace(tmp_path):
     assert spec.budget_w == spec.schedule[0].budget_w
     with pytest.raises(InputError, match=r"\(n\) budget_trace: budget_dwell_s"):
         load_fleet(_fleet(tmp_path, 'budget_dwell_s = "long"'))
+    # the trace is read through the one budget reader: a budget_w beside it must agree, and a
+    # schedule beside it is refused
+    first = format_budget(spec.schedule[0].budget_w)
+    same = load_fleet(_fleet(tmp_path, f"budget_w = {first}\nbudget_dwell_s = 300")).devices[0]
+    assert same == spec
+    with pytest.raises(InputError, match="disagrees with the schedule's first step"):
+        load_fleet(_fleet(tmp_path, "budget_w = 99"))
+    with pytest.raises(InputError, match="budget_schedule or budget_trace, not both"):
+        load_fleet(_fleet(tmp_path, "budget_schedule = [[0, 5]]"))
 
 
 def test_shipped_solar_scenario_follows_the_sun():

@@ -261,3 +261,30 @@ def test_select_cli_deadline_needs_a_deadline_and_picks_like_brute_force():
             want.choice.freq_mhz,
         )
         assert got["late"] is late is want.late
+
+
+def test_planning_wire_and_device_plan_match_the_direct_planner():
+    """What a device replies in the planning exchange (plan_for_device through the wire
+    format) gives the direct engine's deadline, and the deadline travels in the instruction."""
+    from clients import records
+    from fleet.deadline import plan_for_device
+    from fleet.virtual_clock import cached_efficiency, cached_profile
+    from fleet.whatif import fastest_finishes
+    from strategies import coordinator
+
+    fleet = load_fleet(ROOT / "simulations" / "fleets" / "default.toml")
+    shipped = cached_efficiency(fleet.run.efficiency)
+    got = []
+    for spec in fleet.devices:
+        plan = plan_for_device(spec, cached_profile(spec.profile)[0], shipped)
+        content = records.plan_content(spec.name, plan.fastest_finish_s, plan.energy_j, "")
+        name, fastest, _ = records.decode_plan(content)
+        assert name == spec.name
+        got.append(fastest)
+    assert got == fastest_finishes(fleet.devices, shipped)
+    assert got[-1] is None  # nano-starved cannot train: it does not set the deadline
+    deadline = plan_deadline(got)
+    assert deadline == simulate_fleet(fleet, "deadline").deadline_s
+    cfg = coordinator.with_deadline(coordinator.train_config(fleet, shipped), deadline)
+    ins = records.decode_instruction(cfg)
+    assert ins.run.extra["deadline_s"] == deadline and ins.run.objective == fleet.run.objective
