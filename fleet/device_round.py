@@ -225,16 +225,17 @@ def run_device(
         if index is None or aligned.points != profile.points:
             index = SelectionIndex(aligned)
         schedule = spec.schedule or (BudgetStep(0.0, spec.budget_w),)
-        try:
-            first = index.select(shipped_a, schedule[0].budget_w, run.objective, **context)
+        chooser, first = None, None
+        obj = OBJECTIVES.get_entry(run.objective)
+        if obj.steps is not None and all(k in context for k in obj.context):
+            # the objective plans per step (fleet.objectives); its step 0 is the first choice
+            chooser = obj.steps(aligned.points, shipped_a, schedule, context, aligned.source)
+            first = chooser(0, 0.0, 0.0)
+        try:  # selection proper (or, when the chooser found nothing, its precise reason)
+            first = first or index.select(shipped_a, schedule[0].budget_w, run.objective, **context)
         except InfeasibleError as exc:
             res.status, res.message = "infeasible", str(exc)
             return res
-        chooser = None
-        make_steps = OBJECTIVES[run.objective].steps
-        if make_steps is not None:  # the objective plans per step (fleet.objectives)
-            chooser = make_steps(aligned.points, shipped_a, schedule, context, aligned.source)
-            first = chooser(0, 0.0, 0.0) or first
         res.take(first)
         res.status = "ok"
         rnd = Round(spec, run, aligned, shipped_a, index, schedule, first, dict(context), chooser)
