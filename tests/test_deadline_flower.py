@@ -132,3 +132,19 @@ def test_deployment_planning_exchange_matches_the_direct_engine(tmp_path: Path) 
         fast["freq_mhz"],
     )
     assert rows["tx2-b"]["energy_j"] < fast["energy_j"]
+
+
+@pytest.mark.timeout(240)
+def test_federated_rounds_each_plan_their_deadline(tmp_path: Path) -> None:
+    """Federated, two rounds: every round runs the planning exchange on its own work and ships
+    weights back from devices that trained (``ok`` or ``late``)."""
+    from tests.test_flower_sim import FLEET as SIM_FLEET
+
+    fleet_file = deadline_fleet(tmp_path, SIM_FLEET)
+    report = simulate(fleet_file, "flower", tmp_path / "run")
+    want = simulate_fleet(load_fleet(fleet_file), "deadline")
+    for k in (1, 2):
+        rnd = read_report(tmp_path / "run" / "rounds" / f"round-{k:03d}")
+        assert rnd["deadline_s"] == pytest.approx(want.deadline_s)
+        assert rnd["devices"] == [_finite(r) for r in want.rows]
+    assert report["mode"] == "federated" and report["global_model"]
