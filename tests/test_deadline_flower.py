@@ -131,7 +131,7 @@ def test_deployment_planning_exchange_matches_the_direct_engine(tmp_path: Path) 
         fast["batch_size"],
         fast["freq_mhz"],
     )
-    assert rows["tx2-b"]["energy_j"] < fast["energy_j"]
+    assert rows["tx2-b"]["predicted_time_s"] > fast["predicted_time_s"]  # slower, on purpose
 
 
 @pytest.mark.timeout(240)
