@@ -68,7 +68,9 @@ def test_flower_simulation_plans_the_deadline_like_the_direct_engine(tmp_path: P
 
 @pytest.mark.timeout(180)
 def test_deployment_planning_exchange_matches_the_direct_engine(tmp_path: Path) -> None:
-    fleet_file = deadline_fleet(tmp_path, DEPLOY_FLEET)
+    # no weights travel: the planning exchange and the choices need none (trace + select only)
+    text = DEPLOY_FLEET.replace('mode = "local"', 'mode = "local"\nship_weights = false')
+    fleet_file = deadline_fleet(tmp_path, text)
     fleet = load_fleet(fleet_file)
     run_dir = tmp_path / "run"
     home = tmp_path / "flwr"
