@@ -41,7 +41,7 @@ from flwr.app import ArrayRecord, RecordDict
 
 from clients import records
 from clients.agent_link import AgentError, AgentLink, AgentSettings, ProgressCallback
-from fleet.device_round import DeviceResult, Round, run_device
+from fleet.device_round import TRAINED, DeviceResult, Round, run_device
 from fleet.efficiency import Efficiency, scaled_lr
 from fleet.errors import InputError
 from fleet.fleetconfig import DeviceSpec
@@ -207,8 +207,40 @@ def hardware_round(node_config: dict, content: RecordDict) -> RecordDict:
         row = records.error_row(spec.name, str(exc), spec.device_type)
     finally:
         link.close()
-    send = ins.run.mode == "federated" and row.get("status") == "ok"
+    send = ins.run.mode == "federated" and row.get("status") in TRAINED
     return records.reply_content(row, files.trained() if send else None)
+
+
+def hardware_plan(node_config: dict, content: RecordDict) -> RecordDict:
+    """The planning exchange on a board: its fastest predicted finish from its profile (the
+    node config's CSV; measured by the agent first when there is none yet, as the round would),
+    without training."""
+    from fleet.deadline import plan_for_device
+
+    label = records.node_label(node_config)
+    try:
+        ins = records.decode_instruction(content.config_records[records.CONFIG])
+        spec = records.device_spec_for(node_config, ins.fleet_path)
+        settings = AgentSettings.from_node_config(node_config)
+    except KeyError:
+        return records.plan_content(label, None, message="no instruction to plan")
+    except InputError as exc:
+        return records.plan_content(label, None, message=str(exc))
+    try:
+        path = profile_path_for(spec, ins, settings)
+        if Path(path).is_file():
+            profile = load_profile(path)
+        else:
+            link = AgentLink(settings.argv(), timeout_s=settings.timeout_s)
+            try:
+                link.start()
+                profile = obtain_profile(link, spec, ins, settings)
+            finally:
+                link.close()
+    except (AgentError, InputError, OSError) as exc:
+        return records.plan_content(spec.name, None, message=" ".join(str(exc).split()))
+    plan = plan_for_device(spec, profile, ins.efficiency)
+    return records.plan_content(spec.name, plan.fastest_finish_s, plan.energy_j, plan.message)
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,14 @@ Reply (device -> server), a ``RecordDict``:
                 ``segments`` (the budget-schedule segments, as JSON).
     ``arrays``  ArrayRecord, only in federated mode and only from a device that trained.
 
+Planning (deadline objective without ``[run] deadline_s``, before each round's train message):
+    query   ``config``: the round's instruction, as above (no weights); the device trains nothing.
+    reply   ``plan`` ConfigRecord: ``device``, ``fastest-finish-s`` (absent when the device
+            cannot finish), ``energy-j`` (that fastest plan's predicted energy), ``message``.
+    The coordinator sets the deadline (``fleet.deadline.plan_deadline``) and puts it in the
+    train instruction's run settings (``extra`` -> ``deadline_s``), where the device round
+    reads the objective's context.
+
 Decoding a reply gives a dict with exactly the keys of ``fleet.device_round.row_fields()``,
 so rows from Flower and from the direct engine are interchangeable in ``fleet.report``.
 """
@@ -40,7 +48,7 @@ from dataclasses import dataclass
 
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
-from fleet.device_round import DeviceResult, row_fields
+from fleet.device_round import TRAINED, DeviceResult, row_fields
 from fleet.efficiency import Efficiency
 from fleet.errors import InputError
 from fleet.fleetconfig import (
@@ -60,6 +68,7 @@ ARRAYS = "arrays"
 CONFIG = "config"
 METRICS = "metrics"
 REPORT = "report"
+PLAN = "plan"
 
 UNREACHED = -1.0  # samples-to-accuracy of a batch size that never reached the target
 
@@ -189,7 +198,7 @@ def encode_reply(row: dict[str, object]) -> tuple[MetricRecord, ConfigRecord]:
             if math.isfinite(value):
                 metrics[key] = value
     samples = row.get("samples")
-    ok = row.get("status") == "ok" and isinstance(samples, (int, float)) and samples > 0
+    ok = row.get("status") in TRAINED and isinstance(samples, (int, float)) and samples > 0
     metrics["num-examples"] = int(round(float(samples))) if ok else 0  # type: ignore[arg-type]
     return metrics, report
 
@@ -218,6 +227,27 @@ def reply_content(row: dict[str, object], arrays: ArrayRecord | None = None) -> 
     if arrays is not None:
         content[ARRAYS] = arrays
     return content
+
+
+def plan_content(
+    device: str, fastest_s: float | None, energy_j: float | None = None, message: str = ""
+) -> RecordDict:
+    """A device's planning reply (see the module docstring); None values are left out."""
+    cfg = ConfigRecord({"device": device, "message": message})
+    for key, value in (("fastest-finish-s", fastest_s), ("energy-j", energy_j)):
+        if value is not None and math.isfinite(value):
+            cfg[key] = float(value)
+    return RecordDict({PLAN: cfg})
+
+
+def decode_plan(content: RecordDict) -> tuple[str, float | None, str]:
+    """(device, fastest finish or None, message) from a planning reply; malformed -> None."""
+    cfg = content.config_records.get(PLAN)
+    if cfg is None:
+        return "", None, "reply without a plan record"
+    raw = cfg.get("fastest-finish-s")
+    fastest = float(raw) if isinstance(raw, (int, float)) and math.isfinite(raw) else None
+    return str(cfg.get("device", "")), fastest, str(cfg.get("message", ""))
 
 
 def error_row(device: str, message: str, device_type: str = "", status: str = "error") -> dict:

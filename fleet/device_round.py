@@ -12,9 +12,12 @@ fleet's objective, and then *run*. Only the run differs:
 
 A runner is any object with a ``learning`` label (or None to keep the fleet entry's) and a
 ``run(rnd, res)`` method that fills the row's time/energy/accuracy columns; it may re-select at
-each budget step with ``rnd.choose(budget)`` (or ``rnd.choose(budget, batch_size=b)`` when the
-batch size is fixed by training that already started). A runner that knows the device's true
-samples-to-accuracy (``truth``) also gets the baselines costed on it. Adding a runner is one
+each budget step with ``rnd.choose_step(k, clock_s, done)`` (the objective's per-step chooser
+when it has one, e.g. the deadline's, else ``rnd.choose(budget)``), or
+``rnd.choose(budget, batch_size=b)`` when the batch size is fixed by training that already
+started. An objective's chooser may give the row a status of its own after the run (``late``).
+A runner that knows the device's true samples-to-accuracy (``truth``) also gets the baselines
+costed on it. Adding a runner is one
 class; nothing here changes.
 
 ``DeviceResult`` is the row: its fields define the report's columns (``row_columns``), with
@@ -32,9 +35,13 @@ from fleet.baselines import BASELINES, run_baseline, speedup_column, time_column
 from fleet.efficiency import Efficiency
 from fleet.errors import InfeasibleError, InputError
 from fleet.fleetconfig import DEVICE_TYPES, BudgetStep, DeviceSpec, RunSettings
-from fleet.objectives import OBJECTIVES
+from fleet.objectives import OBJECTIVES, StepChooser
 from fleet.profile import Profile
 from fleet.selection import Choice, SelectionIndex, align, evaluate
+
+# Statuses of a device that trained to its target: their time and energy count toward the
+# round, and in federated mode their weights go back (``late``: trained, after the deadline).
+TRAINED = ("ok", "late")
 
 
 @dataclass
@@ -62,7 +69,7 @@ class DeviceResult:
     device: str
     device_type: str
     budget_w: float | None = None
-    status: str = "error"  # ok | selected | infeasible | not reached | error
+    status: str = "error"  # ok | late | selected | infeasible | not reached | error
     batch_size: int | None = None
     freq_mhz: float | None = None
     predicted_time_s: float | None = None
@@ -114,7 +121,7 @@ class DeviceResult:
         for n, t in times.items():
             out[time_column(n)] = t
         for n, t in times.items():
-            ok = self.status == "ok" and t and self.time_s
+            ok = self.status in TRAINED and t and self.time_s
             out[speedup_column(n)] = t / self.time_s if ok else None  # type: ignore[operator]
         return out
 
@@ -151,6 +158,16 @@ class Round:
     schedule: tuple[BudgetStep, ...]
     first: Choice  # the choice under the schedule's first budget
     context: dict[str, Any] = field(default_factory=dict)
+    chooser: StepChooser | None = None  # the objective's per-step chooser, if it has one
+
+    def choose_step(
+        self, k: int, clock_s: float, done: float, batch_size: int | None = None
+    ) -> Choice | None:
+        """The choice for budget step k, with the clock at ``clock_s`` and ``done`` of the
+        target reached: the objective's own chooser when it has one (and the batch is free)."""
+        if self.chooser is not None and batch_size is None:
+            return self.chooser(k, clock_s, done)
+        return self.choose(self.schedule[k].budget_w, batch_size)
 
     def choose(self, budget_w: float | None, batch_size: int | None = None) -> Choice | None:
         """Re-select at a budget step (optionally for a fixed batch size); None if nothing fits."""
@@ -208,15 +225,25 @@ def run_device(
         if index is None or aligned.points != profile.points:
             index = SelectionIndex(aligned)
         schedule = spec.schedule or (BudgetStep(0.0, spec.budget_w),)
-        try:
-            first = index.select(shipped_a, schedule[0].budget_w, run.objective, **(context or {}))
+        chooser, first = None, None
+        obj = OBJECTIVES.get_entry(run.objective)
+        if obj.steps is not None and all(k in context for k in obj.context):
+            # the objective plans per step (fleet.objectives); its step 0 is the first choice
+            chooser = obj.steps(aligned.points, shipped_a, schedule, context, aligned.source)
+            first = chooser(0, 0.0, 0.0)
+        try:  # selection proper (or, when the chooser found nothing, its precise reason)
+            first = first or index.select(shipped_a, schedule[0].budget_w, run.objective, **context)
         except InfeasibleError as exc:
             res.status, res.message = "infeasible", str(exc)
             return res
         res.take(first)
         res.status = "ok"
-        rnd = Round(spec, run, aligned, shipped_a, index, schedule, first, dict(context or {}))
+        rnd = Round(spec, run, aligned, shipped_a, index, schedule, first, dict(context), chooser)
         runner.run(rnd, res)
+        if chooser is not None and res.status == "ok":
+            status, note = chooser.verdict()
+            res.status = status or res.status
+            res.message = "; ".join(m for m in (note, res.message) if m)
         if runner.truth is not None:
             res.baseline_time_s = baseline_times(rnd, runner.truth)
     except InputError as exc:

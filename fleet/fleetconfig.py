@@ -243,6 +243,16 @@ def _resolve(base: Path, raw: str, where: str, must_exist: bool = True) -> str:
     return str(p)
 
 
+def _trace_schedule(base: Path, d: dict, where: str) -> str:
+    """A device's ``budget_trace`` as schedule text for ``read_budget`` (exact, via the codec)."""
+    from fleet.budgettrace import DEFAULT_DWELL_S, schedule_from_trace
+
+    trace = _resolve(base, str(d["budget_trace"]), f"{where} budget_trace")
+    dwell = d.get("budget_dwell_s", DEFAULT_DWELL_S)
+    start = d.get("budget_trace_start_s")  # trace second at which training starts
+    return format_schedule(schedule_from_trace(trace, dwell, f"{where} budget_trace", start))
+
+
 def load_fleet(path: str | Path) -> Fleet:
     path = Path(path)
     try:
@@ -313,9 +323,14 @@ def load_fleet(path: str | Path) -> Fleet:
             raise InputError(
                 f"{w}: unknown device type {dtype!r}; expected one of {', '.join(DEVICE_TYPES)}"
             )
-        if "budget_w" not in d and "budget_schedule" not in d:
+        if not {"budget_w", "budget_schedule", "budget_trace"} & set(d):
             raise InputError(f"{w}: missing field 'budget_w' (watts, or \"none\" for no limit)")
-        budget, schedule = read_budget(w, d.get("budget_w"), d.get("budget_schedule"))
+        schedule_raw = d.get("budget_schedule")
+        if "budget_trace" in d:  # a power trace becomes the schedule: fleet.budgettrace
+            if schedule_raw is not None:
+                raise InputError(f"{w}: give budget_schedule or budget_trace, not both")
+            schedule_raw = _trace_schedule(base, d, w)
+        budget, schedule = read_budget(w, d.get("budget_w"), schedule_raw)
         profile = _resolve(base, str(_req(d, "profile", w, str)), f"{w} profile")
         learning = str(d.get("learning", "trace"))
         if learning not in LEARNING:

@@ -239,6 +239,12 @@ def run_markdown(report: dict, run_dir: Path) -> str:
         f"- median speed-up {speedup_summary(f)}",
         f"- budget violations: {len(f.get('budget_violations') or [])}",
         "",
+    ]
+    if report.get("deadline_vs_time"):  # the deadline objective beside the time objective
+        from fleet.deadlinemd import deadline_section
+
+        lines += deadline_section(report["deadline_vs_time"], report.get("deadline_s"))
+    lines += [
         "## Chosen operating points against each profile's frontier",
         "",
     ]

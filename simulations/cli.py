@@ -74,6 +74,11 @@ def show(report: dict) -> None:
         f"{len(f['budget_violations'])}",
         highlight=False,
     )
+    if report.get("deadline_vs_time"):  # the deadline objective beside the time objective
+        from fleet.deadlinemd import deadline_lines
+
+        for line in deadline_lines(report["deadline_vs_time"], report.get("deadline_s")):
+            console.print(line, highlight=False)
     for d in report["devices"]:
         if d.get("message"):  # why it failed, or what an ok row's numbers mean
             console.print(f"  {d['device']}: {d['status']}: {d['message']}", highlight=False)

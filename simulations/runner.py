@@ -48,6 +48,11 @@ def run_meta(fleet: Fleet, engine: str) -> dict[str, object]:
 
 def run_direct(fleet: Fleet, run_dir: Path, progress: Progress | None = None) -> dict:
     """Every device in this process, one after the other: no Flower, no Ray, same rows."""
+    if fleet.run.objective == "deadline":  # plans the deadline first: fleet.whatif
+        from fleet.whatif import deadline_round
+
+        rows, extra = deadline_round(fleet, progress)
+        return write_report(run_dir, rows, {**run_meta(fleet, "direct"), **extra})
     shipped = cached_efficiency(fleet.run.efficiency)
     rows = []
     total = len(fleet.devices)
@@ -57,6 +62,18 @@ def run_direct(fleet: Fleet, run_dir: Path, progress: Progress | None = None) ->
         if progress:
             progress(k, total, spec.name)
     return write_report(run_dir, rows, run_meta(fleet, "direct"))
+
+
+def with_deadline_comparison(fleet: Fleet, run_dir: Path, report: dict) -> dict:
+    """A Flower run's report with the direct engine's comparison (``deadline_vs_time``): what
+    the time objective would have given on the same fleet, rewritten into report.json."""
+    from fleet.whatif import deadline_vs_time, simulate_fleet
+
+    meta = {k: v for k, v in report.items() if k not in ("devices", "fleet")}
+    meta["deadline_vs_time"] = deadline_vs_time(
+        simulate_fleet(fleet, "time").rows, report["devices"]
+    )
+    return write_report(run_dir, report["devices"], meta)
 
 
 def simulate(
@@ -75,6 +92,8 @@ def simulate(
         from simulations.flower_engine import run_flower
 
         report = run_flower(fleet.path, str(out), progress)
+        if fleet.run.objective == "deadline":
+            report = with_deadline_comparison(fleet, out, report)
     else:
         raise ValueError(f"unknown engine {engine!r}; expected one of {', '.join(ENGINES)}")
     report["wall_s"] = time.perf_counter() - t0

@@ -33,7 +33,7 @@ from logging import INFO, WARNING
 from pathlib import Path
 from typing import Any
 
-from flwr.app import ArrayRecord, Context, Message
+from flwr.app import ArrayRecord, Context, Message, MessageType
 from flwr.serverapp import Grid, ServerApp
 from flwr.supercore import log
 
@@ -175,9 +175,13 @@ def run_fleet(grid: Grid, settings: ServerSettings) -> dict[str, Any]:
     def on_round(server_round: int, rows: list[dict[str, object]]) -> None:
         summaries.append(coordinator.round_summary(server_round, rows))
         meta = {**base_meta, "round": server_round}
+        if strategy.plan:
+            meta["deadline_s"] = strategy.deadlines.get(server_round)
         write_report(run_dir / "rounds" / f"round-{server_round:03d}", rows, meta)
 
     def on_reply(msg: Message) -> None:
+        if msg.metadata.message_type == MessageType.QUERY:
+            return  # a planning reply: progress counts training replies
         replies["done"] += 1
         row = coordinator.row_from_reply(msg)
         _emit(settings, min(replies["done"], total), total, str(row.get("device")))
@@ -188,6 +192,8 @@ def run_fleet(grid: Grid, settings: ServerSettings) -> dict[str, Any]:
         device_order=[d.name for d in fleet.devices],
         node_wait_s=settings.node_wait_s,
         on_round=on_round,
+        plan=run.objective == "deadline" and "deadline_s" not in run.extra,
+        plan_timeout_s=settings.round_timeout_s,
     )
     log(INFO, "powerfleet: %s, %d devices, %d round(s), mode %s", run.name, n, run.rounds, run.mode)
     _emit(settings, 0, total, "starting")
@@ -200,6 +206,8 @@ def run_fleet(grid: Grid, settings: ServerSettings) -> dict[str, Any]:
     )
     last = max(strategy.rounds) if strategy.rounds else 0
     meta = {**base_meta, "round": last, "round_totals": summaries, "wall_s": time.time() - t0}
+    if strategy.plan:
+        meta["deadline_s"] = strategy.deadlines.get(last)
     if run.mode == "federated" and result is not None and len(result.arrays) > 0:
         # the federated outcome is a model: keep it beside the report it came with
         from fleet.agent.trainer import atomic_torch_save
