@@ -49,6 +49,7 @@ class Segment:
     samples: float
     energy_j: float
     peak_power_w: float | None
+    reason: str = ""  # why it began: start | budget | guard | switch (the board's closed loop)
 
 
 @dataclass
@@ -79,6 +80,9 @@ class DeviceResult:
     message: str = ""
     trace: str | None = None  # the convergence trace (true samples-to-accuracy) it ran on
     segments: list[Segment] = field(default_factory=list)
+    # the board's runtime guard stepping the clock down: {t_s, from_mhz, to_mhz, measured_w,
+    # budget_w} each (the agent's closed loop; empty in simulation)
+    guard_events: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def for_device(cls, spec: DeviceSpec, efficiency: str, **values: Any) -> DeviceResult:
@@ -102,6 +106,8 @@ class DeviceResult:
                 d.update(self._baseline_columns())
             elif f.name == "segments":
                 d[f.name] = [vars(s).copy() for s in value]
+            elif f.name in LIST_FIELDS:
+                d[f.name] = [dict(e) for e in value]
             else:
                 d[f.name] = value
         return {
@@ -131,9 +137,13 @@ def row_fields() -> list[str]:
     return names
 
 
+# Row fields holding lists (of dicts): report.json and the wire carry them as JSON, not columns.
+LIST_FIELDS = ("segments", "guard_events")
+
+
 def row_columns() -> list[str]:
     """The report's table columns (devices.csv): every row field that is a single value."""
-    return [n for n in row_fields() if n != "segments"]
+    return [n for n in row_fields() if n not in LIST_FIELDS]
 
 
 # ------------------------------------------------------------------------------ the round
