@@ -105,7 +105,7 @@ class DeviceResult:
             if f.name == "baseline_time_s":
                 d.update(self._baseline_columns())
             elif f.name == "segments":
-                d[f.name] = [vars(s).copy() for s in value]
+                d[f.name] = [{k: _finite_or_none(v) for k, v in vars(s).items()} for s in value]
             elif f.name in LIST_FIELDS:
                 d[f.name] = [dict(e) for e in value]
             else:
@@ -123,6 +123,10 @@ class DeviceResult:
             ok = self.status == "ok" and t and self.time_s
             out[speedup_column(n)] = t / self.time_s if ok else None  # type: ignore[operator]
         return out
+
+
+def _finite_or_none(v: object) -> object:
+    return None if isinstance(v, float) and not math.isfinite(v) else v
 
 
 def row_fields() -> list[str]:

@@ -1,0 +1,73 @@
+"""The hardware ClientApp drives the board's closed loop: a schedule 5 W -> 3 W on the board.
+
+``run_on_agent`` (what a hardware SuperNode runs) talks to a real ``python -m fleet.agent
+--backend jetson`` subprocess whose sysfs tree is a virtual Nano with its kernel stand-in
+running; the test samples the devfreq files meanwhile and asserts the clock was lowered at the
+schedule step, the originals are back after the round, and the row carries every segment.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from clients import records
+from clients.agent_link import AgentLink, AgentSettings
+from clients.hardware_client import run_on_agent
+from fleet.efficiency import Efficiency
+from fleet.fleetconfig import DeviceSpec, RunSettings, parse_schedule
+from simulations.virtual_jetson import build_board
+from tests.hardware_helpers import BATCH, MHZ, ONE_THREAD, ClockLog, board_profile, tiny_pt_data
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(180)
+def test_schedule_is_honoured_on_the_board_through_the_hardware_client(tmp_path):
+    board = build_board(tmp_path / "board", "nano", workload="small_cnn")
+    original = board.bounds()
+    board.set_load(BATCH)
+    prof = board_profile(board, tmp_path / "profile.csv")
+    data = tiny_pt_data(tmp_path / "data.pt")
+    state = tmp_path / "state"
+    spec = DeviceSpec("nano-1", "jetson-nano", 5.0, str(prof), str(data), parse_schedule("0:5,2:3"))
+    run = RunSettings(
+        "hw", "small_cnn", "eff.csv", 1.0, lr_ref_batch=BATCH, lr_ref=1e-3,
+        extra={"max_samples": 12000, "eval_every_samples": 4000},
+    )  # fmt: skip
+    shipped = Efficiency({BATCH: 4000.0}, source="eff.csv")
+    settings = AgentSettings(
+        backend="jetson",
+        options={"sysfs_root": str(board.root), "state_dir": str(state)},
+        timeout_s=30,
+        long_timeout_s=150,
+    )
+    with board.kernel(process=True, lag_s=0.02), ClockLog(board) as log:
+        with AgentLink(settings.argv(), timeout_s=30, env=ONE_THREAD) as link:
+            row = run_on_agent(link, spec, records.TrainInstruction(shipped, run), settings)
+        after = board.bounds()
+    assert row["status"] == "not reached", row["message"]  # target 1.0: runs to max_samples
+    pinned = log.pinned()
+    t0, end = pinned[0][0], pinned[-1][0]
+    assert pinned[0][1] == 921.6 * MHZ  # 5 W: the fastest clock fits
+    assert end - t0 > 3.0, "the run ended before the schedule step could be observed"
+    assert all(mx == 921.6 * MHZ for t, mx in pinned if t < t0 + 1.8)
+    assert all(mx == 384.0 * MHZ for t, mx in pinned if t0 + 2.6 < t <= end)
+    # the row: every segment, the first one's point, measured power within the schedule
+    segs = row["segments"]
+    assert [(s["budget_w"], s["freq_mhz"], s["reason"]) for s in segs] == [
+        (5.0, 921.6, "start"),
+        (3.0, 384.0, "budget-change"),
+    ]
+    assert 1.9 < segs[1]["start_s"] < 2.6 and segs[1]["end_s"] > segs[1]["start_s"]
+    assert (row["batch_size"], row["freq_mhz"]) == (BATCH, 921.6)
+    assert row["guard_events"] == []
+    assert row["peak_power_w"] is not None and row["peak_power_w"] <= 5.0 * 1.05
+    assert math.isfinite(row["energy_j"]) and row["energy_j"] > 0
+    assert row["samples"] == 12000
+    # the wire carries the segments and guard events as they are
+    decoded = records.decode_reply(*records.encode_reply(row))
+    assert decoded["segments"] == segs and decoded["guard_events"] == []
+    # the originals are back after the round, and the crash-safe state file is gone
+    assert after == original
+    assert not state.exists() or not any(state.iterdir())
