@@ -239,7 +239,14 @@ def run_device(
 
 
 def baseline_times(rnd: Round, truth: Efficiency) -> dict[str, float]:
-    """Each registered baseline's time on the device's truth, under its first budget and cap."""
+    """Each registered baseline's time on the device's truth, under the device's budget.
+
+    One budget: its (b, cap) choice costed on the truth. A schedule: the baseline runs the same
+    schedule (``scheduled_baseline_time``), so "ours" and the baselines face the same budgets.
+    """
+    if len(rnd.schedule) > 1:
+        out = {n: scheduled_baseline_time(rnd, truth, n) for n in BASELINES}
+        return {n: t for n, t in out.items() if math.isfinite(t)}
     budget = rnd.schedule[0].budget_w
     try:
         cap = rnd.index.safe_cap(budget)
@@ -254,3 +261,30 @@ def baseline_times(rnd: Round, truth: Efficiency) -> dict[str, float]:
         if math.isfinite(c.predicted_time_s):
             out[name] = c.predicted_time_s
     return out
+
+
+def scheduled_baseline_time(rnd: Round, truth: Efficiency, name: str) -> float:
+    """A baseline replayed on the virtual clock, segment by segment: at each budget step it
+    takes its own fixed choice (its batch rule's b at that step's safe clock cap) and progress
+    carries over as the fraction of the target reached, as the device's own run does
+    (``fleet.virtual_clock``); a step where it cannot run is a pause. inf: never finishes."""
+    clock = done = 0.0
+    for k, step in enumerate(rnd.schedule):
+        end = rnd.schedule[k + 1].at_s if k + 1 < len(rnd.schedule) else math.inf
+        clock = max(clock, step.at_s)
+        try:
+            cap = rnd.index.safe_cap(step.budget_w)
+            c = run_baseline(name, rnd.profile, rnd.shipped, step.budget_w, cap)
+        except InfeasibleError:
+            clock = end
+            continue
+        n = truth.samples.get(c.batch_size, math.nan)
+        if not math.isfinite(n) or n <= 0:
+            return math.inf
+        per_sample = c.time_per_batch_s / c.batch_size
+        run = min((1.0 - done) * n * per_sample, end - clock)
+        clock += run
+        done += run / (n * per_sample)
+        if done >= 1.0 - 1e-12:
+            return clock
+    return math.inf

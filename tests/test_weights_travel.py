@@ -67,12 +67,14 @@ def fleet_dir(tmp_path: Path, weights: str = "", data: str = "tiny") -> Path:
     return path
 
 
-def test_run_weights_resolve_beside_the_fleet_and_a_missing_file_is_one_line(tmp_path):
+def test_run_weights_resolve_beside_the_fleet_and_a_missing_file_is_one_line(tmp_path, monkeypatch):
     path = fleet_dir(tmp_path)
     meta = pretrain("small_cnn", str(tmp_path / "tiny"), str(tmp_path / "w.pt"), epochs=1)
     assert meta
     (tmp_path / "elsewhere").mkdir()
-    os.chdir(tmp_path / "elsewhere")  # relative to the fleet file, not the working directory
+    monkeypatch.chdir(
+        tmp_path / "elsewhere"
+    )  # relative to the fleet file, not the working directory
     path.write_text(path.read_text().replace("max_samples", 'weights = "w.pt"\nmax_samples'))
     state = initial_weights(load_fleet(path))
     saved = read_weights(str(tmp_path / "w.pt"))
