@@ -71,3 +71,43 @@ def test_schedule_is_honoured_on_the_board_through_the_hardware_client(tmp_path)
     # the originals are back after the round, and the crash-safe state file is gone
     assert after == original
     assert not state.exists() or not any(state.iterdir())
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(180)
+def test_a_rail_over_budget_at_every_clock_ends_the_round_over_budget(tmp_path):
+    """The rail reads 6 W above the model: the guard steps down clock after clock, runs out of
+    clocks and stops training; the row says over-budget with every guard event."""
+    board = build_board(tmp_path / "board", "nano", workload="small_cnn")
+    original = board.bounds()
+    board.set_load(BATCH)
+    prof = board_profile(board, tmp_path / "profile.csv")
+    data = tiny_pt_data(tmp_path / "data.pt")
+    spec = DeviceSpec("nano-1", "jetson-nano", 5.0, str(prof), str(data))
+    run = RunSettings(
+        "hw", "small_cnn", "eff.csv", 1.0, lr_ref_batch=BATCH, lr_ref=1e-3,
+        extra={"max_samples": 200000, "eval_every_samples": 50000},
+    )  # fmt: skip
+    shipped = Efficiency({BATCH: 4000.0}, source="eff.csv")
+    settings = AgentSettings(
+        backend="jetson",
+        options={"sysfs_root": str(board.root), "state_dir": str(tmp_path / "state")},
+        timeout_s=30,
+        long_timeout_s=150,
+    )
+    board.set_drift(add_w=6.0)
+    with board.kernel(process=True, lag_s=0.02):
+        with AgentLink(settings.argv(), timeout_s=30, env=ONE_THREAD) as link:
+            row = run_on_agent(link, spec, records.TrainInstruction(shipped, run), settings)
+        after = board.bounds()
+    assert row["status"] == "over-budget", row["message"]
+    events = row["guard_events"]
+    assert len(events) >= 2
+    assert all(e["measured_w"] > 5.0 and e["budget_w"] == 5.0 for e in events)
+    steps = [e for e in events if e["to_mhz"] is not None]
+    assert steps and all(e["from_mhz"] > e["to_mhz"] for e in steps)
+    assert [e["to_mhz"] for e in steps] == sorted((e["to_mhz"] for e in steps), reverse=True)
+    assert events[-1]["to_mhz"] is None  # the lowest clock was still over: stop
+    assert any(s["reason"] == "guard" for s in row["segments"])
+    assert row["samples"] < 200000  # stopped, not run out
+    assert after == original
