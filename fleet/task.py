@@ -68,17 +68,14 @@ def build_for(task: Task, model_name: str, seed: int = 0, weights: Any = None):
 
 def read_weights(path: str) -> dict[str, Any]:
     """A state_dict file, bare or as written by ``powerfleet pretrain`` ({state_dict, meta})."""
-    import torch
+    from fleet.agent import tensorfile
 
+    if not Path(path).exists():
+        raise InputError(f"{path}: weights file not found (make it with powerfleet pretrain)")
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise InputError(
-            f"{path}: weights file not found (make it with powerfleet pretrain)"
-        ) from None
-    except Exception as exc:  # noqa: BLE001 - torch raises several unpickling types
-        first = str(exc).strip().splitlines()[0][:160]
-        raise InputError(f"{path}: not a readable weights file ({first})") from None
+        state = tensorfile.load(path)
+    except tensorfile.TensorFileError as exc:
+        raise InputError(str(exc)) from None
     if not isinstance(state, dict):
         raise InputError(f"{path}: expected a state_dict (powerfleet pretrain)")
     return state.get("state_dict", state)
@@ -90,9 +87,9 @@ def write_weights(state: dict[str, Any], path: str) -> None:
     Every weights file the coordinator or a client writes goes through here and every one it
     reads through ``read_weights``, so the file format changes in one pair of functions.
     """
-    from fleet.agent.trainer import atomic_torch_save
+    from fleet.agent import tensorfile
 
-    atomic_torch_save({k: v.detach().cpu() for k, v in state.items()}, path)
+    tensorfile.save({k: v.detach().cpu() for k, v in state.items()}, path, "weights")
 
 
 def ships_weights(run: Any) -> bool:

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import torch
 
+from fleet.agent import tensorfile
+
 MHZ = 1_000_000
 BATCH = 16
 # The agent's environment: one torch thread (several on a loaded 2-core machine crawl).
@@ -41,7 +43,7 @@ def tiny_pt_data(path: Path, n: int = 640, seed: int = 0) -> Path:
     x = torch.rand(n, 1, 8, 8, generator=g)
     y = torch.randint(0, 2, (n,), generator=g)
     cut = n * 4 // 5
-    torch.save({"train": (x[:cut], y[:cut]), "test": (x[cut:], y[cut:])}, path)
+    tensorfile.save({"train": (x[:cut], y[:cut]), "test": (x[cut:], y[cut:])}, str(path), "data")
     return path
 
 
