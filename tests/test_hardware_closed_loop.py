@@ -9,6 +9,8 @@ schedule step, the originals are back after the round, and the row carries every
 from __future__ import annotations
 
 import math
+import threading
+import time
 
 import pytest
 
@@ -17,7 +19,7 @@ from clients.agent_link import AgentLink, AgentSettings
 from clients.hardware_client import run_on_agent
 from fleet.efficiency import Efficiency
 from fleet.fleetconfig import DeviceSpec, RunSettings, parse_schedule
-from simulations.virtual_jetson import build_board
+from simulations.virtual_jetson import build_board, wait_for
 from tests.hardware_helpers import BATCH, MHZ, ONE_THREAD, ClockLog, board_profile, tiny_pt_data
 
 
@@ -111,3 +113,52 @@ def test_a_rail_over_budget_at_every_clock_ends_the_round_over_budget(tmp_path):
     assert any(s["reason"] == "guard" for s in row["segments"])
     assert row["samples"] < 200000  # stopped, not run out
     assert after == original
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(180)
+def test_a_live_budget_file_named_in_the_node_config_drives_the_board(tmp_path):
+    """``budget-file`` in the node config: the board follows the file, not the fleet's budget."""
+    board = build_board(tmp_path / "board", "nano", workload="small_cnn")
+    board.set_load(BATCH)
+    prof = board_profile(board, tmp_path / "profile.csv")
+    data = tiny_pt_data(tmp_path / "data.pt")
+    budget = tmp_path / "budget"
+    budget.write_text("5\n")
+    nc = {
+        "device-name": "nano-1",
+        "device-type": "jetson-nano",
+        "budget-w": "10",  # the fleet's: the file takes its place
+        "profile": str(prof),
+        "data": str(data),
+        "backend": "jetson",
+        "sysfs-root": str(board.root),
+        "state-dir": str(tmp_path / "state"),
+        "budget-file": str(budget),
+    }
+    settings = AgentSettings.from_node_config(nc)
+    assert settings.budget_file == str(budget)
+    assert "--state-dir" in settings.argv()
+    spec = records.device_spec_for(nc, "")
+    run = RunSettings(
+        "hw", "small_cnn", "eff.csv", 1.0, lr_ref_batch=BATCH, lr_ref=1e-3,
+        extra={"max_samples": 12000, "eval_every_samples": 4000},
+    )  # fmt: skip
+    shipped = Efficiency({BATCH: 4000.0}, source="eff.csv")
+
+    def operator() -> None:
+        """Lower the budget to 3 W 1.5 s after the board's first lock (training under way)."""
+        c = board.clocks
+        if wait_for(lambda: c()["min_freq"] == c()["max_freq"], timeout_s=60):
+            time.sleep(1.5)
+            budget.write_text("3\n")
+
+    writer = threading.Thread(target=operator, daemon=True)
+    with board.kernel(process=True, lag_s=0.02):
+        with AgentLink(settings.argv(), timeout_s=30, env=ONE_THREAD) as link:
+            writer.start()
+            row = run_on_agent(link, spec, records.TrainInstruction(shipped, run), settings)
+    writer.join(timeout=5)
+    assert row["status"] == "not reached", row["message"]
+    segs = [(s["budget_w"], s["freq_mhz"]) for s in row["segments"]]
+    assert segs == [(5.0, 921.6), (3.0, 384.0)]
