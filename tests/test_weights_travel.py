@@ -156,3 +156,21 @@ def test_a_prepared_dataset_name_is_a_name_not_a_path(tmp_path):
     with pytest.raises(InputError, match="dataset 'mnist-5k' is not prepared") as err:
         simulate(tmp_path / "fleet.toml", engine="direct", run_dir=tmp_path / "run")
     assert "powerfleet data prepare mnist-5k" in str(err.value)
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(240)
+def test_flower_simulation_ships_pretrained_weights_to_a_training_device(tmp_path):
+    """Flower's simulation engine (a ClientApp in another process, torch not yet imported
+    there): the default ship_weights = true sends the fleet's pre-trained weights, which the
+    device fine-tunes from (it meets the target at once)."""
+    from simulations.flower_engine import run_flower
+
+    tiny_idx(tmp_path / "tiny")
+    pretrain("small_cnn", str(tmp_path / "tiny"), str(tmp_path / "w.pt"), epochs=3, lr=2e-3)
+    path = fleet_dir(tmp_path, 'weights = "w.pt"')
+    report = run_flower(path, tmp_path / "run")
+    (row,) = report["devices"]
+    assert (row["status"], row["learning"]) == ("ok", "train"), row["message"]
+    assert row["samples"] == 0 and row["accuracy"] >= 0.9
+    assert report["ship_weights"] is True
