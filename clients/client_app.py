@@ -62,7 +62,7 @@ def learn_by_training(spec: DeviceSpec, received: Received) -> Learned:
     ins = received.instruction
     weights = None
     if records.has_weights(received.arrays):
-        weights = received.arrays.to_torch_state_dict()
+        weights = records.state_dict_of(received.arrays)
     data_dir = str(ins.run.extra.get("data_dir") or "") or None
     row, trained = train_device(spec, ins.efficiency, ins.run, weights, data_dir)
     return row.to_dict(), ArrayRecord(trained) if trained is not None else None

@@ -23,7 +23,7 @@ Reply (device -> server), a ``RecordDict``:
                 ``num-examples`` is the samples trained (FedAvg's weight).
     ``report``  ConfigRecord: the text columns (``device``, ``device-type``, ``status``,
                 ``message``, ``profile``, ``efficiency``, ``learning``, ``trace``...) and
-                ``segments`` (the budget-schedule segments, as JSON).
+                ``segments`` and ``guard_events`` (lists, as JSON).
     ``arrays``  ArrayRecord, only in federated mode and only from a device that trained.
 
 Planning (deadline objective without ``[run] deadline_s``, before each round's train message):
@@ -48,7 +48,7 @@ from dataclasses import dataclass
 
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
-from fleet.device_round import TRAINED, DeviceResult, row_fields
+from fleet.device_round import LIST_FIELDS, TRAINED, DeviceResult, row_fields
 from fleet.efficiency import Efficiency
 from fleet.errors import InputError
 from fleet.fleetconfig import (
@@ -188,7 +188,7 @@ def encode_reply(row: dict[str, object]) -> tuple[MetricRecord, ConfigRecord]:
     report = ConfigRecord()
     for name in row_fields():
         key, value = wire_key(name), row.get(name)
-        if name == "segments":
+        if name in LIST_FIELDS:
             report[key] = json.dumps(value or [])
         elif value is None:
             continue
@@ -208,7 +208,7 @@ def decode_reply(metrics: MetricRecord, report: ConfigRecord) -> dict[str, objec
     row: dict[str, object] = {}
     for name in row_fields():
         key = wire_key(name)
-        if name == "segments":
+        if name in LIST_FIELDS:
             try:
                 row[name] = json.loads(str(report.get(key, "[]")))
             except ValueError:
@@ -257,6 +257,14 @@ def error_row(device: str, message: str, device_type: str = "", status: str = "e
 
 def has_weights(arrays: ArrayRecord | None) -> bool:
     return arrays is not None and len(arrays) > 0
+
+
+def state_dict_of(arrays: ArrayRecord) -> dict:
+    """The weights as a torch state_dict. Flower's ``to_torch_state_dict`` looks for torch only
+    among the modules already imported (else "PyTorch is required..."), so import it first."""
+    import torch  # noqa: F401 - needed in sys.modules, see above
+
+    return arrays.to_torch_state_dict()
 
 
 # --------------------------------------------------------------------------- device identity

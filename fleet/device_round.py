@@ -56,6 +56,7 @@ class Segment:
     samples: float
     energy_j: float
     peak_power_w: float | None
+    reason: str = ""  # why it began: start | budget | guard | switch (the board's closed loop)
 
 
 @dataclass
@@ -86,6 +87,9 @@ class DeviceResult:
     message: str = ""
     trace: str | None = None  # the convergence trace (true samples-to-accuracy) it ran on
     segments: list[Segment] = field(default_factory=list)
+    # the board's runtime guard stepping the clock down: {t_s, from_mhz, to_mhz, measured_w,
+    # budget_w} each (the agent's closed loop; empty in simulation)
+    guard_events: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def for_device(cls, spec: DeviceSpec, efficiency: str, **values: Any) -> DeviceResult:
@@ -108,7 +112,9 @@ class DeviceResult:
             if f.name == "baseline_time_s":
                 d.update(self._baseline_columns())
             elif f.name == "segments":
-                d[f.name] = [vars(s).copy() for s in value]
+                d[f.name] = [{k: _finite_or_none(v) for k, v in vars(s).items()} for s in value]
+            elif f.name in LIST_FIELDS:
+                d[f.name] = [dict(e) for e in value]
             else:
                 d[f.name] = value
         return {
@@ -126,6 +132,10 @@ class DeviceResult:
         return out
 
 
+def _finite_or_none(v: object) -> object:
+    return None if isinstance(v, float) and not math.isfinite(v) else v
+
+
 def row_fields() -> list[str]:
     """Every key of a row (``DeviceResult.to_dict()``), in order, for today's baselines."""
     names: list[str] = []
@@ -138,9 +148,13 @@ def row_fields() -> list[str]:
     return names
 
 
+# Row fields holding lists (of dicts): report.json and the wire carry them as JSON, not columns.
+LIST_FIELDS = ("segments", "guard_events")
+
+
 def row_columns() -> list[str]:
     """The report's table columns (devices.csv): every row field that is a single value."""
-    return [n for n in row_fields() if n != "segments"]
+    return [n for n in row_fields() if n not in LIST_FIELDS]
 
 
 # ------------------------------------------------------------------------------ the round
@@ -252,7 +266,14 @@ def run_device(
 
 
 def baseline_times(rnd: Round, truth: Efficiency) -> dict[str, float]:
-    """Each registered baseline's time on the device's truth, under its first budget and cap."""
+    """Each registered baseline's time on the device's truth, under the device's budget.
+
+    One budget: its (b, cap) choice costed on the truth. A schedule: the baseline runs the same
+    schedule (``scheduled_baseline_time``), so "ours" and the baselines face the same budgets.
+    """
+    if len(rnd.schedule) > 1:
+        out = {n: scheduled_baseline_time(rnd, truth, n) for n in BASELINES}
+        return {n: t for n, t in out.items() if math.isfinite(t)}
     budget = rnd.schedule[0].budget_w
     try:
         cap = rnd.index.safe_cap(budget)
@@ -267,3 +288,30 @@ def baseline_times(rnd: Round, truth: Efficiency) -> dict[str, float]:
         if math.isfinite(c.predicted_time_s):
             out[name] = c.predicted_time_s
     return out
+
+
+def scheduled_baseline_time(rnd: Round, truth: Efficiency, name: str) -> float:
+    """A baseline replayed on the virtual clock, segment by segment: at each budget step it
+    takes its own fixed choice (its batch rule's b at that step's safe clock cap) and progress
+    carries over as the fraction of the target reached, as the device's own run does
+    (``fleet.virtual_clock``); a step where it cannot run is a pause. inf: never finishes."""
+    clock = done = 0.0
+    for k, step in enumerate(rnd.schedule):
+        end = rnd.schedule[k + 1].at_s if k + 1 < len(rnd.schedule) else math.inf
+        clock = max(clock, step.at_s)
+        try:
+            cap = rnd.index.safe_cap(step.budget_w)
+            c = run_baseline(name, rnd.profile, rnd.shipped, step.budget_w, cap)
+        except InfeasibleError:
+            clock = end
+            continue
+        n = truth.samples.get(c.batch_size, math.nan)
+        if not math.isfinite(n) or n <= 0:
+            return math.inf
+        per_sample = c.time_per_batch_s / c.batch_size
+        run = min((1.0 - done) * n * per_sample, end - clock)
+        clock += run
+        done += run / (n * per_sample)
+        if done >= 1.0 - 1e-12:
+            return clock
+    return math.inf

@@ -236,6 +236,17 @@ def _req(table: dict, key: str, where: str, kind: type | tuple[type, ...]) -> ob
     return value
 
 
+def _data_entry(base: Path, raw: str, where: str, learning: str) -> str:
+    """A device's ``data``: a trace CSV (replay), else a dataset path or a prepared dataset's
+    name (``mnist-5k``, ``fashion-mnist``...: ``powerfleet data prepare``), kept as the name
+    when no file of that name sits beside the fleet file."""
+    from fleet.agent.datasets import KNOWN_DATASETS
+
+    if learning != "trace" and raw in KNOWN_DATASETS and not (base / raw).exists():
+        return raw
+    return _resolve(base, raw, where, must_exist=learning == "trace")
+
+
 def _resolve(base: Path, raw: str, where: str, must_exist: bool = True) -> str:
     p = (base / raw).resolve() if not Path(raw).is_absolute() else Path(raw)
     if must_exist and not p.exists():
@@ -337,7 +348,7 @@ def load_fleet(path: str | Path) -> Fleet:
             raise InputError(f"{w}: learning must be one of {', '.join(LEARNING)}")
         data_path = None
         if "data" in d:
-            data_path = _resolve(base, str(d["data"]), f"{w} data", must_exist=learning == "trace")
+            data_path = _data_entry(base, str(d["data"]), f"{w} data", learning)
         elif learning == "trace":
             raise InputError(f"{w}: missing field 'data' (the device's convergence trace CSV)")
         count = d.get("count", 1)

@@ -164,6 +164,39 @@ def device_table(rows: list[dict[str, object]]) -> tuple[list[str], list[list[st
     return headers, body
 
 
+def segment_table(rows: list[dict[str, object]]) -> tuple[list[str], list[list[str]]]:
+    """One line per segment of every device whose run changed point mid-run: (headers, cells).
+
+    The device table shows each device's first (b, f); a budget step, a guard step-down or a
+    paused stretch starts a new segment, and only this table shows them. A device that ran
+    one segment has nothing more to show (its row is its run), so a 1,000-device what-if
+    without schedules adds no lines.
+    """
+    headers = ["device", "from s", "to s", "budget", "b", "f (MHz)", "energy kJ", "reason"]
+    body = []
+    for d in rows:
+        segs = d.get("segments") or []
+        if not isinstance(segs, list) or len(segs) < 2:
+            continue
+        for seg in segs:
+            if not isinstance(seg, dict):
+                continue
+            b = seg.get("batch_size")
+            body.append(
+                [
+                    str(d.get("device")),
+                    _num(seg.get("start_s"), ",.1f"),
+                    _num(seg.get("end_s"), ",.1f"),
+                    _budget(seg.get("budget_w")),
+                    _num(b, "d") if b is not None else "paused",
+                    _num(seg.get("freq_mhz"), "g"),
+                    _num(_kj(seg.get("energy_j")), ".3f"),
+                    str(seg.get("reason") or ("budget" if seg is not segs[0] else "start")),
+                ]
+            )
+    return headers, body
+
+
 def _kj(v: object) -> float | None:
     return v / 1000 if isinstance(v, (int, float)) and math.isfinite(v) else None
 

@@ -42,12 +42,9 @@ def ship_weights(run: RunSettings, override: bool | None = None) -> bool:
     A trace-replay fleet of 1,000 devices sets it false: the replay never reads the weights and
     a ResNet18 copy per device would only cost memory and serialisation time.
     """
-    if override is not None:
-        return bool(override)
-    value = run.extra.get("ship_weights", True)
-    if not isinstance(value, bool):
-        raise InputError(f"[run] ship_weights must be true or false, got {value!r}")
-    return value
+    from fleet.task import ships_weights
+
+    return bool(override) if override is not None else ships_weights(run)
 
 
 def initial_arrays(model: str, seed: int = 0) -> ArrayRecord:
@@ -88,6 +85,14 @@ def deadline_from_plans(replies: Iterable[Message]) -> tuple[float | None, list[
         if fastest is None:
             notes.append(f"{device or f'node-{msg.metadata.src_node_id}'}: {message}")
     return plan_deadline(finishes), notes
+
+
+def fleet_arrays(fleet: Fleet) -> ArrayRecord:
+    """Round 1's weights: the fleet's ``[run] weights`` (pre-trained), else a fresh model built
+    for the devices' data (``fleet.task.initial_weights``), as an ArrayRecord."""
+    from fleet.task import initial_weights
+
+    return ArrayRecord(initial_weights(fleet))
 
 
 # ----------------------------------------------------------------------------- incoming

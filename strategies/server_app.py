@@ -151,7 +151,7 @@ def run_fleet(grid: Grid, settings: ServerSettings) -> dict[str, Any]:
     shipped = cached_efficiency(run.efficiency)
     n = settings.num_nodes or len(fleet.devices)
     ship = coordinator.ship_weights(run, settings.ship_weights)
-    arrays = coordinator.initial_arrays(run.model, run.seed) if ship else ArrayRecord()
+    arrays = coordinator.fleet_arrays(fleet) if ship else ArrayRecord()
     run_dir = Path(settings.run_dir)
     summaries: list[dict[str, Any]] = []
     base_meta: dict[str, Any] = {  # the direct engine's keys (simulations/runner.py), and more
@@ -210,11 +210,12 @@ def run_fleet(grid: Grid, settings: ServerSettings) -> dict[str, Any]:
         meta["deadline_s"] = strategy.deadlines.get(last)
     if run.mode == "federated" and result is not None and len(result.arrays) > 0:
         # the federated outcome is a model: keep it beside the report it came with
-        from fleet.agent.trainer import atomic_torch_save
+        from clients.records import state_dict_of
+        from fleet.task import write_weights
 
         path = run_dir / "global_model.pt"
         run_dir.mkdir(parents=True, exist_ok=True)
-        atomic_torch_save(result.arrays.to_torch_state_dict(), str(path), "weights")
+        write_weights(state_dict_of(result.arrays), str(path))
         meta["global_model"] = str(path)
     report = write_report(run_dir, strategy.rounds.get(last, []), meta)
     log(INFO, "powerfleet: report written to %s", run_dir / "report.json")
