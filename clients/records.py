@@ -202,11 +202,8 @@ def decode_instruction(cfg: ConfigRecord) -> TrainInstruction:
         bs, samples = cfg["batch-sizes"], cfg["samples-to-accuracy"]
         if not isinstance(bs, list) or not isinstance(samples, list):
             raise InputError(f"{where}: 'batch-sizes' and 'samples-to-accuracy' must be lists")
-        if len(bs) > MAX_BATCH_SIZES or len(samples) != len(bs):
-            raise InputError(
-                f"{where}: 'batch-sizes' and 'samples-to-accuracy' must be equally long lists "
-                f"of at most {MAX_BATCH_SIZES}"
-            )
+        if max(len(bs), len(samples)) > MAX_BATCH_SIZES:
+            raise InputError(f"{where}: more than {MAX_BATCH_SIZES} batch sizes")
         if any(isinstance(v, float) and not math.isfinite(v) for v in samples):
             raise InputError(f"{where}: 'samples-to-accuracy' holds a non-finite number")
         eff = decode_efficiency(list(bs), list(samples), source)
