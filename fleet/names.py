@@ -10,6 +10,7 @@ all. See docs/architecture.md (input hardening).
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from fleet.errors import InputError
 
@@ -34,3 +35,18 @@ def check_name(where: str, kind: str, name: object, max_len: int = MAX_NAME) -> 
         shown = name if not isinstance(name, str) or len(name) <= 80 else name[:80] + "..."
         raise InputError(f"{where}: {kind} {shown!r} is not a safe name: use 1-{max_len} {RULE}")
     return name  # type: ignore[return-value]
+
+
+def child_dir(parent: str | Path, name: str, where: str = "run") -> Path:
+    """``parent/name`` for a checked ``name``, refused unless it resolves inside ``parent``.
+
+    Why both: the alphabet already excludes ``/`` and ``..``, and the resolve check also
+    covers a ``parent`` entry that is a symlink elsewhere, so a run's report cannot land
+    outside the directory the user asked for (``runs/`` by default).
+    """
+    check_name(where, "run directory name", name, max_len=2 * MAX_NAME)
+    base = Path(parent).resolve()
+    path = (base / name).resolve()
+    if path.parent != base:
+        raise InputError(f"{where}: run directory {path} is not inside {base}")
+    return path
