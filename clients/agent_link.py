@@ -53,6 +53,7 @@ def agent_command(
     python: str | None = None,
     backend: str = "jetson",
     log_level: str | None = None,
+    work_dir: str | None = None,
     **options: Any,
 ) -> list[str]:
     """The agent's argv: ``options`` are the backend's constructor options (its ``SPEC``), and
@@ -64,6 +65,8 @@ def agent_command(
     argv = [python or sys.executable, "-m", "fleet.agent", *argv]
     if log_level:
         argv += ["--log-level", log_level]
+    if work_dir:  # the agent's own 0700 directory: every path a request names lies inside
+        argv += ["--work-dir", str(work_dir)]
     return argv
 
 
@@ -124,7 +127,9 @@ class AgentSettings:
         )
 
     def argv(self) -> list[str]:
-        return agent_command(self.python, self.backend, **dict(self.options))
+        return agent_command(
+            self.python, self.backend, work_dir=self.work_dir or None, **dict(self.options)
+        )
 
 
 class AgentLink:

@@ -32,8 +32,8 @@ trainer, which owns the training loop.
 from __future__ import annotations
 
 import math
-import tempfile
-from dataclasses import dataclass
+import shutil
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,11 +41,23 @@ from flwr.app import ArrayRecord, RecordDict
 
 from clients import records
 from clients.agent_link import AgentError, AgentLink, AgentSettings, ProgressCallback
+from fleet.agent.confine import ConfineError, default_work_dir, owned_dir
 from fleet.device_round import DeviceResult, Round, run_device
 from fleet.efficiency import Efficiency, scaled_lr
 from fleet.errors import InputError
 from fleet.fleetconfig import DeviceSpec
 from fleet.profile import Profile, load_profile
+
+
+def work_dir_for(settings: AgentSettings) -> Path:
+    """This node's private directory, shared with the agent it starts: the node config's
+    ``work-dir``, else the agent's own default (``confine.default_work_dir``, so the two agree
+    when none is given); created 0700, ownership checked (never a predictable path under a
+    world-writable /tmp)."""
+    try:
+        return Path(owned_dir(settings.work_dir or default_work_dir()))
+    except ConfineError as exc:
+        raise InputError(f"node config work-dir: {exc}") from None
 
 
 def profile_path_for(
@@ -54,8 +66,7 @@ def profile_path_for(
     """Where this device's profile lives (or will be written)."""
     if spec.profile:
         return spec.profile
-    base = Path(settings.work_dir or Path(tempfile.gettempdir()) / "powerfleet")
-    return str(base / f"{spec.name}_{ins.run.model or 'model'}.csv")
+    return str(work_dir_for(settings) / f"{spec.name}_{ins.run.model or 'model'}.csv")
 
 
 def obtain_profile(
@@ -76,15 +87,21 @@ def obtain_profile(
     if not ins.run.model:
         raise InputError(f"device {spec.name}: no profile at {path} and no model to profile")
     Path(path).parent.mkdir(parents=True, exist_ok=True)
+    # the agent writes only inside its work dir: a profile wanted elsewhere is copied out after
+    work = work_dir_for(settings)
+    inside = Path(path).resolve().parent == work
+    out = path if inside else str(work / f"{spec.name}_{ins.run.model}.profile.csv")
     args: dict[str, Any] = {
         "model": ins.run.model,
         "batch_sizes": ins.efficiency.batch_sizes,
-        "out": path,
+        "out": out,
         "rows": False,
     }
     if spec.budget_w is not None:
         args["budget_w"] = spec.budget_w
     link.request("profile", timeout_s=settings.long_timeout_s, on_progress=on_progress, **args)
+    if not inside:
+        shutil.copyfile(out, path)
     return load_profile(path)
 
 
@@ -193,6 +210,7 @@ def hardware_round(node_config: dict, content: RecordDict) -> RecordDict:
         ins = records.decode_instruction(content.config_records[records.CONFIG])
         spec = records.device_spec_for(node_config, ins.fleet_path)
         settings = AgentSettings.from_node_config(node_config)
+        settings = replace(settings, work_dir=str(work_dir_for(settings)))  # the agent's too
     except KeyError:
         return records.reply_content(records.error_row(label, "no train instruction"))
     except InputError as exc:
@@ -233,9 +251,8 @@ class TrainFiles:
         ins: records.TrainInstruction,
         arrays: ArrayRecord | None,
     ) -> TrainFiles:
-        base = Path(settings.work_dir or Path(tempfile.gettempdir()) / "powerfleet")
+        base = work_dir_for(settings)
         stem = base / f"{spec.name}_{ins.run.name or 'run'}_r{ins.server_round}"
-        base.mkdir(parents=True, exist_ok=True)
         weights = None
         if records.has_weights(arrays):
             from fleet.agent import tensorfile
