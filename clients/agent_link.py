@@ -14,6 +14,7 @@ with the last line of its stderr, which is where it writes its one-line reason.
 from __future__ import annotations
 
 import json
+import math
 import os
 import queue
 import subprocess
@@ -104,9 +105,11 @@ class AgentSettings:
         raw_timeout = nc.get("agent-timeout-s", 3600.0)
         try:
             long_timeout = float(raw_timeout)
+            if isinstance(raw_timeout, bool) or not 0 < long_timeout < math.inf:
+                raise ValueError
         except (TypeError, ValueError):
             raise InputError(
-                f"node config: agent-timeout-s={raw_timeout!r} is not a number of seconds"
+                f"node config: agent-timeout-s={raw_timeout!r:.80} is not a number of seconds > 0"
             ) from None
         backend = text("backend") or "jetson"
         given = {

@@ -20,8 +20,9 @@ The device's ``data`` for a hardware node is a ``.pt`` file of ``{"train": (x, y
 
 Node config keys (besides the device's own: device-name, device-type, budget-w, profile...):
 ``backend`` (default jetson), ``agent-python``, ``agent-timeout-s`` (per long command, default
-3600), ``work-dir`` (where a profile is written when the node config names none), and the
-chosen backend's own options under their public names (``clients.agent_link.AgentSettings``,
+3600), ``work-dir`` (this node's and its agent's private 0700 directory: the agent reads and
+writes only there, so a hardware node's ``data`` lies inside it), and the chosen backend's own
+options under their public names (``clients.agent_link.AgentSettings``,
 generated from the backend registry: e.g. ``sysfs-root``, ``rail``, ``gpu-index``,
 ``allow-clock-changes``, ``profile-csv``).
 

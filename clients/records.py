@@ -316,6 +316,9 @@ def spec_from_node_config(nc: dict) -> DeviceSpec:
         )
     if "budget-w" not in nc and nc.get("budget-schedule") in (None, ""):
         raise InputError(f"{where}: missing node config 'budget-w' (watts, or \"none\")")
+    for key in ("budget-w", "budget-schedule"):  # bounded before the codec parses them
+        if isinstance(nc.get(key), str) and len(nc[key]) > MAX_TEXT:
+            raise InputError(f"{where}: node config '{key}' longer than {MAX_TEXT} characters")
     budget, schedule = read_budget(where, nc.get("budget-w"), nc.get("budget-schedule"))
     learning = _config_str(nc, "learning", where, required=False) or "trace"
     if learning not in LEARNING:
