@@ -4,7 +4,9 @@ One file drives both a simulation and a real deployment (docs/architecture.md), 
 everything a device needs and nothing about how it is run. Paths are relative to the file. A
 device entry with ``count = N`` stands for N identical devices (``name-0001`` ...), which is how
 a 1,000-device what-if fleet stays a ten-line file. Every problem is one ``InputError`` naming
-the file, the device and the field; nothing falls back to a silent default.
+the file, the device and the field; nothing falls back to a silent default. Device and run
+names use the one safe alphabet of ``fleet.names``; what is read is bounded (``MAX_*`` below:
+file size, devices after ``count``, string lengths) and every number is finite and in range.
 
     [run]
     name = "mixed"
@@ -378,7 +380,11 @@ def load_fleet(path: str | Path) -> Fleet:
     if lr_ref <= 0:
         raise InputError(f"{w}: field 'lr_ref' must be a learning rate > 0, got {lr_ref}")
     run = RunSettings(
-        name=check_name(w, "run name", run_t.get("name", path.stem)),
+        name=check_name(
+            w,
+            "run name" if "name" in run_t else "run name (the file's)",
+            run_t.get("name", path.stem),
+        ),
         model=text_field(run_t, "model", w),
         efficiency=_resolve(base, text_field(run_t, "efficiency", w), f"{w} efficiency"),
         target_accuracy=target,
