@@ -23,7 +23,8 @@ The device's ``data`` for a hardware node is a ``.pt`` file of ``{"train": (x, y
 
 Node config keys (besides the device's own: device-name, device-type, budget-w, profile...):
 ``backend`` (default jetson), ``agent-python``, ``agent-timeout-s`` (per long command, default
-3600), ``work-dir`` (where a profile is written when the node config names none), and the
+3600), ``work-dir`` (this node's and its agent's private 0700 directory: the agent reads and
+writes only there, so a hardware node's ``data`` and ``budget-file`` lie inside it), and the
 chosen backend's own options under their public names (``clients.agent_link.AgentSettings``,
 generated from the backend registry: e.g. ``sysfs-root``, ``state-dir``, ``rail``,
 ``gpu-index``, ``allow-clock-changes``, ``profile-csv``), and ``budget-file`` (a file an operator
@@ -34,8 +35,8 @@ place of the fleet's budget).
 from __future__ import annotations
 
 import math
-import tempfile
-from dataclasses import dataclass
+import shutil
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,7 @@ from flwr.app import ArrayRecord, RecordDict
 
 from clients import records
 from clients.agent_link import AgentError, AgentLink, AgentSettings, ProgressCallback
+from fleet.agent.confine import ConfineError, default_work_dir, owned_dir
 from fleet.device_round import TRAINED, DeviceResult, Round, Segment, run_device
 from fleet.efficiency import Efficiency, scaled_lr
 from fleet.errors import InputError
@@ -51,14 +53,24 @@ from fleet.profile import Profile, load_profile
 from fleet.task import read_weights, write_weights
 
 
+def work_dir_for(settings: AgentSettings) -> Path:
+    """This node's private directory, shared with the agent it starts: the node config's
+    ``work-dir``, else the agent's own default (``confine.default_work_dir``, so the two agree
+    when none is given); created 0700, ownership checked (never a predictable path under a
+    world-writable /tmp)."""
+    try:
+        return Path(owned_dir(settings.work_dir or default_work_dir()))
+    except ConfineError as exc:
+        raise InputError(f"node config work-dir: {exc}") from None
+
+
 def profile_path_for(
     spec: DeviceSpec, ins: records.TrainInstruction, settings: AgentSettings
 ) -> str:
     """Where this device's profile lives (or will be written)."""
     if spec.profile:
         return spec.profile
-    base = Path(settings.work_dir or Path(tempfile.gettempdir()) / "powerfleet")
-    return str(base / f"{spec.name}_{ins.run.model or 'model'}.csv")
+    return str(work_dir_for(settings) / f"{spec.name}_{ins.run.model or 'model'}.csv")
 
 
 def obtain_profile(
@@ -80,16 +92,22 @@ def obtain_profile(
     if not ins.run.model:
         raise InputError(f"device {spec.name}: no profile at {path} and no model to profile")
     Path(path).parent.mkdir(parents=True, exist_ok=True)
+    # the agent writes only inside its work dir: a profile wanted elsewhere is copied out after
+    work = work_dir_for(settings)
+    inside = Path(path).resolve().parent == work
+    out = path if inside else str(work / f"{spec.name}_{ins.run.model}.profile.csv")
     args: dict[str, Any] = {
         "model": ins.run.model,
         "batch_sizes": ins.efficiency.batch_sizes,
-        "out": path,
+        "out": out,
         "rows": False,
     }
     highest = highest_budget(spec)
     if highest is not None:
         args["budget_w"] = highest
     link.request("profile", timeout_s=settings.long_timeout_s, on_progress=on_progress, **args)
+    if not inside:
+        shutil.copyfile(out, path)
     return load_profile(path)
 
 
@@ -293,6 +311,7 @@ def hardware_round(node_config: dict, content: RecordDict) -> RecordDict:
         ins = records.decode_instruction(content.config_records[records.CONFIG])
         spec = records.device_spec_for(node_config, ins.fleet_path)
         settings = AgentSettings.from_node_config(node_config)
+        settings = replace(settings, work_dir=str(work_dir_for(settings)))  # the agent's too
     except KeyError:
         return records.reply_content(records.error_row(label, "no train instruction"))
     except InputError as exc:
@@ -365,9 +384,8 @@ class TrainFiles:
         ins: records.TrainInstruction,
         arrays: ArrayRecord | None,
     ) -> TrainFiles:
-        base = Path(settings.work_dir or Path(tempfile.gettempdir()) / "powerfleet")
+        base = work_dir_for(settings)
         stem = base / f"{spec.name}_{ins.run.name or 'run'}_r{ins.server_round}"
-        base.mkdir(parents=True, exist_ok=True)
         weights = None
         if records.has_weights(arrays):
             weights = f"{stem}_in.pt"

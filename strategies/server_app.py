@@ -39,6 +39,7 @@ from flwr.supercore import log
 
 from fleet.errors import InputError
 from fleet.fleetconfig import Fleet, load_fleet
+from fleet.names import child_dir
 from fleet.report import write_report
 from fleet.virtual_clock import cached_efficiency
 from strategies import coordinator
@@ -129,7 +130,8 @@ def resolve_settings(context: Context, fallback: ServerSettings | None) -> Serve
         # As `powerfleet simulate` does: runs/<run name>-<UTC time> under the working directory.
         name = load_fleet(settings.fleet_path).run.name
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
-        settings = replace(settings, run_dir=str(Path("runs").resolve() / f"{name}-{stamp}"))
+        run_dir = child_dir("runs", f"{name}-{stamp}", settings.fleet_path)  # never outside runs/
+        settings = replace(settings, run_dir=str(run_dir))
     return settings
 
 

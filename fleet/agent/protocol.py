@@ -25,6 +25,7 @@ import socket
 import time
 from typing import IO, Any, Callable, Dict, List, Optional, Tuple
 
+from .confine import Confinement
 from .devices import capabilities
 from .devices.base import Backend, DeviceError
 from .profile_io import ProfileFormatError
@@ -48,8 +49,12 @@ class Context(object):
         backend_kind: str,
         write_line: Callable[[Dict[str, Any]], None],
         options: Optional[Dict[str, Any]] = None,
+        confine: Optional[Confinement] = None,
     ) -> None:
         self.backend = backend
+        # the agent's own directories (``python -m fleet.agent`` always sets them); None only
+        # for in-process callers that choose their own paths (tests, the CLI's own process)
+        self.confine = confine
         self.backend_kind = backend_kind
         self.options = dict(options or {})  # how the backend was opened, reported by hello
         self.write_line = write_line
@@ -364,6 +369,8 @@ def handle_request(ctx: Context, line: Any) -> Optional[Dict[str, Any]]:
             ),
         }
     try:
+        if ctx.confine is not None:  # every path a request names stays in the agent's dirs
+            req = ctx.confine.request(req)
         result = handler(ctx, req)
     except (KeyboardInterrupt, SystemExit):
         raise
