@@ -44,7 +44,7 @@ from clients.agent_link import AgentError, AgentLink, AgentSettings, ProgressCal
 from fleet.device_round import DeviceResult, Round, run_device
 from fleet.efficiency import Efficiency, scaled_lr
 from fleet.errors import InputError
-from fleet.fleetconfig import DeviceSpec
+from fleet.fleetconfig import DeviceSpec, RunSettings
 from fleet.profile import Profile, load_profile
 
 
@@ -105,6 +105,7 @@ class AgentRunner:
     on_progress: ProgressCallback | None = None
     learning: str | None = None
     truth: Efficiency | None = None
+    probes: int = 0  # points measured by ``probe`` this round
 
     def run(self, rnd: Round, res: DeviceResult) -> None:
         choice, run = rnd.first, rnd.run
@@ -127,6 +128,32 @@ class AgentRunner:
                 self._train(rnd, res, lr)
             except (AgentError, OSError) as exc:
                 res.status, res.message = "error", " ".join(str(exc).split())
+
+    def probe(self, run: RunSettings, batch_size: int, freq_mhz: float) -> dict[str, Any]:
+        """Measure one point on the board (the agent's ``profile`` on that point alone): the
+        device round's verify-before-trust and coverage fill (``fleet.trust``) call this."""
+        if not run.model:
+            raise InputError("probing a point needs the run's model")
+        try:
+            out = self.link.request(
+                "profile",
+                timeout_s=self.settings.long_timeout_s,
+                on_progress=self.on_progress,
+                model=run.model,
+                batch_sizes=[int(batch_size)],
+                freqs=[float(freq_mhz)],
+            )
+        except (AgentError, OSError) as exc:
+            raise InputError(
+                f"probe {batch_size}@{freq_mhz:g}: {' '.join(str(exc).split())}"
+            ) from None
+        rows = out.get("rows") or []
+        if len(rows) != 1:
+            raise InputError(
+                f"probe {batch_size}@{freq_mhz:g}: the agent returned {len(rows)} rows"
+            )
+        self.probes += 1
+        return dict(rows[0])
 
     def _train(self, rnd: Round, res: DeviceResult, lr: float) -> None:
         """The agent's ``train`` command at the choice with the batch-size-scaled lr.

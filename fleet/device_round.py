@@ -208,20 +208,61 @@ def run_device(
         if index is None or aligned.points != profile.points:
             index = SelectionIndex(aligned)
         schedule = spec.schedule or (BudgetStep(0.0, spec.budget_w),)
-        try:
-            first = index.select(shipped_a, schedule[0].budget_w, run.objective, **(context or {}))
-        except InfeasibleError as exc:
-            res.status, res.message = "infeasible", str(exc)
+        first, why = _first_choice(index, shipped_a, schedule[0].budget_w, run, context)
+        checked = _trusted(
+            aligned, shipped_a, index, first, schedule[0].budget_w, run, runner, context
+        )
+        if checked is not None:  # coverage / verify-before-trust acted (fleet/trust.py)
+            aligned, index, first = checked.profile, checked.index, checked.first
+            if first is None:
+                why = f"{checked.note}; nothing fits the budget after checking"
+        if first is None:
+            res.status, res.message = "infeasible", why
             return res
         res.take(first)
         res.status = "ok"
         rnd = Round(spec, run, aligned, shipped_a, index, schedule, first, dict(context or {}))
         runner.run(rnd, res)
+        if checked is not None and checked.note:
+            res.message = f"{checked.note}; {res.message}" if res.message else checked.note
         if runner.truth is not None:
             res.baseline_time_s = baseline_times(rnd, runner.truth)
     except InputError as exc:
         res.status, res.message = "error", str(exc)
     return res
+
+
+def _first_choice(
+    index: SelectionIndex,
+    shipped: Efficiency,
+    budget_w: float | None,
+    run: RunSettings,
+    context: dict[str, Any] | None,
+) -> tuple[Choice | None, str]:
+    try:
+        return index.select(shipped, budget_w, run.objective, **(context or {})), ""
+    except InfeasibleError as exc:
+        return None, str(exc)
+
+
+def _trusted(
+    aligned: Profile,
+    shipped: Efficiency,
+    index: SelectionIndex,
+    first: Choice | None,
+    budget_w: float | None,
+    run: RunSettings,
+    runner: Runner,
+    context: dict[str, Any] | None,
+) -> Any:
+    """Coverage and verify-before-trust (``fleet.trust``): a runner with ``probe(run, b, f)``
+    measures missing and predicted points; others get a coverage error. None: nothing done."""
+    from fleet.trust import trust
+
+    probe = getattr(runner, "probe", None)
+    measure = (lambda b, f: probe(run, b, f)) if callable(probe) else None
+    got = trust(aligned, shipped, index, first, budget_w, run.objective, measure, context)
+    return None if got.profile is aligned and not got.note else got
 
 
 def baseline_times(rnd: Round, truth: Efficiency) -> dict[str, float]:

@@ -190,7 +190,8 @@ def handle_profile(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
     batch_sizes = _number_list(req, "batch_sizes", list(DEFAULT_BATCH_SIZES))
     if any(b != int(b) for b in batch_sizes):
         raise ProtocolError("'batch_sizes' must be integers, got {}".format(batch_sizes))
-    device = req.get("device") or capabilities(ctx.backend_kind).torch_device
+    notes = []  # type: List[str]
+    device = _torch_device(ctx, req, notes)  # like train: no CUDA in torch -> the CPU, noted
     out = req.get("out")
     if out is not None and (not isinstance(out, str) or not out):
         raise ProtocolError("'out' must be a file path")
@@ -222,6 +223,7 @@ def handle_profile(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
         "saved": result.grid_size - result.probes,
         "path": out,
         "metadata": result.metadata,
+        "notes": notes,
     }  # type: Dict[str, Any]
     if req.get("rows", True):
         response["rows"] = result.rows
