@@ -33,9 +33,10 @@ from fleet.efficiency import Efficiency
 from fleet.errors import InfeasibleError, InputError
 from fleet.profile import Profile, load_profile
 from fleet.selection import Choice, SelectionIndex, align
-from fleet.verify import select_verified
+from fleet.verify import profile_from_rows, select_verified
 
-MAX_FILL = 12  # missing points profiled in one round; more: profile the grid instead
+MAX_FILL = 24  # missing points profiled in one round (a third of a Nano grid); more: re-profile
+FILL_STEP = 6  # points measured before the gaps are computed again (a win prunes the rest)
 Measure = Callable[[int, float], dict[str, Any]]
 
 
@@ -103,7 +104,7 @@ def trust(
     except ProfileFormatError as exc:
         raise InputError(str(exc)) from None
     rows = [dict(r) for _, r in numbered]
-    filled = _fill(rows, gaps[:MAX_FILL], measure)
+    filled = _fill_gaps(rows, cov, gaps, shipped, budget_w, objective, measure)
     try:
         verified = select_verified(rows, shipped, budget_w, measure, objective)
         rows, corrections = verified.rows, verified.corrections
@@ -121,7 +122,7 @@ def trust(
         new_first: Choice | None = new_index.select(shipped, budget_w, objective, **(context or {}))
     except InfeasibleError:
         new_first = None
-    if len(gaps) > MAX_FILL:
+    if len(filled) >= MAX_FILL:
         cov2 = coverage_of(path)
         if cov2 is not None:
             check_coverage(fresh, cov2, shipped, budget_w, new_first)
@@ -131,6 +132,33 @@ def trust(
         f"{len(corrections)} predicted point(s) probed ({len(fixed)} corrected)"
     )
     return Trusted(fresh, new_index, new_first, note, len(filled) + len(corrections))
+
+
+def _fill_gaps(
+    rows: list[dict[str, Any]],
+    cov: Coverage,
+    gaps: list[tuple[int, float]],
+    shipped: Efficiency,
+    budget_w: float | None,
+    objective: str,
+    measure: Measure,
+) -> list[tuple[int, float]]:
+    """Measure missing points a few at a time, recomputing the gaps with each new choice (a
+    measured winner makes many gaps unable to beat it), up to ``MAX_FILL`` points."""
+    filled: list[tuple[int, float]] = []
+    present = set(cov.present)
+    while gaps and len(filled) < MAX_FILL:
+        step = gaps[: min(FILL_STEP, MAX_FILL - len(filled))]
+        filled += _fill(rows, step, measure)
+        present.update(step)
+        now = Coverage(cov.source, cov.batch_sizes, cov.knobs, present, set(), cov.plan, None)
+        prof, eff, _ = align(profile_from_rows(rows, cov.source), shipped)
+        try:
+            choice: Choice | None = SelectionIndex(prof).select(eff, budget_w, objective)
+        except InfeasibleError:
+            choice = None
+        gaps = missing_points(prof, now, eff, budget_w, choice)
+    return filled
 
 
 def _fill(rows: list[dict[str, Any]], keys: list[tuple[int, float]], measure: Measure) -> list:
