@@ -36,7 +36,7 @@ import functools
 import json
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
@@ -58,6 +58,9 @@ from fleet.objectives import OBJECTIVES
 # RecordDict keys
 ARRAYS = "arrays"
 CONFIG = "config"
+PROFILES = "profiles"  # instruction: the store's profiles shipped back (JSON)
+PROFILE_CSV = "profile-csv"  # reply: the profile a board made or changed this round
+PROFILE_INFO = "profile-info"  # reply: its provenance (JSON)
 METRICS = "metrics"
 REPORT = "report"
 
@@ -85,6 +88,9 @@ class TrainInstruction:
     run: RunSettings
     fleet_path: str = ""
     server_round: int = 0
+    # the coordinator's profile store, shipped back: {device: {"origin": "stored"|"sibling",
+    # "csv": text}} for boards met before (or whose type was); see strategies/profiles.py
+    profiles: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 def encode_efficiency(eff: Efficiency) -> tuple[list[int], list[float]]:
@@ -121,6 +127,7 @@ def encode_instruction(ins: TrainInstruction) -> ConfigRecord:
             "extra": json.dumps(run.extra, default=str),
             "fleet-path": ins.fleet_path,
             "server-round": int(ins.server_round),
+            PROFILES: json.dumps(ins.profiles),
         }
     )
 
@@ -151,11 +158,15 @@ def decode_instruction(cfg: ConfigRecord) -> TrainInstruction:
             seed=int(cfg.get("seed", 0)),  # type: ignore[arg-type]
             extra=extra,
         )
+        profiles = json.loads(str(cfg.get(PROFILES, "{}")))
+        if not isinstance(profiles, dict):
+            raise ValueError(f"'{PROFILES}' is not a JSON object")
         ins = TrainInstruction(
             eff,
             run,
             fleet_path=str(cfg.get("fleet-path", "")),
             server_round=int(cfg.get("server-round", 0)),  # type: ignore[arg-type]
+            profiles=profiles,
         )
     except KeyError as exc:
         raise InputError(f"train instruction: missing key {exc.args[0]!r}") from None
@@ -218,6 +229,27 @@ def reply_content(row: dict[str, object], arrays: ArrayRecord | None = None) -> 
     if arrays is not None:
         content[ARRAYS] = arrays
     return content
+
+
+def attach_profile(content: RecordDict, csv_text: str, info: dict[str, object]) -> RecordDict:
+    """Put the profile this board made or changed this round (CSV text) and its provenance
+    (origin, probes, board type, L4T, serial, ...) into the reply, for the coordinator's store."""
+    report = content.config_records[REPORT]
+    report[PROFILE_CSV] = csv_text
+    report[PROFILE_INFO] = json.dumps(info, default=str)
+    return content
+
+
+def reply_profile(report: ConfigRecord) -> tuple[str, dict[str, object]] | None:
+    """(CSV text, provenance) a reply carries, or None (the board's profile did not change)."""
+    text = report.get(PROFILE_CSV)
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        info = json.loads(str(report.get(PROFILE_INFO, "{}")))
+    except ValueError:
+        info = {}
+    return text, info if isinstance(info, dict) else {}
 
 
 def error_row(device: str, message: str, device_type: str = "", status: str = "error") -> dict:

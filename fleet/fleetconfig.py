@@ -22,6 +22,11 @@ the file, the device and the field; nothing falls back to a silent default.
     budget_schedule = [[0, 7.0], [600, 4.5]]   # optional: (seconds into training, watts)
     profile = "../profiles/nano_resnet18.csv"
     data = "../efficiency/resnet18_svhn.csv"    # the device's convergence trace (virtual clock)
+
+A real board met for the first time has no profile yet: an entry with ``client = "hardware"``
+may omit ``profile`` or name a file that does not exist yet. The board profiles on first
+contact and the coordinator keeps what it returns in its profile store (``[run] profile_store``,
+default: the run directory's ``profile-store``; fleet/profilestore.py).
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ DEVICE_TYPES: dict[str, str] = {
 }
 MODES = ("local", "federated")
 LEARNING = ("trace", "train")
+CLIENTS = ("replay", "hardware")  # a device entry's ``client``: hardware may lack a profile
 
 
 @dataclass(frozen=True)
@@ -316,14 +322,25 @@ def load_fleet(path: str | Path) -> Fleet:
         if "budget_w" not in d and "budget_schedule" not in d:
             raise InputError(f"{w}: missing field 'budget_w' (watts, or \"none\" for no limit)")
         budget, schedule = read_budget(w, d.get("budget_w"), d.get("budget_schedule"))
-        profile = _resolve(base, str(_req(d, "profile", w, str)), f"{w} profile")
+        client = d.get("client", "replay")
+        if client not in CLIENTS:
+            raise InputError(f"{w}: client must be one of {', '.join(CLIENTS)}, got {client!r}")
+        if client == "hardware":  # first contact: the board profiles, the store keeps it
+            raw = d.get("profile", "")
+            if not isinstance(raw, str):
+                raise InputError(f"{w}: profile must be a file path, got {raw!r}")
+            profile = _resolve(base, raw, f"{w} profile", must_exist=False) if raw else ""
+        else:
+            profile = _resolve(base, str(_req(d, "profile", w, str)), f"{w} profile")
         learning = str(d.get("learning", "trace"))
         if learning not in LEARNING:
             raise InputError(f"{w}: learning must be one of {', '.join(LEARNING)}")
         data_path = None
+        on_board = client == "hardware"  # its data (if any) lives on the board
         if "data" in d:
-            data_path = _resolve(base, str(d["data"]), f"{w} data", must_exist=learning == "trace")
-        elif learning == "trace":
+            must = learning == "trace" and not on_board
+            data_path = _resolve(base, str(d["data"]), f"{w} data", must_exist=must)
+        elif learning == "trace" and not on_board:
             raise InputError(f"{w}: missing field 'data' (the device's convergence trace CSV)")
         count = d.get("count", 1)
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:

@@ -39,9 +39,11 @@ from flwr.supercore import log
 
 from fleet.errors import InputError
 from fleet.fleetconfig import Fleet, load_fleet
+from fleet.profilestore import store_from_fleet
 from fleet.report import write_report
 from fleet.virtual_clock import cached_efficiency
 from strategies import coordinator
+from strategies.profiles import ProfileKeeper
 from strategies.strategy import PowerAwareStrategy, ReportingGrid
 
 # (done, total, what): the runner's progress convention (simulations/runner.py); called with
@@ -153,6 +155,7 @@ def run_fleet(grid: Grid, settings: ServerSettings) -> dict[str, Any]:
     ship = coordinator.ship_weights(run, settings.ship_weights)
     arrays = coordinator.initial_arrays(run.model, run.seed) if ship else ArrayRecord()
     run_dir = Path(settings.run_dir)
+    keeper = ProfileKeeper(fleet, store_from_fleet(fleet.path), run_dir)
     summaries: list[dict[str, Any]] = []
     base_meta: dict[str, Any] = {  # the direct engine's keys (simulations/runner.py), and more
         "run": run.name,
@@ -169,6 +172,8 @@ def run_fleet(grid: Grid, settings: ServerSettings) -> dict[str, Any]:
         "ship_weights": ship,
         "run_token": settings.run_token,
     }
+    if keeper.types:  # hardware devices without a profile file: the store serves them
+        base_meta["profile_store"] = str(keeper.store)
     total = n * run.rounds
     replies = {"done": 0}
 
@@ -179,6 +184,8 @@ def run_fleet(grid: Grid, settings: ServerSettings) -> dict[str, Any]:
 
     def on_reply(msg: Message) -> None:
         replies["done"] += 1
+        if keeper.absorb(msg) is not None:
+            log(INFO, "powerfleet: stored the profile of %s in %s", keeper.stored[-1], keeper.store)
         row = coordinator.row_from_reply(msg)
         _emit(settings, min(replies["done"], total), total, str(row.get("device")))
 
@@ -188,6 +195,7 @@ def run_fleet(grid: Grid, settings: ServerSettings) -> dict[str, Any]:
         device_order=[d.name for d in fleet.devices],
         node_wait_s=settings.node_wait_s,
         on_round=on_round,
+        round_config=keeper.round_config,
     )
     log(INFO, "powerfleet: %s, %d devices, %d round(s), mode %s", run.name, n, run.rounds, run.mode)
     _emit(settings, 0, total, "starting")
