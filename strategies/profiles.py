@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from flwr.app import Message
+from flwr.app import Message, RecordDict
 
 from clients import records
 from fleet.errors import InputError
@@ -69,8 +69,12 @@ class ProfileKeeper:
         """
         if msg.has_error():
             return None
+        return self.absorb_content(msg.content)
+
+    def absorb_content(self, content: RecordDict) -> str | None:
+        """:meth:`absorb` on a reply's content."""
         try:
-            report = msg.content.config_records[records.REPORT]
+            report = content.config_records[records.REPORT]
         except KeyError:
             return None
         got = records.reply_profile(report)

@@ -166,3 +166,47 @@ def test_first_contact_profiles_once_and_round_two_reuses(tmp_path: Path) -> Non
     listed = run_cli("profiles", "--store", str(store), "--json")
     assert listed.returncode == 0, listed.stderr
     assert spec.name in listed.stdout and "jetson-nano" in listed.stdout
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_a_new_board_of_a_known_type_starts_from_a_sibling_and_verifies(tmp_path: Path) -> None:
+    from flwr.app import RecordDict
+
+    from clients.hardware_client import hardware_round
+    from fleet.efficiency import load_efficiency
+    from fleet.profile import load_profile
+    from fleet.profilestore import Provenance, put
+    from fleet.selection import align, select
+    from strategies.profiles import ProfileKeeper
+
+    store = tmp_path / "store"
+    fleet_file = tmp_path / "fleet.toml"
+    text = fleet_text(store) + '\n[[devices]]\nname = "nano-b"\ntype = "jetson-nano"\n'
+    fleet_file.write_text(text + 'client = "hardware"\nbudget_w = 5.0\n')
+    fleet = load_fleet(fleet_file)
+    put(store, "nano-new", workload_of(fleet), NANO.read_text(), Provenance("jetson-nano"))
+    keeper = ProfileKeeper(fleet, store, tmp_path)
+    shipped = keeper.shipment()
+    assert shipped["nano-new"]["origin"] == "stored" and shipped["nano-b"]["origin"] == "sibling"
+    spec = fleet.devices[1]
+    config = deploy.device_node_config(spec.to_node_config(), "hardware")
+    config.update(backend="replay", **{"profile-csv": str(NANO), "work-dir": str(tmp_path / "b")})
+    eff = load_efficiency(fleet.run.efficiency)
+    ins = records.TrainInstruction(eff, fleet.run, str(fleet_file), 1, profiles=shipped)
+    reply = hardware_round(config, RecordDict({records.CONFIG: records.encode_instruction(ins)}))
+    report = reply.config_records[records.REPORT]
+    row = records.decode_reply(reply.metric_records[records.METRICS], report)
+    assert row["status"] == "selected", row["message"]
+    assert str(row["message"]).startswith("profile sibling (")
+    probes = int(str(row["message"]).split("(")[1].split()[0])
+    assert 1 <= probes <= 6  # a few probes verify the choice, no profiling from scratch
+    want = select(*align(load_profile(NANO), eff)[:2], 5.0)
+    assert (row["batch_size"], row["freq_mhz"]) == (want.batch_size, want.freq_mhz)
+    # The verified copy goes back into the store under the new board's name.
+    assert keeper.absorb_content(reply) == "nano-b"
+    mine = get(store, "nano-b", workload_of(fleet))
+    assert mine is not None and mine.provenance.board_type == "jetson-nano"
+    chosen = [r for r in mine.rows if (int(r["batch_size"]), float(r["freq_mhz"]))
+              == (want.batch_size, want.freq_mhz)]  # fmt: skip
+    assert chosen and chosen[0]["source"] == "measured"
