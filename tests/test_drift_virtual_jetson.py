@@ -30,8 +30,9 @@ def test_power_drift_gives_one_event_and_a_refreshed_profile(tmp_path):
     prof = tmp_path / "profile.csv"
     prof.write_text(
         "# device=nano\nbatch_size,freq_mhz,time_per_batch_s,peak_power_w,mean_power_w\n"
-        + "".join(f"16,{f:g},{0.05 * 921.6 / f:.5f},{lut[f]:.4f},{lut[f] / 1.02:.4f}\n"
-                  for f in FREQS)  # fmt: skip
+        + "".join(
+            f"16,{f:g},{0.05 * 921.6 / f:.5f},{lut[f]:.4f},{lut[f] / 1.02:.4f}\n" for f in FREQS
+        )  # fmt: skip
     )
     eff = tmp_path / "eff.csv"
     eff.write_text("batch_size,samples_to_accuracy\n16,4000\n")
@@ -65,7 +66,7 @@ def test_power_drift_gives_one_event_and_a_refreshed_profile(tmp_path):
     header = refreshed.read_text().splitlines()
     assert any(h.startswith("# refreshed=") for h in header)
     cols = next(h for h in header if h.startswith("batch_size")).split(",")
-    rows = [dict(zip(cols, line.split(","))) for line in header if line[:1].isdigit()]
+    rows = [dict(zip(cols, ln.split(","), strict=True)) for ln in header if ln[:1].isdigit()]
     assert len(rows) == len(FREQS)
     for r in rows:
         f = float(r["freq_mhz"])
