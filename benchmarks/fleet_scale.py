@@ -90,11 +90,12 @@ def main() -> None:
             if "flower" in engines:
                 from simulations.flower_engine import flwr_run_local
 
+                done = tmpd / f"minimal-{n}.done"
                 t0 = time.perf_counter()
-                said = flwr_run_local(MINIMAL_APP, n, {"num-nodes": n})
+                said = flwr_run_local(MINIMAL_APP, n, {"num-nodes": n, "done-file": str(done)})
                 entry["minimal_flower_s"] = time.perf_counter() - t0
-                if "error" in said.lower():
-                    entry["minimal_said"] = said
+                if not done.exists() or done.read_text() != str(n):
+                    raise SystemExit(f"the minimal app's round did not complete: {said}")
                 entry["flower_over_minimal"] = entry["flower_s"] / entry["minimal_flower_s"]
             if len(rows) == 2:
                 a, b = rows.values()

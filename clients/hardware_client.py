@@ -322,10 +322,10 @@ class TrainFiles:
         base.mkdir(parents=True, exist_ok=True)
         weights = None
         if records.has_weights(arrays):
-            import torch
+            from fleet.agent import tensorfile
 
             weights = f"{stem}_in.pt"
-            torch.save(arrays.to_torch_state_dict(), weights)
+            tensorfile.save(arrays.to_torch_state_dict(), weights, "weights")
         return cls(weights, f"{stem}_out.pt", f"{stem}.ckpt")
 
     def agent_args(self) -> dict[str, str]:
@@ -337,6 +337,6 @@ class TrainFiles:
     def trained(self) -> ArrayRecord | None:
         if not Path(self.out_weights).exists():
             return None
-        import torch
+        from fleet.agent import tensorfile
 
-        return ArrayRecord(torch.load(self.out_weights, map_location="cpu", weights_only=True))
+        return ArrayRecord(tensorfile.load(self.out_weights))

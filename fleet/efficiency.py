@@ -15,8 +15,9 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fleet.agent.profile_io import atomic_write_text
+from fleet.agent.profile_io import ProfileFormatError, atomic_write_text, read_table
 from fleet.errors import InputError
+from fleet.profile import printable
 
 REQUIRED = ("batch_size", "samples_to_accuracy")
 OPTIONAL_NUMERIC = ("std", "runs")
@@ -79,57 +80,65 @@ class Efficiency:
         vals = {}
         for b, n in zip(batch_sizes, samples, strict=True):
             v = math.nan if n is None else float(n)
-            if int(b) <= 0 or (not math.isnan(v) and v <= 0):
+            if int(b) <= 0 or (not math.isnan(v) and not 0 < v < math.inf):
                 raise InputError(f"efficiency vector: batch {b} -> {n}: both must be > 0")
             vals[int(b)] = v
         return cls(vals, **kw)
 
 
+MAX_BATCH = 1 << 20  # as for profiles: a larger "batch size" is a typo or a unit mix-up
+MAX_SAMPLES = 1e15
+
+
 def load_efficiency(path: str | Path) -> Efficiency:
-    """Read and validate an efficiency CSV (``#`` comments allowed, extra columns kept)."""
+    """Read and validate an efficiency CSV (``#`` comments allowed, extra columns kept).
+
+    Bounded like the profile reader (file size, line length, rows); every problem is one
+    InputError naming file, line and field: non-finite or non-positive counts, negative std,
+    duplicate batch sizes.
+    """
     path = str(path)
     try:
-        text = Path(path).read_text()
-    except FileNotFoundError:
-        raise InputError(f"{path}: file not found") from None
-    except (IsADirectoryError, UnicodeDecodeError):
-        raise InputError(f"{path}: not a readable efficiency CSV file") from None
-    numbered = [
-        (i, line)
-        for i, line in enumerate(text.splitlines(), start=1)
-        if line.strip() and not line.lstrip().startswith("#")
-    ]
-    if not numbered:
-        raise InputError(f"{path}: no header row (expected columns {', '.join(REQUIRED)})")
-    parsed = list(csv.reader(io.StringIO("\n".join(line for _, line in numbered))))
-    header = [h.strip() for h in parsed[0]]
+        header, rows, _ = read_table(path, "efficiency CSV", REQUIRED)
+    except ProfileFormatError as exc:
+        raise InputError(str(exc)) from None
     missing = [c for c in REQUIRED if c not in header]
     if missing:
+        found = ", ".join(printable(h) for h in header[:20]) or "nothing"
         raise InputError(
             f"{path}: missing column(s) {', '.join(missing)}; expected at least "
-            f"{', '.join(REQUIRED)} (found: {', '.join(header) or 'nothing'})"
+            f"{', '.join(REQUIRED)} (found: {found})"
+        )
+    dupes = {h for h in header if header.count(h) > 1}
+    if dupes:
+        raise InputError(
+            f"{path}: duplicate column(s) {printable(', '.join(sorted(dupes)), 200)} in the header"
         )
     samples: dict[int, float] = {}
     std: dict[int, float] = {}
     runs: dict[int, int] = {}
     metadata: dict[str, str] = {}
-    for (lineno, _), cells in zip(numbered[1:], parsed[1:], strict=True):
-        if len(cells) != len(header):
-            raise InputError(
-                f"{path}: line {lineno}: expected {len(header)} cells as in the header, "
-                f"got {len(cells)}"
-            )
-        row = {h: c.strip() for h, c in zip(header, cells, strict=True)}
-        b = _positive(path, lineno, "batch_size", row["batch_size"], integer=True)
+    first: dict[int, int] = {}
+    for lineno, row in rows:
+        b = int(_positive(path, lineno, "batch_size", row["batch_size"], integer=True,
+                          high=MAX_BATCH))  # fmt: skip
         if b in samples:
-            raise InputError(f"{path}: line {lineno}: duplicate batch_size={int(b)}")
+            raise InputError(
+                f"{path}: line {lineno}: duplicate batch_size={b} (first at line {first[b]}); "
+                "expected one row per batch size"
+            )
+        first[b] = lineno
         raw = row["samples_to_accuracy"]
-        n = math.nan if raw == "" else _positive(path, lineno, "samples_to_accuracy", raw)
-        samples[int(b)] = n
+        n = (
+            math.nan
+            if raw == ""
+            else _positive(path, lineno, "samples_to_accuracy", raw, high=MAX_SAMPLES)
+        )
+        samples[b] = n
         if row.get("std"):
-            std[int(b)] = _positive(path, lineno, "std", row["std"], allow_zero=True)
+            std[b] = _positive(path, lineno, "std", row["std"], allow_zero=True, high=MAX_SAMPLES)
         if row.get("runs"):
-            runs[int(b)] = int(_positive(path, lineno, "runs", row["runs"], integer=True))
+            runs[b] = int(_positive(path, lineno, "runs", row["runs"], integer=True, high=1e6))
         for k, v in row.items():
             if k not in REQUIRED + OPTIONAL_NUMERIC and v:
                 metadata.setdefault(k, v)
@@ -139,17 +148,27 @@ def load_efficiency(path: str | Path) -> Efficiency:
 
 
 def _positive(
-    path: str, lineno: int, col: str, raw: str, *, integer: bool = False, allow_zero: bool = False
+    path: str,
+    lineno: int,
+    col: str,
+    raw: str,
+    *,
+    integer: bool = False,
+    allow_zero: bool = False,
+    high: float = math.inf,
 ) -> float:
+    shown = repr(raw if len(raw) <= 40 else raw[:40] + "...")
     try:
         v = float(raw)
     except ValueError:
-        raise InputError(f"{path}: line {lineno}: {col}={raw!r} is not a number") from None
-    if math.isnan(v) or math.isinf(v) or v < 0 or (v == 0 and not allow_zero):
+        raise InputError(f"{path}: line {lineno}: {col}={shown} is not a number") from None
+    if not math.isfinite(v) or v < 0 or (v == 0 and not allow_zero) or v > high:
         need = ">= 0" if allow_zero else "> 0"
-        raise InputError(f"{path}: line {lineno}: {col}={raw!r} must be a finite number {need}")
+        if high < math.inf:
+            need += f" and <= {high:g}"
+        raise InputError(f"{path}: line {lineno}: {col}={shown} must be a finite number {need}")
     if integer and v != int(v):
-        raise InputError(f"{path}: line {lineno}: {col}={raw!r} is not an integer")
+        raise InputError(f"{path}: line {lineno}: {col}={shown} is not an integer")
     return v
 
 

@@ -35,7 +35,7 @@ def operating_points(
     ``marks`` is labelled.
     """
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=110)
+    fig, ax = plt.subplots(figsize=(9.5, 4.8), dpi=110)
     budget = math.inf if budget_w is None else budget_w
     sizes = profile.batch_sizes
     cmap = plt.get_cmap("viridis", max(len(sizes), 2))
@@ -74,23 +74,30 @@ def operating_points(
         ax.axhline(
             budget_w, color="red", linestyle="--", linewidth=1, label=f"budget {budget_w:g} W"
         )
-    for name, (b, f) in (marks or {}).items():
+    # Each method's pick gets its own marker and a legend entry instead of a text label beside
+    # the point: picks cluster on the frontier, and labels there overlap each other and the data.
+    shapes = ("s", "^", "*", "D", "P", "X")
+    for k, (name, (b, f)) in enumerate((marks or {}).items()):
         p = profile.point(b, f)
         if p is None:
             continue
-        ax.annotate(
-            f"{name}: b={b}, {f:g} MHz",
-            (p.time_per_sample_s * 1e3, p.peak_power_w),
-            xytext=(8, 6),
-            textcoords="offset points",
-            fontsize=8,
-            arrowprops={"arrowstyle": "-", "lw": 0.6},
+        ax.scatter(
+            [p.time_per_sample_s * 1e3],
+            [p.peak_power_w],
+            marker=shapes[k % len(shapes)],
+            s=70 - 10 * k,
+            facecolors="none" if k % 2 else "red",
+            edgecolors="red",
+            linewidths=1.2,
+            zorder=5,
+            label=f"{name}: b={b}, {f:g} MHz",
         )
     ax.set_xscale("log")
     ax.set_xlabel("time per sample (ms, log)")
     ax.set_ylabel("peak power (W)")
     ax.set_title(title or Path(profile.source).name, fontsize=10)
-    ax.legend(fontsize=7, ncol=2, loc="upper right")
+    # outside the axes: the top right is where the infeasible points are
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
@@ -108,7 +115,7 @@ def method_bars(
 ) -> Path:
     """Fig. 4 style: one bar per method within each group (e.g. budget), with std error bars."""
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(groups) + 3), 4.2), dpi=110)
+    fig, ax = plt.subplots(figsize=(max(7.5, 1.3 * len(groups) + 4.5), 4.2), dpi=110)
     n = max(len(series), 1)
     width = 0.8 / n
     for k, (name, values) in enumerate(series.items()):
@@ -122,7 +129,8 @@ def method_bars(
     ax.set_xticklabels(groups, fontsize=8)
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8)
+    # beside the axes: inside, it covers the tallest bars and their error bars
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)

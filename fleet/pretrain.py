@@ -71,5 +71,5 @@ def pretrain(
         "torch": str(torch.__version__),
     }
     Path(out).parent.mkdir(parents=True, exist_ok=True)
-    atomic_torch_save({"state_dict": model.state_dict(), "meta": meta}, out)
+    atomic_torch_save({"state_dict": model.state_dict(), "meta": meta}, out, "weights")
     return meta

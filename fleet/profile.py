@@ -157,21 +157,64 @@ def require_feasible(profile: Profile, budget_w: float | None) -> dict[int, Poin
 # ---------------------------------------------------------------------------- loading / saving
 
 
-def _num(path: str, lineno: int, col: str, raw: str, *, integer: bool = False) -> float:
+# Physical bounds of a profile row: anything outside is a typo, a unit mix-up or a broken
+# measurement, and selecting on it would be silently wrong (paper §4.1 measures real boards).
+MAX_BATCH = 1 << 20
+MIN_STEP_S = 1e-6  # no training step of a real model takes less than a microsecond
+MAX_STEP_S = 1e6
+MAX_FREQ = 1e6  # MHz (or watts where the knob is a power limit)
+MAX_POWER_W = 1e5
+
+
+def _show(raw: str) -> str:
+    return repr(raw if len(raw) <= 40 else raw[:40] + "...")
+
+
+def printable(text: str, limit: int = 40) -> str:
+    """A cell as it may appear in a one-line message: short, control characters replaced."""
+    short = text if len(text) <= limit else text[:limit] + "..."
+    return "".join(ch if ch.isprintable() else "?" for ch in short)
+
+
+def _num(
+    path: str,
+    lineno: int,
+    col: str,
+    raw: str,
+    *,
+    integer: bool = False,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = True,
+) -> float:
+    """A finite number in (low, high] (or [low, high] with ``low_open=False``), or InputError."""
     try:
         v = float(raw)
     except ValueError:
         kind = "an integer" if integer else "a number"
-        raise InputError(f"{path}: line {lineno}: {col}={raw!r} is not {kind}") from None
-    if math.isnan(v) or math.isinf(v):
-        raise InputError(f"{path}: line {lineno}: {col}={raw!r} must be a finite number")
+        raise InputError(f"{path}: line {lineno}: {col}={_show(raw)} is not {kind}") from None
+    if not math.isfinite(v):
+        raise InputError(f"{path}: line {lineno}: {col}={_show(raw)} must be a finite number")
     if integer and v != int(v):
-        raise InputError(f"{path}: line {lineno}: {col}={raw!r} is not an integer")
+        raise InputError(f"{path}: line {lineno}: {col}={_show(raw)} is not an integer")
+    below = low is not None and (v <= low if low_open else v < low)
+    if below or (high is not None and v > high):
+        lo = "" if low is None else ("> " if low_open else ">= ") + f"{low:g}"
+        hi = "" if high is None else f"<= {high:g}"
+        bounds = " and ".join(x for x in (lo, hi) if x)
+        shown = printable(raw)
+        raise InputError(f"{path}: line {lineno}: {col}={shown} must be {bounds}")
     return v
 
 
 def load_profile(path: str | Path) -> Profile:
-    """Read and validate a profile CSV; every problem is one InputError naming file/line/field."""
+    """Read and validate a profile CSV; every problem is one InputError naming file/line/field.
+
+    Physically impossible rows are refused, not repaired: batch sizes <= 0, negative clocks,
+    step times under a microsecond, powers <= 0, mean power above the peak, non-finite numbers,
+    and two rows for the same (batch_size, freq_mhz). ``freq_mhz = 0`` is what a backend without
+    a clock knob (the CPU) writes; it is accepted only when no row of the file has a clock.
+    """
     path = str(path)
     try:
         header, rows, comments = read_rows(path)
@@ -181,56 +224,66 @@ def load_profile(path: str | Path) -> Profile:
     if missing:
         raise InputError(
             f"{path}: missing column(s) {', '.join(missing)}; expected at least "
-            f"{', '.join(REQUIRED_COLUMNS)} (found: {', '.join(header) or 'nothing'})"
+            f"{', '.join(REQUIRED_COLUMNS)} (found: {', '.join(printable(h) for h in header[:20])})"
         )
     dupes = {h for h in header if header.count(h) > 1}
     if dupes:
-        raise InputError(f"{path}: duplicate column(s) {', '.join(sorted(dupes))} in the header")
+        raise InputError(
+            f"{path}: duplicate column(s) {printable(', '.join(sorted(dupes)), 200)} in the header"
+        )
     points: list[Point] = []
     failed: list[tuple[int, float, str]] = []
     seen: dict[tuple[int, float], int] = {}
     metadata: dict[str, str] = {}
+    unclocked: list[int] = []  # freq_mhz = 0: a backend without a clock knob (the CPU) wrote it
     for lineno, row in rows:
-        b = _num(path, lineno, "batch_size", row["batch_size"], integer=True)
-        f = _num(path, lineno, "freq_mhz", row["freq_mhz"])
-        if b <= 0:
-            raise InputError(f"{path}: line {lineno}: batch_size={row['batch_size']} must be > 0")
-        if f < 0:
-            raise InputError(f"{path}: line {lineno}: freq_mhz={row['freq_mhz']} must be >= 0")
+        b = _num(path, lineno, "batch_size", row["batch_size"], integer=True, low=0,
+                 high=MAX_BATCH)  # fmt: skip
+        f = _num(path, lineno, "freq_mhz", row["freq_mhz"], low=0, high=MAX_FREQ, low_open=False)
+        if f == 0:
+            unclocked.append(lineno)
         key = (int(b), f)
         if key in seen:
             raise InputError(
                 f"{path}: line {lineno}: duplicate point batch_size={int(b)}, freq_mhz={f:g} "
-                f"(first at line {seen[key]})"
+                f"(first at line {seen[key]}); expected one row per operating point"
             )
         seen[key] = lineno
         for meta in ("device", "model", "input_shape", "source"):
             if row.get(meta):
                 metadata.setdefault(meta, row[meta])
+        if row.get("samples"):
+            _num(path, lineno, "samples", row["samples"], integer=True, low=0)
         status = (row.get("status") or "ok").lower()
         if status != "ok":
             failed.append((int(b), f, status))
             continue
-        t = _num(path, lineno, "time_per_batch_s", row["time_per_batch_s"])
-        if t <= 0:
-            raise InputError(
-                f"{path}: line {lineno}: time_per_batch_s={row['time_per_batch_s']} must be > 0"
-            )
+        t = _num(path, lineno, "time_per_batch_s", row["time_per_batch_s"], low=MIN_STEP_S,
+                 high=MAX_STEP_S, low_open=False)  # fmt: skip
         peak = math.nan
         if row["peak_power_w"] != "":
-            peak = _num(path, lineno, "peak_power_w", row["peak_power_w"])
-            if peak < 0:
-                raise InputError(
-                    f"{path}: line {lineno}: peak_power_w={row['peak_power_w']} must be >= 0"
-                )
+            peak = _num(path, lineno, "peak_power_w", row["peak_power_w"], low=0,
+                        high=MAX_POWER_W)  # fmt: skip
         mean = peak
         if row.get("mean_power_w"):
-            mean = _num(path, lineno, "mean_power_w", row["mean_power_w"])
-            if mean < 0:
+            if math.isnan(peak):
                 raise InputError(
-                    f"{path}: line {lineno}: mean_power_w={row['mean_power_w']} must be >= 0"
+                    f"{path}: line {lineno}: mean_power_w is set but peak_power_w is empty; "
+                    "expected both or neither"
+                )
+            mean = _num(path, lineno, "mean_power_w", row["mean_power_w"], low=0,
+                        high=MAX_POWER_W)  # fmt: skip
+            if mean > peak:
+                raise InputError(
+                    f"{path}: line {lineno}: mean_power_w={_show(row['mean_power_w'])} is above "
+                    f"peak_power_w={_show(row['peak_power_w'])}; expected mean <= peak"
                 )
         points.append(Point(int(b), f, t, peak, mean))
+    if unclocked and len(seen) > len(unclocked):
+        raise InputError(
+            f"{path}: line {unclocked[0]}: freq_mhz=0 (no frequency control) beside rows with a "
+            "clock; expected a clock > 0"
+        )
     if not points:
         raise InputError(f"{path}: no usable rows (every row is missing or marked not ok)")
     with_power = sum(not math.isnan(p.peak_power_w) for p in points)

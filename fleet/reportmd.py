@@ -182,7 +182,7 @@ def _choice(r: dict[str, object] | None) -> str:
 
 
 def _gap(v: object) -> str:
-    return f"+{v:.1f} %" if isinstance(v, float) and math.isfinite(v) else "—"
+    return f"{v:+.1f} %" if isinstance(v, float) and math.isfinite(v) else "—"
 
 
 def _kj(v: object) -> float | None:

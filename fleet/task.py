@@ -9,6 +9,7 @@ does it, so the three cannot disagree about what "the model for this data" is.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from fleet.errors import InputError
@@ -67,17 +68,14 @@ def build_for(task: Task, model_name: str, seed: int = 0, weights: Any = None):
 
 def read_weights(path: str) -> dict[str, Any]:
     """A state_dict file, bare or as written by ``powerfleet pretrain`` ({state_dict, meta})."""
-    import torch
+    from fleet.agent import tensorfile
 
+    if not Path(path).exists():
+        raise InputError(f"{path}: weights file not found (make it with powerfleet pretrain)")
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise InputError(
-            f"{path}: weights file not found (make it with powerfleet pretrain)"
-        ) from None
-    except Exception as exc:  # noqa: BLE001 - torch raises several unpickling types
-        first = str(exc).strip().splitlines()[0][:160]
-        raise InputError(f"{path}: not a readable weights file ({first})") from None
+        state = tensorfile.load(path)
+    except tensorfile.TensorFileError as exc:
+        raise InputError(str(exc)) from None
     if not isinstance(state, dict):
         raise InputError(f"{path}: expected a state_dict (powerfleet pretrain)")
     return state.get("state_dict", state)

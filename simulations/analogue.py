@@ -71,7 +71,7 @@ def run_study(
     from fleet.estimate import default_cache_dir
 
     # weights are a cache, not a result: they stay out of the report folder (and out of git)
-    weights = default_cache_dir().parent / "analogue" / "small_cnn_fashion-pretrained.pt"
+    weights = default_cache_dir().parent / "analogue" / "small_cnn_fashion-pretrained.pft"
     if not weights.exists():
         meta = pretrain(
             "small_cnn",

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from rich.table import Table
 
 from fleet.cli.common import console, emit_json, fmt, progress_bar
 from fleet.errors import InputError
 from fleet.report import device_table, speedup_summary
+from simulations.flower_engine import FlowerRunError
 from simulations.runner import DEFAULT_FLEET, ENGINES, simulate
 
 
@@ -35,6 +37,9 @@ def run(args: argparse.Namespace) -> int:
 
         try:
             report = simulate(args.fleet, args.engine, args.run_dir, progress)
+        except FlowerRunError as exc:  # the run failed: one line, not a traceback
+            print(f"powerfleet simulate: error: {exc}", file=sys.stderr)
+            return 1
         except ValueError as exc:
             if isinstance(exc, InputError):
                 raise

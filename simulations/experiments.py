@@ -125,6 +125,8 @@ def run(args: argparse.Namespace) -> int:
     text += "\n## Operating points and candidates (Fig. 1, 9, 10)\n\n" + "\n".join(
         f"![{p.stem}]({p.relative_to(out)})\n" for p in figs
     )
+    if _is_reference(grid):
+        text += "\n" + calibration_section(rows)
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=COLUMNS, extrasaction="ignore", lineterminator="\n")
     w.writeheader()
@@ -152,6 +154,30 @@ def run(args: argparse.Namespace) -> int:
             highlight=False,
         )
     return 0
+
+
+def _is_reference(grid: Grid) -> bool:
+    """The paper comparison only means something on the reference (calibrated) files."""
+    return (
+        grid.profiles_dir.resolve() == (HERE / "profiles").resolve()
+        and grid.efficiency_dir.resolve() == (HERE / "efficiency").resolve()
+    )
+
+
+def calibration_section(rows: list[dict]) -> str:
+    """Every paper cell beside the fit, its leave-one-out prediction and this report's value."""
+    from simulations import calibrate
+
+    cells = calibrate.load_cells()
+    fit = calibrate.committed_fit()
+    fitted = calibrate.hard_predictions(fit, cells)
+    project = {
+        (r["model"], r["device"], r["dataset"], r["budget_w"], r["method"]): r["time_mean_s"]
+        for r in rows
+        if r["method"] in calibrate.METHODS and isinstance(r.get("time_mean_s"), float)
+    }
+    text = calibrate.report_markdown(cells, fitted, calibrate.committed_loo(), project)
+    return text + "\n" + calibrate.figures_markdown()
 
 
 def summarise(rows: list[dict]) -> dict:

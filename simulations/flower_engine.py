@@ -130,14 +130,28 @@ def flwr_run_local(
     (empty when ``verbose`` streams it to this process's terminal).
     """
     home = Path(tempfile.mkdtemp(prefix="powerfleet-flwr-"))
+    link = None
     try:
         (home / "config.toml").write_text(connection_config(num_supernodes, ray_cpus, verbose))
         overrides = home / "run-config.toml"
         lines = [f"{k} = {deploy.toml_value(v)}\n" for k, v in run_config.items()]
         overrides.write_text("".join(lines))
+        http_port, control_port = deploy.free_port(), deploy.free_port()
         env = deploy.flower_env(home)
-        env["FLWR_LOCAL_SUPERLINK_HTTP_API_PORT"] = str(deploy.free_port())
-        env["FLWR_LOCAL_CONTROL_API_PORT"] = str(deploy.free_port())
+        env["FLWR_LOCAL_SUPERLINK_HTTP_API_PORT"] = str(http_port)
+        env["FLWR_LOCAL_CONTROL_API_PORT"] = str(control_port)
+        # The SuperLink `flwr run` would start for a ":local:" connection, started here with the
+        # same command: flwr gives it 15 s to answer, too little on a loaded 2-core machine, and
+        # owning the process makes stopping it exact. `flwr run` finds it up and uses it.
+        link = deploy.start_process(
+            local_superlink_command(home, http_port, control_port),
+            home,
+            home / "local-superlink" / "superlink.log",
+        )
+        try:
+            deploy.wait_healthy("127.0.0.1", http_port, link, timeout_s=120.0)
+        except deploy.DeployError as exc:
+            raise FlowerRunError(f"local simulation SuperLink: {exc}") from None
         argv = [deploy.flower_bin("flwr"), "run", str(app_dir), CONNECTION, "--stream"]
         if run_config:
             argv += ["-c", str(overrides)]
@@ -161,11 +175,43 @@ def flwr_run_local(
             finally:
                 if proc.poll() is None:
                     deploy.stop_tree(proc)
-        tail = [ln for ln in log_path.read_text(errors="replace").splitlines() if ln.strip()]
-        return tail[-1].strip()[:300] if tail else ""
+        return _last_words(log_path.read_text(errors="replace"))
     finally:
+        deploy.stop_tree(link)
         stop_pids(local_superlinks(home))
         shutil.rmtree(home, ignore_errors=True)
+
+
+def local_superlink_command(home: Path, http_port: int, control_port: int) -> list[str]:
+    """flwr's own command for a local simulation SuperLink (flwr.cli.local_superlink)."""
+    return [
+        deploy.flower_bin("flower-superlink"),
+        "--insecure",
+        "--simulation",
+        "--isolation",
+        "subprocess",
+        "--control-api-address",
+        f"127.0.0.1:{control_port}",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(http_port),
+        "--database",
+        str(home / "local-superlink" / "state.db"),
+        "--disable-runtime-dependency-installation",
+    ]
+
+
+def _last_words(text: str) -> str:
+    """The last message flwr printed, without rich's box drawing (what a user would read)."""
+    words = []
+    for line in reversed(text.splitlines()):
+        clean = line.strip().strip("│╭╮╰╯─ ").strip()
+        if clean:
+            words.append(clean)
+        if len(words) == 3:
+            break
+    return " ".join(reversed(words))[:400]
 
 
 def run_flower(

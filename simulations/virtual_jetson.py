@@ -307,7 +307,14 @@ class VirtualBoard:
         self.configure(noise_w=float(sd_w))
 
     def read(self, attr: str) -> str:
-        return (self.node / attr).read_text().strip()
+        """A node's value. Real sysfs never shows a half-written value, but these are plain files
+        that a writer truncates before it writes, so an empty read is retried (briefly)."""
+        for _ in range(200):
+            text = (self.node / attr).read_text().strip()
+            if text:
+                return text
+            time.sleep(0.001)
+        return text
 
     def clocks(self) -> dict[str, Any]:
         """min/max/cur in Hz and the governor, as the files hold them now."""

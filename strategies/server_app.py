@@ -214,7 +214,7 @@ def run_fleet(grid: Grid, settings: ServerSettings) -> dict[str, Any]:
 
         path = run_dir / "global_model.pt"
         run_dir.mkdir(parents=True, exist_ok=True)
-        atomic_torch_save(result.arrays.to_torch_state_dict(), str(path))
+        atomic_torch_save(result.arrays.to_torch_state_dict(), str(path), "weights")
         meta["global_model"] = str(path)
     report = write_report(run_dir, strategy.rounds.get(last, []), meta)
     log(INFO, "powerfleet: report written to %s", run_dir / "report.json")

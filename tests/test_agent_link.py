@@ -141,4 +141,4 @@ def test_hardware_round_infeasible_budget(tmp_path: Path) -> None:
     with AgentLink(settings.argv(), timeout_s=20) as link:
         row = run_on_agent(link, spec, _instruction(), settings)
     assert row["status"] == "infeasible" and row["batch_size"] is None
-    assert "the lowest measured peak power is 2.19425 W" in row["message"]
+    assert "the lowest measured peak power is 2.19833 W" in row["message"]

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from fleet.agent import tensorfile
 from fleet.agent.devices.replay import ReplayBackend
 from fleet.agent.models import build_model
 from fleet.agent.protocol import Context, handle_train
@@ -139,10 +140,11 @@ HELPER = textwrap.dedent(
     import torch
     torch.set_num_threads(1)
     from fleet.agent.models import build_model
+    from fleet.agent import tensorfile
     from fleet.agent.trainer import train_to_target
 
     data_path, ckpt, kw = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-    data = torch.load(data_path)
+    data = tensorfile.load(data_path)
 
     class SlowDataset(torch.utils.data.Dataset):
         # Same samples as the tensors, slower: the kill lands mid-stretch, not at its end.
@@ -171,7 +173,7 @@ def test_sigkill_then_resume_matches_uninterrupted(tmp_path):
     assert a.reached and a.samples_to_accuracy > 2 * K  # several stretches: room to crash in
 
     data = tmp_path / "data.pt"
-    torch.save({"train": TRAIN, "test": TEST}, str(data))
+    tensorfile.save({"train": TRAIN, "test": TEST}, str(data), "data")
     script = tmp_path / "helper.py"
     script.write_text(HELPER)
     ckpt = tmp_path / "b.pt"
@@ -192,7 +194,7 @@ def test_sigkill_then_resume_matches_uninterrupted(tmp_path):
             proc.wait(timeout=TIMEOUT)
         proc.stderr.close()
     assert proc.returncode == -signal.SIGKILL
-    saved = torch.load(str(ckpt), weights_only=True)["counters"]
+    saved = tensorfile.load(str(ckpt), "checkpoint")["counters"]
     assert saved["status"] == "running" and saved["samples"] in (K, 2 * K)
 
     mb = fresh_model()
@@ -320,8 +322,8 @@ def test_char_task_counts_characters():
 def _save_inputs(tmp_path):
     data = tmp_path / "data.pt"
     weights = tmp_path / "init.pt"
-    torch.save({"train": TRAIN, "test": TEST}, str(data))
-    torch.save(fresh_model().state_dict(), str(weights))
+    tensorfile.save({"train": TRAIN, "test": TEST}, str(data), "data")
+    tensorfile.save(fresh_model().state_dict(), str(weights), "weights")
     return str(data), str(weights)
 
 
@@ -374,8 +376,8 @@ def test_agent_train_command_over_stdio(tmp_path):
     assert res["accuracy"] == res["final_accuracy"] >= 0.85
     assert res["freq_mhz"] == 614.4 and res["restored"] is True and res["power_measured"]
     # Power came from the replayed point (batch 8, 614.4 MHz): only there while locked.
-    assert res["mean_power_w"] == pytest.approx(4.14669) == res["peak_power_w"]
-    assert res["energy_j"] == pytest.approx(4.14669 * res["train_time_s"])
+    assert res["mean_power_w"] == pytest.approx(4.15704) == res["peak_power_w"]
+    assert res["energy_j"] == pytest.approx(4.15704 * res["train_time_s"])
     assert power["ok"] is True and power["power_w"] is None  # unlocked and idle afterwards
     assert events and all(e["id"] == 2 and e["event"] == "progress" for e in events)
     assert [e["done"] for e in events] == sorted(e["done"] for e in events)
@@ -385,12 +387,12 @@ def test_agent_train_command_over_stdio(tmp_path):
     # Same request in-process (same data, weights, seed, one thread): same sample count, and
     # the weights the agent wrote are the ones this run ends with.
     model = fresh_model()
-    model.load_state_dict(torch.load(req["weights"], weights_only=True))
+    model.load_state_dict(tensorfile.load(req["weights"]))
     local = train_to_target(
         model, TRAIN, TEST, batch_size=8, lr=3e-3, target_accuracy=0.85,
         eval_every_samples=K, max_samples=2048, seed=0,
     )  # fmt: skip
     assert local.samples_to_accuracy == res["samples_to_accuracy"]
     assert [list(p) for p in local.curve] == res["curve"]
-    out = torch.load(req["out_weights"], weights_only=True)
+    out = tensorfile.load(req["out_weights"])
     assert all(torch.equal(out[k], v) for k, v in model.state_dict().items())

@@ -29,6 +29,10 @@ def main(grid: Grid, context: Context) -> None:
     replies = list(grid.send_and_receive(messages, timeout=timeout))
     if len(replies) != len(nodes):
         raise RuntimeError(f"{len(replies)} of {len(nodes)} nodes replied")
+    done = str(context.run_config.get("done-file", ""))
+    if done:  # the benchmark counts a run only when every node answered
+        with open(done, "w", encoding="utf-8") as fh:
+            fh.write(str(len(replies)))
 
 
 @client.train()

@@ -27,48 +27,129 @@ class ProfileFormatError(ValueError):
     """A profile file does not follow the contract; the message names file, row and field."""
 
 
+# Bounds on what a table reader takes in: a real profile has a few thousand rows of short cells;
+# these are orders of magnitude above that and keep a hostile file from costing memory or time.
+MAX_FILE_BYTES = 64 << 20
+MAX_LINE_CHARS = 1 << 16
+MAX_ROWS = 100000
+
+
 def read_rows(path: str) -> Tuple[List[str], List[Tuple[int, Dict[str, str]]], List[str]]:
     """Read a profile CSV into (header, [(line_number, row)], comment_lines).
 
     Line numbers are the 1-based lines of the file so error messages point where a person looks.
     """
-    try:
-        with open(path, "r", newline="") as fh:
-            text = fh.read()
-    except FileNotFoundError:
-        raise ProfileFormatError("{}: file not found".format(path)) from None
-    except IsADirectoryError:
-        msg = "{}: is a directory, expected a profile CSV file".format(path)
-        raise ProfileFormatError(msg) from None
-    except UnicodeDecodeError:
-        msg = "{}: not a text file (expected a profile CSV)".format(path)
-        raise ProfileFormatError(msg) from None
+    return read_table(path, "profile CSV", REQUIRED_COLUMNS)
+
+
+def read_table(
+    path: str, what: str, required: Sequence[str]
+) -> Tuple[List[str], List[Tuple[int, Dict[str, str]]], List[str]]:
+    """A bounded, strict CSV table: (header, [(line_number, row)], comment lines).
+
+    One record per physical line (lines end at ``\\n``, an optional ``\\r`` before it is
+    dropped): a quoted cell may not span lines, so every error names the line a person sees.
+    A UTF-8 byte-order mark is allowed; NUL bytes, other encodings, unterminated quotes, lines
+    over ``MAX_LINE_CHARS``, files over ``MAX_FILE_BYTES`` or ``MAX_ROWS`` rows are refused
+    with one ProfileFormatError line naming the file and line.
+    """
+    text = _read_text(path, what)
     comments = []  # type: List[str]
-    data_lines = []  # type: List[Tuple[int, str]]
-    for lineno, line in enumerate(text.splitlines(), start=1):
+    header = None  # type: Optional[List[str]]
+    rows = []  # type: List[Tuple[int, Dict[str, str]]]
+    for lineno, line in enumerate(text.split("\n"), start=1):
+        if line.endswith("\r"):
+            line = line[:-1]
+        if len(line) > MAX_LINE_CHARS:
+            raise ProfileFormatError(
+                "{}: line {}: {} characters, at most {} allowed".format(
+                    path, lineno, len(line), MAX_LINE_CHARS
+                )
+            )
         stripped = line.strip()
         if not stripped:
             continue
         if stripped.startswith("#"):
             comments.append(stripped[1:].strip())
             continue
-        data_lines.append((lineno, line))
-    if not data_lines:
-        raise ProfileFormatError(
-            "{}: no header row (expected columns {})".format(path, ", ".join(REQUIRED_COLUMNS))
-        )
-    reader = csv.reader(io.StringIO("\n".join(line for _, line in data_lines)))
-    parsed = list(reader)
-    header = [h.strip() for h in parsed[0]]
-    rows = []  # type: List[Tuple[int, Dict[str, str]]]
-    for (lineno, _), cells in zip(data_lines[1:], parsed[1:]):
+        cells = _cells(path, lineno, line)
+        if header is None:
+            header = cells
+            continue
         if len(cells) != len(header):
-            msg = "{}: line {}: expected {} cells as in the header, got {}".format(
-                path, lineno, len(header), len(cells)
+            raise ProfileFormatError(
+                "{}: line {}: expected {} cells as in the header, got {}".format(
+                    path, lineno, len(header), len(cells)
+                )
             )
-            raise ProfileFormatError(msg)
-        rows.append((lineno, {h: c.strip() for h, c in zip(header, cells)}))
+        if len(rows) >= MAX_ROWS:
+            raise ProfileFormatError(
+                "{}: line {}: more than {} rows; is this really a {}?".format(
+                    path, lineno, MAX_ROWS, what
+                )
+            )
+        rows.append((lineno, dict(zip(header, cells))))
+    if header is None:
+        raise ProfileFormatError(
+            "{}: no header row (expected columns {})".format(path, ", ".join(required))
+        )
     return header, rows, comments
+
+
+def _cells(path: str, lineno: int, line: str) -> List[str]:
+    """One line's stripped cells; quotes go through the csv module, strictly, on this line only."""
+    if "\x00" in line or "\r" in line:
+        what = "NUL byte (not a text CSV)" if "\x00" in line else "carriage return inside a line"
+        raise ProfileFormatError("{}: line {}: {}".format(path, lineno, what))
+    if '"' not in line:
+        return [c.strip() for c in line.split(",")]
+    try:
+        records = list(csv.reader([line], strict=True))
+    except csv.Error as exc:
+        raise ProfileFormatError(
+            "{}: line {}: not a CSV record ({}; a quoted cell may not span lines)".format(
+                path, lineno, exc
+            )
+        ) from None
+    return [c.strip() for c in (records[0] if records else [])]
+
+
+def _read_bounded(fh: IO, limit: int) -> bytes:
+    """At most ``limit`` bytes, read in chunks (``read(limit)`` would allocate all of it)."""
+    chunks = []  # type: List[bytes]
+    total = 0
+    while total < limit:
+        chunk = fh.read(min(1 << 20, limit - total))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+    return b"".join(chunks)
+
+
+def _read_text(path: str, what: str) -> str:
+    try:
+        with open(path, "rb") as fh:
+            raw = _read_bounded(fh, MAX_FILE_BYTES + 1)
+    except FileNotFoundError:
+        raise ProfileFormatError("{}: file not found".format(path)) from None
+    except IsADirectoryError:
+        msg = "{}: is a directory, expected a {} file".format(path, what)
+        raise ProfileFormatError(msg) from None
+    except (IOError, OSError) as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise ProfileFormatError("{}: cannot read ({})".format(path, reason)) from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise ProfileFormatError(
+            "{}: larger than {} bytes; is this really a {}?".format(path, MAX_FILE_BYTES, what)
+        )
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise ProfileFormatError(
+            "{}: line {}: not UTF-8 text (expected a {})".format(path, line, what)
+        ) from None
 
 
 def _fmt(value: object) -> str:
@@ -78,7 +159,12 @@ def _fmt(value: object) -> str:
         if value != value:  # NaN: an empty cell is the contract's "no value"
             return ""
         return "{:.6g}".format(value)
-    return str(value)
+    return _one_line(str(value))
+
+
+def _one_line(text: str) -> str:
+    """The reader takes one record per line, so the writer never puts a line break in a cell."""
+    return " ".join(text.splitlines()) if ("\n" in text or "\r" in text) else text
 
 
 def write_rows(
@@ -104,7 +190,7 @@ def write_rows(
         ]
     buf = io.StringIO()
     for line in comments:
-        buf.write("# {}\n".format(line))
+        buf.write("# {}\n".format(_one_line(line)))
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(list(columns))
     for row in rows:

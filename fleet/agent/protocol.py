@@ -23,11 +23,12 @@ import os
 import platform
 import socket
 import time
-from typing import IO, Any, Callable, Dict, List, Optional
+from typing import IO, Any, Callable, Dict, List, Optional, Tuple
 
 from .devices import capabilities
 from .devices.base import Backend, DeviceError
 from .profile_io import ProfileFormatError
+from .tensorfile import json_depth
 
 PROTOCOL_VERSION = "1"
 
@@ -285,16 +286,73 @@ def error_line(exc: BaseException) -> str:
     return text
 
 
-def handle_request(ctx: Context, line: str) -> Optional[Dict[str, Any]]:
-    """Parse one line and run its command; return the response (None for a blank line)."""
+# Bounds on one request line: requests are small (tensors travel as files), so anything bigger
+# or deeper is hostile or broken, and is answered with an error before the JSON parser sees it.
+MAX_LINE_BYTES = 1 << 20
+MAX_DEPTH = 32
+MAX_INT_DIGITS = 40
+
+
+def _parse_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise ValueError("integer with more than {} digits".format(MAX_INT_DIGITS))
+    return int(text)
+
+
+def _parse_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value) or math.isnan(value):
+        raise ValueError("number {} is out of range".format(text[:40]))
+    return value
+
+
+def _parse_constant(name: str) -> Any:
+    raise ValueError("{} is not a number JSON allows".format(name))
+
+
+def parse_request(line: Any) -> Dict[str, Any]:
+    """One request line (bytes or str) -> the request object, or ProtocolError naming why.
+
+    Bounded before parsing (length, nesting depth, integer digits) because Python's JSON parser
+    recurses per nesting level and converts integers in quadratic time; NaN, Infinity and
+    overflowing numbers are refused because no command means anything by them.
+    """
+    if isinstance(line, bytes):
+        if len(line) > MAX_LINE_BYTES:
+            raise ProtocolError("request longer than {} bytes".format(MAX_LINE_BYTES))
+        try:
+            line = line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ProtocolError(
+                "request is not valid UTF-8 (byte {} of the line)".format(exc.start)
+            ) from None
+    if len(line) > MAX_LINE_BYTES:
+        raise ProtocolError("request longer than {} bytes".format(MAX_LINE_BYTES))
+    depth = json_depth(line)
+    if depth > MAX_DEPTH:
+        raise ProtocolError("request nested {} levels deep (at most {})".format(depth, MAX_DEPTH))
+    try:
+        req = json.loads(
+            line.lstrip("\ufeff"),
+            parse_int=_parse_int,
+            parse_float=_parse_float,
+            parse_constant=_parse_constant,
+        )
+    except (ValueError, RecursionError) as exc:
+        raise ProtocolError("bad JSON: {}".format(error_line(exc))) from None
+    if not isinstance(req, dict):
+        raise ProtocolError("a request must be a JSON object")
+    return req
+
+
+def handle_request(ctx: Context, line: Any) -> Optional[Dict[str, Any]]:
+    """Parse one line (bytes or str) and run its command; return the response (None if blank)."""
     if not line.strip():
         return None
     try:
-        req = json.loads(line)
-    except ValueError as exc:
-        return {"id": None, "ok": False, "error": "bad JSON: {}".format(error_line(exc))}
-    if not isinstance(req, dict):
-        return {"id": None, "ok": False, "error": "a request must be a JSON object"}
+        req = parse_request(line)
+    except ProtocolError as exc:
+        return {"id": None, "ok": False, "error": error_line(exc)}
     rid = req.get("id")
     ctx.request_id = rid
     cmd = req.get("cmd")
@@ -347,18 +405,50 @@ def line_writer(stream: IO[str]) -> Callable[[Dict[str, Any]], None]:
     return write
 
 
-def serve(ctx: Context, stdin: IO[str]) -> int:
+def read_line(stream: Any, limit: int = MAX_LINE_BYTES) -> Tuple[Optional[Any], bool]:
+    """The next line without its newline, and whether it was over ``limit`` (then cut short).
+
+    ``(None, False)`` at EOF. A line over the limit is read to its end and dropped, so the next
+    request starts where it should; memory stays bounded by ``limit``.
+    """
+    chunk = stream.readline(limit + 1)
+    if not chunk:
+        return None, False
+    newline = b"\n" if isinstance(chunk, bytes) else "\n"
+    if chunk.endswith(newline):
+        return chunk[:-1], False
+    if len(chunk) <= limit:
+        return chunk, False  # the last line, without a newline
+    while True:
+        rest = stream.readline(1 << 16)
+        if not rest or rest.endswith(newline):
+            return chunk[:limit], True
+
+
+def serve(ctx: Context, stdin: IO[Any]) -> int:
     """Answer requests until EOF or shutdown; restore the device on the way out. Returns 0.
 
-    A client that goes away (closed pipe) ends the loop like EOF does: nobody is left to answer.
+    Lines end only at ``\\n``: a text stream would also end them at a bare CR (universal
+    newlines) and split one request into two, so a stream with a binary ``buffer`` (stdin) is
+    read as bytes. A hostile line (too long, too deep, not UTF-8, not an object) gets an error
+    reply and the loop goes on. A client that goes away (closed pipe) ends the loop like EOF
+    does: nobody is left to answer.
     """
+    source = getattr(stdin, "buffer", stdin)
     try:
         while not ctx.stopping:
-            line = stdin.readline()
-            if not line:
+            line, too_long = read_line(source)
+            if line is None:
                 log.info("stdin closed: shutting down")
                 break
-            response = handle_request(ctx, line)
+            if too_long:
+                response = {
+                    "id": None,
+                    "ok": False,
+                    "error": "request longer than {} bytes; ignored".format(MAX_LINE_BYTES),
+                }  # type: Optional[Dict[str, Any]]
+            else:
+                response = handle_request(ctx, line)
             if response is not None:
                 ctx.write_line(response)
     except BrokenPipeError:

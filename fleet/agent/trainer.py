@@ -56,7 +56,6 @@ read once per evaluation. Python 3.6 + torch 1.10 compatible.
 """
 
 import hashlib
-import inspect
 import json
 import math
 import os
@@ -66,9 +65,10 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tu
 import torch
 import torch.nn as nn
 
+from . import tensorfile
 from .choose import scaled_lr
 from .models import loss_fn
-from .profile_io import atomic_write, temp_prefix
+from .profile_io import temp_prefix
 from .sampler import PowerSampler
 
 CHECKPOINT_FORMAT = "powerfleet-trainer-checkpoint"
@@ -378,21 +378,20 @@ def evaluate(
     return float(correct.item()) / max(1, total)
 
 
-_LOAD_HAS_WEIGHTS_ONLY = "weights_only" in inspect.signature(torch.load).parameters
+def torch_load_cpu(path: str, kind: Optional[str] = None) -> Any:
+    """Load a weights, data or checkpoint file onto the CPU without unpickling (any torch).
+
+    The name is historical: files are ``fleet.agent.tensorfile`` containers (JSON header, raw
+    tensor bytes, SHA-256 digest), so a hostile file cannot run code even on torch 1.10, and a
+    damaged one is refused. Old ``torch.save`` files are refused with a line saying how to
+    convert them.
+    """
+    return tensorfile.load(path, kind)
 
 
-def torch_load_cpu(path: str) -> Any:
-    """torch.load onto the CPU, tensors and plain containers only where this torch can enforce
-    it (>= 1.13); torch 1.10 on JetPack 4.6 has no such mode, so files must come from the
-    coordinator or this agent there."""
-    if _LOAD_HAS_WEIGHTS_ONLY:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    return torch.load(path, map_location="cpu")
-
-
-def atomic_torch_save(obj: Any, path: str) -> None:
-    """torch.save through a temp file in the same directory + os.replace: never half a file."""
-    atomic_write(path, lambda fh: torch.save(obj, fh))
+def atomic_torch_save(obj: Any, path: str, kind: str = "tensors") -> None:
+    """Save tensors in plain containers as a tensor file, atomically: never half a file."""
+    tensorfile.save(obj, path, kind)
 
 
 def _remove_stale_temps(path: str) -> None:
@@ -787,18 +786,15 @@ def _save_checkpoint(
             "saved_at": time.time(),
         },
         path,
+        "checkpoint",
     )
 
 
 def _load_checkpoint(path: str, fingerprint: Dict[str, Any]) -> Dict[str, Any]:
     try:
-        ckpt = torch_load_cpu(path)
-    except Exception as exc:  # noqa: BLE001 - any unreadable file gets the same clear line
-        raise TrainerError(
-            "checkpoint {} is unreadable ({}: {}); delete it to start over".format(
-                path, type(exc).__name__, " ".join(str(exc).split())[:200]
-            )
-        ) from None
+        ckpt = torch_load_cpu(path, "checkpoint")
+    except tensorfile.TensorFileError as exc:
+        raise TrainerError("checkpoint {}; delete it to start over".format(exc)) from None
     if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
         raise TrainerError("{} is not a powerfleet trainer checkpoint".format(path))
     diffs = _fingerprint_diff(ckpt.get("fingerprint") or {}, fingerprint)
@@ -808,7 +804,64 @@ def _load_checkpoint(path: str, fingerprint: Dict[str, Any]) -> Dict[str, Any]:
                 path, "; ".join(diffs)
             )
         )
+    problem = counters_problem(ckpt.get("counters"), fingerprint)
+    if problem:
+        raise TrainerError(
+            "checkpoint {} contradicts itself: {}; delete it to start over".format(path, problem)
+        )
     return ckpt
+
+
+def counters_problem(counters: Any, fingerprint: Dict[str, Any]) -> Optional[str]:
+    """Why a checkpoint's counters cannot be true of the run its own history records, or None.
+
+    The digest stops damage; this stops a file rewritten with believable but false counters
+    (e.g. more samples than its evaluation curve ever saw, or "reached" below the target): a
+    checkpoint is written right after an evaluation, so its last curve point is its sample count.
+    """
+    if not isinstance(counters, dict):
+        return "no counters"
+
+    def count(key: str) -> Optional[int]:
+        v = counters.get(key)
+        return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+
+    samples, steps = count("samples"), count("steps")
+    if samples is None or steps is None or count("epoch") is None or count("pos") is None:
+        return "samples, steps, epoch and pos must be counts"
+    if steps > samples or (steps == 0) != (samples == 0):
+        return "{} samples in {} steps".format(samples, steps)
+    for key in ("train_time_s", "eval_time_s", "checkpoint_time_s", "wall_time_s"):
+        v = counters.get(key)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < float("inf"):
+            return "{} = {!r}".format(key, v)
+    curve = counters.get("curve")
+    if not isinstance(curve, list) or not curve:
+        return "no evaluation curve"
+    last = -1
+    for point in curve:
+        ok = isinstance(point, (list, tuple)) and len(point) == 2
+        s, acc = (point[0], point[1]) if ok else (None, None)
+        if not ok or not isinstance(s, int) or isinstance(s, bool) or s < last:
+            return "evaluation curve out of order at {!r}".format(point)
+        if not isinstance(acc, (int, float)) or not 0 <= acc <= 1:
+            return "accuracy {!r} in the curve".format(acc)
+        last = s
+    if last != samples:
+        return "{} samples but the last evaluation was at {}".format(samples, last)
+    status = counters.get("status")
+    if not isinstance(status, str):
+        return "status {!r}".format(status)
+    reached = counters.get("samples_to_accuracy")
+    target = fingerprint.get("target_accuracy")
+    if status == STATUS_REACHED:
+        if reached != samples or (isinstance(target, float) and curve[-1][1] < target):
+            return "status 'reached' without the last evaluation reaching the target"
+    elif reached is not None:
+        return "samples_to_accuracy set but status is {!r}".format(status)
+    if count("next_eval") is None or counters["next_eval"] <= samples:
+        return "next evaluation at {!r}, not after {}".format(counters.get("next_eval"), samples)
+    return None
 
 
 def _restore(
