@@ -52,12 +52,18 @@ class Trusted:
 
 
 @lru_cache(maxsize=256)
-def _coverage(path: str, mtime_ns: int, size: int) -> Coverage:
-    return read_coverage(path)
+def _coverage(path: str, mtime_ns: int, size: int) -> tuple[Coverage, bool]:
+    cov = read_coverage(path)
+    return cov, bool(cov.predicted or cov.lacking())
 
 
 def coverage_of(path: str) -> Coverage | None:
     """The file's coverage (cached per file version: thousands of devices share a profile)."""
+    got = _coverage_entry(path)
+    return None if got is None else got[0]
+
+
+def _coverage_entry(path: str) -> tuple[Coverage, bool] | None:
     try:
         st = os.stat(path)
     except OSError:
@@ -86,9 +92,10 @@ def trust(
     """
     unchanged = Trusted(profile, index, first)
     path = profile.source
-    cov = coverage_of(path) if objective in ("time", "energy") else None
-    if cov is None:
+    entry = _coverage_entry(path) if objective in ("time", "energy") else None
+    if entry is None or not entry[1]:  # a complete, measured grid: nothing to check
         return unchanged
+    cov = entry[0]
     gaps = missing_points(profile, cov, shipped, budget_w, first)
     predicted = first is not None and cov.is_predicted(first.batch_size, first.freq_mhz)
     if not gaps and not predicted:
