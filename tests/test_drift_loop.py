@@ -97,3 +97,34 @@ def test_power_drift_is_one_event_and_the_refresh_moves_the_table(tmp_path):
     assert summary["refreshed_profile"] == str(out)
     assert summary["refreshed_profile_csv"] == out.read_text()
     assert result.samples >= 6000 and backend.locked is None
+
+
+def test_agent_train_reply_carries_drift_events_and_the_refreshed_profile(tmp_path):
+    from fleet.agent.protocol import Context, handle_train
+    from tests.test_trainer import _train_request
+
+    backend = FollowBackend()
+    backend.drift_w = DRIFT_W  # hotter than the LUT from the start
+    ctx = Context(backend, "replay", lambda ev: None)
+    out = tmp_path / "refreshed.csv"
+    req = _train_request(tmp_path, max_samples=3072, target_accuracy=1.0)
+    del req["freq_mhz"]
+    req.update(
+        budget_w=7.0,
+        profile=lut_rows(),
+        efficiency={"batch_sizes": [8, 16, 32], "samples_to_accuracy": [4000, 4000, 4400]},
+        batch_size=16,
+        drift_time_tol=100.0,
+        refreshed_profile=str(out),
+    )
+    res = handle_train(ctx, req)
+    (ev,) = res["drift_events"]
+    assert (ev["batch_size"], ev["freq_mhz"], ev["kind"]) == (32, 800, "power")
+    assert ev["measured_peak_w"] == pytest.approx(model_power(32, 800.0) + DRIFT_W, abs=0.01)
+    # No segment boundary came: the refresh ran at the end, from the event alone.
+    assert len(res["refreshes"]) == 1 and res["refreshes"][0]["reprobed"] == []
+    assert res["refreshed_profile"] == str(out)
+    assert res["refreshed_profile_csv"] == out.read_text()
+    rows, _ = read_profile(str(out))
+    top = next(r for r in rows if (int(r["batch_size"]), float(r["freq_mhz"])) == (32, 800.0))
+    assert float(top["peak_power_w"]) == pytest.approx(model_power(32, 800.0) + DRIFT_W, abs=0.01)
