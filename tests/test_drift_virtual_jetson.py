@@ -74,3 +74,16 @@ def test_power_drift_gives_one_event_and_a_refreshed_profile(tmp_path):
         assert abs(float(r["peak_power_w"]) - board_w) < abs(lut[f] - board_w) / 2, r
     # The final point fits the budget on the board as it draws now.
     assert lut[float(out["freq_mhz"])] / 1.02 * SCALE <= 4.6
+
+
+def test_bad_drift_tolerance_is_one_line_and_exit_2(tmp_path):
+    from tests.conftest import run_cli
+
+    r = run_cli(
+        "train", "--backend", "cpu", "--model", "small_cnn", "--dataset",
+        str(tmp_path / "d.npz"), "--efficiency", str(tmp_path / "e.csv"), "--budget-w", "5",
+        "--drift-power-tol", "0",
+    )  # fmt: skip
+    assert r.returncode == 2 and r.stdout == ""
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--drift-power-tol must be > 0, got 0.0" in lines[0]
