@@ -69,7 +69,7 @@ def agent_command(
 
 # Node-config keys the hardware client reads besides the backend's own options (which are the
 # backends' declared options under their public names: see ``node_config_keys``).
-AGENT_KEYS = ("backend", "agent-python", "agent-timeout-s", "work-dir")
+AGENT_KEYS = ("backend", "agent-python", "agent-timeout-s", "work-dir", "budget-file")
 
 
 def node_config_keys() -> list[str]:
@@ -91,6 +91,7 @@ class AgentSettings:
     timeout_s: float = 60.0  # hello, lock, shutdown
     long_timeout_s: float = 3600.0  # profile, train
     work_dir: str = ""
+    budget_file: str = ""  # a live budget file on the board (the closed loop re-reads it)
 
     @classmethod
     def from_node_config(cls, nc: Mapping[str, Any]) -> AgentSettings:
@@ -121,6 +122,7 @@ class AgentSettings:
             options=options,
             long_timeout_s=long_timeout,
             work_dir=text("work-dir") or "",
+            budget_file=text("budget-file") or "",
         )
 
     def argv(self) -> list[str]:

@@ -28,9 +28,10 @@ from flwr.app import ArrayRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
 from clients import records
+from fleet.device_round import TRAINED
 from fleet.errors import InputError
 from fleet.fleetconfig import DeviceSpec
-from fleet.virtual_clock import simulate_device
+from fleet.virtual_clock import cached_profile, simulate_device
 
 
 class LearningUnavailable(InputError):
@@ -61,7 +62,7 @@ def learn_by_training(spec: DeviceSpec, received: Received) -> Learned:
     ins = received.instruction
     weights = None
     if records.has_weights(received.arrays):
-        weights = received.arrays.to_torch_state_dict()
+        weights = records.state_dict_of(received.arrays)
     data_dir = str(ins.run.extra.get("data_dir") or "") or None
     row, trained = train_device(spec, ins.efficiency, ins.run, weights, data_dir)
     return row.to_dict(), ArrayRecord(trained) if trained is not None else None
@@ -107,8 +108,29 @@ def simulated_round(node_config: dict, content: RecordDict) -> RecordDict:
         row.update(budget_w=spec.budget_w, profile=spec.profile, learning=spec.learning)
     # Federated mode: a device sends its weights back (fine-tuned, or unchanged by a trace).
     out = trained if trained is not None else arrays
-    send = ins.run.mode == "federated" and row.get("status") == "ok" and records.has_weights(out)
+    trained_ok = row.get("status") in TRAINED
+    send = ins.run.mode == "federated" and trained_ok and records.has_weights(out)
     return records.reply_content(row, out if send else None)
+
+
+def simulated_plan(node_config: dict, content: RecordDict) -> RecordDict:
+    """The planning exchange on a simulated node: its fastest predicted finish for the round's
+    work, from its profile and the shipped efficiency (``fleet.deadline.plan_for_device``);
+    nothing is trained. A problem becomes the reply's message (the device does not count)."""
+    from fleet.deadline import plan_for_device
+
+    label = records.node_label(node_config)
+    try:
+        ins = records.decode_instruction(content.config_records[records.CONFIG])
+        spec = records.device_spec_for(node_config, ins.fleet_path)
+        label = spec.name
+        profile, _ = cached_profile(spec.profile)
+    except KeyError:
+        return records.plan_content(label, None, message="no instruction to plan")
+    except InputError as exc:
+        return records.plan_content(label, None, message=str(exc))
+    plan = plan_for_device(spec, profile, ins.efficiency)
+    return records.plan_content(label, plan.fastest_finish_s, plan.energy_j, plan.message)
 
 
 app = ClientApp()
@@ -122,3 +144,14 @@ def train(msg: Message, context: Context) -> Message:
 
         return Message(hardware_client.hardware_round(node_config, msg.content), reply_to=msg)
     return Message(simulated_round(node_config, msg.content), reply_to=msg)
+
+
+@app.query()
+def query(msg: Message, context: Context) -> Message:
+    """The coordinator's planning query (deadline objective): a plan, no training."""
+    node_config = dict(context.node_config)
+    if str(node_config.get("client", "simulated")) == "hardware":
+        from clients import hardware_client
+
+        return Message(hardware_client.hardware_plan(node_config, msg.content), reply_to=msg)
+    return Message(simulated_plan(node_config, msg.content), reply_to=msg)

@@ -5,12 +5,15 @@ on a board: start the agent (``python -m fleet.agent`` under the interpreter the
 names, e.g. JetPack's Python 3.6), say hello, get a profile (the node config's ``profile`` CSV
 when it exists, else the agent profiles the model with the staircase plan under the budget and
 writes the CSV there), then the device round (``fleet.device_round.run_device``: align, check
-the device type, select under the budget with the shipped efficiency) on the ``AgentRunner``,
-which locks the chosen frequency, then trains if the agent can: when its hello lists
-``train`` and the node config names ``data``, the agent fine-tunes at the choice with the
-batch-size-scaled learning rate and the row gets its time, energy and accuracy. Otherwise the
-reply says ``status = "selected"`` with the choice and no time or energy. The agent is shut down
-(which restores the clocks) or killed on every exit path.
+the device type, select under the budget with the shipped efficiency) on the ``AgentRunner``.
+When the agent's hello lists ``train`` and the node config names ``data``, the agent runs the
+closed loop on the board (``fleet/agent/closedloop.py``) with the device's whole budget (a
+schedule, a fixed budget, or the live ``budget-file``), the profile rows and the shipped
+efficiency: it re-selects and re-locks at every budget change and steps the clock down when
+the rail runs over; the row gets the measured time, energy and power, every segment and guard
+event. Otherwise the choice is only locked and the reply says ``status = "selected"`` with no
+time or energy. The agent is shut down (which restores the clocks) or killed on every exit
+path.
 
 Weights travel as files beside the agent (``TrainFiles``): the received ArrayRecord is written
 as a state_dict the agent loads, the fine-tuned one comes back in federated mode, and the
@@ -22,11 +25,10 @@ Node config keys (besides the device's own: device-name, device-type, budget-w, 
 ``backend`` (default jetson), ``agent-python``, ``agent-timeout-s`` (per long command, default
 3600), ``work-dir`` (where a profile is written when the node config names none), and the
 chosen backend's own options under their public names (``clients.agent_link.AgentSettings``,
-generated from the backend registry: e.g. ``sysfs-root``, ``rail``, ``gpu-index``,
-``allow-clock-changes``, ``profile-csv``).
-
-A budget schedule is honoured only in its first step here: re-selecting mid-training needs the
-trainer, which owns the training loop.
+generated from the backend registry: e.g. ``sysfs-root``, ``state-dir``, ``rail``,
+``gpu-index``, ``allow-clock-changes``, ``profile-csv``), and ``budget-file`` (a file an operator
+or a battery/solar controller rewrites; the board re-reads it every second, and it takes the
+place of the fleet's budget).
 """
 
 from __future__ import annotations
@@ -42,11 +44,12 @@ from flwr.app import ArrayRecord, RecordDict
 from clients import records
 from clients.agent_link import AgentError, AgentLink, AgentSettings, ProgressCallback
 from fleet.agent.profile_io import atomic_write_text
-from fleet.device_round import DeviceResult, Round, run_device
+from fleet.device_round import TRAINED, DeviceResult, Round, Segment, run_device
 from fleet.efficiency import Efficiency, scaled_lr
 from fleet.errors import InputError
-from fleet.fleetconfig import DeviceSpec, RunSettings
+from fleet.fleetconfig import DeviceSpec, RunSettings, format_budget, format_schedule
 from fleet.profile import Profile, load_profile
+from fleet.task import read_weights, write_weights
 
 
 def profile_path_for(
@@ -74,8 +77,8 @@ def obtain_profile(
     used when this board has no file, so the device round probes its choice before training),
     the profile CSV on this board (``local``), else first contact: the agent profiles in
     predict mode (a small design of probes, the rest predicted; ``profiled``), falling back to
-    the staircase under the budget (or the full grid) when the grid is too small to predict.
-    Batch sizes are the shipped efficiency's.
+    the staircase under the highest budget it faces (or the full grid) when the grid is too
+    small to predict. Batch sizes are the shipped efficiency's.
     """
     info = {} if info is None else info
     path = profile_path_for(spec, ins, settings)
@@ -106,21 +109,32 @@ def obtain_profile(
     except AgentError as exc:
         if "too few" not in str(exc):
             raise
-        if spec.budget_w is not None:
-            args["budget_w"] = spec.budget_w
+        highest = highest_budget(spec)
+        if highest is not None:
+            args["budget_w"] = highest
         out = link.request("profile", timeout_s=timeout, on_progress=on_progress, **args)
     info.update(origin="profiled", probes=int(out.get("probes") or 0))
     return load_profile(path)
 
 
+def highest_budget(spec: DeviceSpec) -> float | None:
+    """The highest budget the device will face (None: unlimited): the staircase plan profiles
+    the frontier under it, which covers every lower step of a schedule too."""
+    steps = [s.budget_w for s in spec.schedule] or [spec.budget_w]
+    return None if any(b is None for b in steps) else max(b for b in steps if b is not None)
+
+
 @dataclass
 class AgentRunner:
-    """Runner of the device round on a board: lock the chosen clock, train through the agent.
+    """Runner of the device round on a board: the agent's closed loop trains under the budget.
 
-    The row says ``selected`` (locked at the choice, no time or energy) when the agent cannot
-    train (its hello lists no ``train``) or the node config names no ``data``; otherwise the
-    agent's measured time, energy, power and accuracy fill it. Only the schedule's first budget
-    is honoured here: re-selecting mid-training is the trainer's closed loop.
+    With ``train`` in the agent's hello and ``data`` in the node config, the agent gets the
+    device's whole budget (its schedule, or its fixed budget; and the node config's live
+    ``budget-file`` when it names one), the aligned profile rows and the shipped efficiency,
+    and runs the closed loop (``fleet/agent/closedloop.py``): it selects, locks, re-selects at
+    every budget change and guards the rail; the row takes its measured time, energy and power,
+    every segment and every guard event. Otherwise the round's choice is only locked and the
+    row says ``selected`` (no time or energy).
     """
 
     link: AgentLink
@@ -133,26 +147,26 @@ class AgentRunner:
     probes: int = 0  # points measured by ``probe`` this round
 
     def run(self, rnd: Round, res: DeviceResult) -> None:
-        choice, run = rnd.first, rnd.run
-        lr = scaled_lr(choice.batch_size, run.lr_ref_batch, run.lr_ref, run.optimizer)
         try:
-            self.link.request("lock", timeout_s=self.settings.timeout_s, freq_mhz=choice.freq_mhz)
+            if "train" in self.commands and rnd.spec.data:
+                self._train(rnd, res)
+            else:
+                self._lock_only(rnd, res)
         except (AgentError, OSError) as exc:
             res.status, res.message = "error", " ".join(str(exc).split())
-            return
+
+    def _lock_only(self, rnd: Round, res: DeviceResult) -> None:
+        choice, run = rnd.first, rnd.run
+        lr = scaled_lr(choice.batch_size, run.lr_ref_batch, run.lr_ref, run.optimizer)
+        self.link.request("lock", timeout_s=self.settings.timeout_s, freq_mhz=choice.freq_mhz)
         res.status = "selected"
         res.message = f"locked {choice.freq_mhz:g} MHz for batch {choice.batch_size} (lr {lr:.3g})"
         if "train" not in self.commands:
             res.message += (
                 "; training on the device needs the trainer: this agent has no 'train' command"
             )
-        elif not rnd.spec.data:
-            res.message += "; no data to train on (the device's node config names no 'data')"
         else:
-            try:
-                self._train(rnd, res, lr)
-            except (AgentError, OSError) as exc:
-                res.status, res.message = "error", " ".join(str(exc).split())
+            res.message += "; no data to train on (the device's node config names no 'data')"
 
     def probe(self, run: RunSettings, batch_size: int, freq_mhz: float) -> dict[str, Any]:
         """Measure one point on the board (the agent's ``profile`` on that point alone): the
@@ -180,34 +194,119 @@ class AgentRunner:
         self.probes += 1
         return dict(rows[0])
 
-    def _train(self, rnd: Round, res: DeviceResult, lr: float) -> None:
-        """The agent's ``train`` command at the choice with the batch-size-scaled lr.
-
-        Reads back ``time_s`` (training time, evaluation excluded), ``energy_j``, measured
-        peak/mean power, ``accuracy`` (final), ``samples`` and ``reached``. Measured power
-        replaces the profile's in the row, so a board that ran over its budget shows up in the
-        report's budget violations.
-        """
-        choice, run = rnd.first, rnd.run
+    def _train(self, rnd: Round, res: DeviceResult) -> None:
+        """The agent's closed-loop ``train``; its reply fills the row (``fill_from_train``)."""
+        run = rnd.run
         out = self.link.request(
             "train",
             timeout_s=self.settings.long_timeout_s,
             on_progress=self.on_progress,
             model=run.model,
-            batch_size=choice.batch_size,
-            freq_mhz=choice.freq_mhz,
-            lr=lr,
+            batch_size=run.lr_ref_batch,  # the learning-rate reference pair: the agent scales
+            lr=run.lr_ref,
             optimizer=run.optimizer,
             target_accuracy=run.target_accuracy,
             data=rnd.spec.data,
             seed=run.seed,
+            **budget_args(rnd, self.settings),
+            **train_extras(run),
             **(self.files.agent_args() if self.files else {}),
         )
-        for key in ("time_s", "energy_j", "peak_power_w", "mean_power_w", "accuracy", "samples"):
-            value = out.get(key)
-            if isinstance(value, (int, float)) and math.isfinite(value):
-                setattr(res, key, float(value))
-        res.status = "ok" if out.get("reached", True) else "not reached"
+        fill_from_train(res, out, run.target_accuracy)
+
+
+def budget_args(rnd: Round, settings: AgentSettings) -> dict[str, Any]:
+    """The closed loop's inputs: the budget (live file, else schedule, else fixed), the aligned
+    profile's rows and the shipped efficiency, and the objective when the board's chooser has it.
+    """
+    args: dict[str, Any] = {}
+    if settings.budget_file:
+        args["budget_file"] = settings.budget_file
+    elif len(rnd.schedule) > 1:
+        args["budget_schedule"] = format_schedule(rnd.schedule)
+    else:
+        args["budget_w"] = format_budget(rnd.schedule[0].budget_w)
+    args["profile"] = [
+        {
+            "batch_size": p.batch_size,
+            "freq_mhz": p.freq_mhz,
+            "time_per_batch_s": p.time_per_batch_s,
+            "peak_power_w": _finite(p.peak_power_w),
+            "mean_power_w": _finite(p.mean_power_w),
+        }
+        for p in rnd.profile.points
+    ]
+    args["efficiency"] = {str(b): _finite(n) for b, n in rnd.shipped.samples.items()}
+    if rnd.run.objective in BOARD_OBJECTIVES:
+        args["objective"] = rnd.run.objective
+    return args
+
+
+# The objectives the board's own chooser knows (fleet/agent/choose.py); others keep its default.
+BOARD_OBJECTIVES = ("time", "energy")
+
+
+def train_extras(run: RunSettings) -> dict[str, Any]:
+    """``[run]`` keys the agent's trainer takes as they are (``max_samples``...)."""
+    keys = ("max_samples", "eval_every_samples", "guard_window_s")
+    return {k: run.extra[k] for k in keys if run.extra.get(k) is not None}
+
+
+def fill_from_train(res: DeviceResult, out: dict[str, Any], target: float) -> None:
+    """The agent's closed-loop reply -> the row: measured time, energy and power, the first
+    segment's (b, f), every segment and guard event, and the status.
+
+    Measured power replaces the profile's, so a board that ran over its budget shows up in the
+    report's budget violations. ``over-budget``: the guard ran out of clocks and stopped
+    training (the checkpoint is kept on the board).
+    """
+    for key in ("time_s", "energy_j", "peak_power_w", "mean_power_w", "accuracy", "samples"):
+        value = out.get(key)
+        if isinstance(value, (int, float)) and math.isfinite(value):
+            setattr(res, key, float(value))
+    segments = [s for s in out.get("segments") or [] if isinstance(s, dict)]
+    res.segments = [segment_of(s) for s in segments]
+    res.guard_events = [dict(e) for e in out.get("guard_events") or [] if isinstance(e, dict)]
+    first = next((s for s in res.segments if s.batch_size is not None), None)
+    if first is not None:
+        res.batch_size, res.freq_mhz = first.batch_size, first.freq_mhz
+    status = out.get("status")
+    if status == "over-budget":
+        res.status = "over-budget"
+        res.message = str(out.get("stop_reason") or "the guard ran out of clocks under the budget")
+    elif status == "reached" or (status is None and out.get("reached")):
+        res.status, res.message = "ok", ""
+    else:
+        res.status = "not reached"
+        res.message = f"target {target:g} not reached within {out.get('samples')} samples"
+    notes = [str(n) for n in out.get("notes") or []]
+    if notes:
+        res.message = "; ".join(([res.message] if res.message else []) + notes)
+
+
+def segment_of(s: dict[str, Any]) -> Segment:
+    """One of the agent's segments as the row's ``Segment`` (its samples are not counted)."""
+
+    def num(key: str) -> float | None:
+        v = s.get(key)
+        return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None
+
+    b = s.get("batch_size")
+    return Segment(
+        start_s=num("start_s") or 0.0,
+        end_s=num("end_s") or 0.0,
+        budget_w=num("budget_w"),
+        batch_size=int(b) if isinstance(b, (int, float)) else None,
+        freq_mhz=num("freq_mhz"),
+        samples=math.nan,
+        energy_j=num("energy_j") if num("energy_j") is not None else math.nan,
+        peak_power_w=num("peak_power_w"),
+        reason=str(s.get("reason") or ""),
+    )
+
+
+def _finite(v: float) -> float | None:
+    return v if math.isfinite(v) else None
 
 
 def run_on_agent(
@@ -287,12 +386,44 @@ def hardware_round(node_config: dict, content: RecordDict) -> RecordDict:
         row = records.error_row(spec.name, str(exc), spec.device_type)
     finally:
         link.close()
-    send = ins.run.mode == "federated" and row.get("status") == "ok"
+    send = ins.run.mode == "federated" and row.get("status") in TRAINED
     content = records.reply_content(row, files.trained() if send else None)
     csv_text = info.pop("csv", None)
     if csv_text:
         records.attach_profile(content, csv_text, info)
     return content
+
+
+def hardware_plan(node_config: dict, content: RecordDict) -> RecordDict:
+    """The planning exchange on a board: its fastest predicted finish from its profile (the
+    node config's CSV; measured by the agent first when there is none yet, as the round would),
+    without training."""
+    from fleet.deadline import plan_for_device
+
+    label = records.node_label(node_config)
+    try:
+        ins = records.decode_instruction(content.config_records[records.CONFIG])
+        spec = records.device_spec_for(node_config, ins.fleet_path)
+        settings = AgentSettings.from_node_config(node_config)
+    except KeyError:
+        return records.plan_content(label, None, message="no instruction to plan")
+    except InputError as exc:
+        return records.plan_content(label, None, message=str(exc))
+    try:
+        path = profile_path_for(spec, ins, settings)
+        if Path(path).is_file():
+            profile = load_profile(path)
+        else:
+            link = AgentLink(settings.argv(), timeout_s=settings.timeout_s)
+            try:
+                link.start()
+                profile = obtain_profile(link, spec, ins, settings)
+            finally:
+                link.close()
+    except (AgentError, InputError, OSError) as exc:
+        return records.plan_content(spec.name, None, message=" ".join(str(exc).split()))
+    plan = plan_for_device(spec, profile, ins.efficiency)
+    return records.plan_content(spec.name, plan.fastest_finish_s, plan.energy_j, plan.message)
 
 
 @dataclass(frozen=True)
@@ -322,10 +453,8 @@ class TrainFiles:
         base.mkdir(parents=True, exist_ok=True)
         weights = None
         if records.has_weights(arrays):
-            from fleet.agent import tensorfile
-
             weights = f"{stem}_in.pt"
-            tensorfile.save(arrays.to_torch_state_dict(), weights, "weights")
+            write_weights(records.state_dict_of(arrays), weights)
         return cls(weights, f"{stem}_out.pt", f"{stem}.ckpt")
 
     def agent_args(self) -> dict[str, str]:
@@ -337,6 +466,4 @@ class TrainFiles:
     def trained(self) -> ArrayRecord | None:
         if not Path(self.out_weights).exists():
             return None
-        from fleet.agent import tensorfile
-
-        return ArrayRecord(tensorfile.load(self.out_weights))
+        return ArrayRecord(read_weights(self.out_weights))

@@ -23,8 +23,16 @@ Reply (device -> server), a ``RecordDict``:
                 ``num-examples`` is the samples trained (FedAvg's weight).
     ``report``  ConfigRecord: the text columns (``device``, ``device-type``, ``status``,
                 ``message``, ``profile``, ``efficiency``, ``learning``, ``trace``...) and
-                ``segments`` (the budget-schedule segments, as JSON).
+                ``segments`` and ``guard_events`` (lists, as JSON).
     ``arrays``  ArrayRecord, only in federated mode and only from a device that trained.
+
+Planning (deadline objective without ``[run] deadline_s``, before each round's train message):
+    query   ``config``: the round's instruction, as above (no weights); the device trains nothing.
+    reply   ``plan`` ConfigRecord: ``device``, ``fastest-finish-s`` (absent when the device
+            cannot finish), ``energy-j`` (that fastest plan's predicted energy), ``message``.
+    The coordinator sets the deadline (``fleet.deadline.plan_deadline``) and puts it in the
+    train instruction's run settings (``extra`` -> ``deadline_s``), where the device round
+    reads the objective's context.
 
 Decoding a reply gives a dict with exactly the keys of ``fleet.device_round.row_fields()``,
 so rows from Flower and from the direct engine are interchangeable in ``fleet.report``.
@@ -40,7 +48,7 @@ from dataclasses import dataclass, field
 
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
-from fleet.device_round import DeviceResult, row_fields
+from fleet.device_round import LIST_FIELDS, TRAINED, DeviceResult, row_fields
 from fleet.efficiency import Efficiency
 from fleet.errors import InputError
 from fleet.fleetconfig import (
@@ -63,6 +71,7 @@ PROFILE_CSV = "profile-csv"  # reply: the profile a board made or changed this r
 PROFILE_INFO = "profile-info"  # reply: its provenance (JSON)
 METRICS = "metrics"
 REPORT = "report"
+PLAN = "plan"
 
 UNREACHED = -1.0  # samples-to-accuracy of a batch size that never reached the target
 
@@ -190,7 +199,7 @@ def encode_reply(row: dict[str, object]) -> tuple[MetricRecord, ConfigRecord]:
     report = ConfigRecord()
     for name in row_fields():
         key, value = wire_key(name), row.get(name)
-        if name == "segments":
+        if name in LIST_FIELDS:
             report[key] = json.dumps(value or [])
         elif value is None:
             continue
@@ -200,7 +209,7 @@ def encode_reply(row: dict[str, object]) -> tuple[MetricRecord, ConfigRecord]:
             if math.isfinite(value):
                 metrics[key] = value
     samples = row.get("samples")
-    ok = row.get("status") == "ok" and isinstance(samples, (int, float)) and samples > 0
+    ok = row.get("status") in TRAINED and isinstance(samples, (int, float)) and samples > 0
     metrics["num-examples"] = int(round(float(samples))) if ok else 0  # type: ignore[arg-type]
     return metrics, report
 
@@ -210,7 +219,7 @@ def decode_reply(metrics: MetricRecord, report: ConfigRecord) -> dict[str, objec
     row: dict[str, object] = {}
     for name in row_fields():
         key = wire_key(name)
-        if name == "segments":
+        if name in LIST_FIELDS:
             try:
                 row[name] = json.loads(str(report.get(key, "[]")))
             except ValueError:
@@ -229,6 +238,27 @@ def reply_content(row: dict[str, object], arrays: ArrayRecord | None = None) -> 
     if arrays is not None:
         content[ARRAYS] = arrays
     return content
+
+
+def plan_content(
+    device: str, fastest_s: float | None, energy_j: float | None = None, message: str = ""
+) -> RecordDict:
+    """A device's planning reply (see the module docstring); None values are left out."""
+    cfg = ConfigRecord({"device": device, "message": message})
+    for key, value in (("fastest-finish-s", fastest_s), ("energy-j", energy_j)):
+        if value is not None and math.isfinite(value):
+            cfg[key] = float(value)
+    return RecordDict({PLAN: cfg})
+
+
+def decode_plan(content: RecordDict) -> tuple[str, float | None, str]:
+    """(device, fastest finish or None, message) from a planning reply; malformed -> None."""
+    cfg = content.config_records.get(PLAN)
+    if cfg is None:
+        return "", None, "reply without a plan record"
+    raw = cfg.get("fastest-finish-s")
+    fastest = float(raw) if isinstance(raw, (int, float)) and math.isfinite(raw) else None
+    return str(cfg.get("device", "")), fastest, str(cfg.get("message", ""))
 
 
 def attach_profile(content: RecordDict, csv_text: str, info: dict[str, object]) -> RecordDict:
@@ -259,6 +289,14 @@ def error_row(device: str, message: str, device_type: str = "", status: str = "e
 
 def has_weights(arrays: ArrayRecord | None) -> bool:
     return arrays is not None and len(arrays) > 0
+
+
+def state_dict_of(arrays: ArrayRecord) -> dict:
+    """The weights as a torch state_dict. Flower's ``to_torch_state_dict`` looks for torch only
+    among the modules already imported (else "PyTorch is required..."), so import it first."""
+    import torch  # noqa: F401 - needed in sys.modules, see above
+
+    return arrays.to_torch_state_dict()
 
 
 # --------------------------------------------------------------------------- device identity

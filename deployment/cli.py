@@ -243,6 +243,11 @@ def register_device(sub: argparse._SubParsersAction) -> None:
     hw.add_argument("--backend", choices=backend_names(), help="agent backend (default jetson)")
     hw.add_argument("--agent-python", help="interpreter for the agent (e.g. JetPack's python3)")
     hw.add_argument("--agent-timeout-s", type=float, help="agent: limit for profile/train")
+    hw.add_argument(
+        "--budget-file",
+        help="a live budget file on the board (watts; re-read every second) instead of the "
+        "fleet's budget",
+    )
     # Each backend's own options, from its declaration (fleet/agent/devices): they travel as
     # node-config keys of the same names to the hardware client, which passes them to the agent.
     add_backend_arguments(hw, with_backend=False)
@@ -265,8 +270,10 @@ def cmd_device(args: argparse.Namespace) -> int:
             options_for(args.backend or "jetson", agent_options)
         except DeviceError as exc:
             raise InputError(str(exc)) from None
-    elif args.backend or agent_options:
-        raise InputError("--backend and the agent's options apply to --client hardware")
+    elif args.backend or agent_options or args.budget_file:
+        raise InputError(
+            "--backend, --budget-file and the agent's options apply to --client hardware"
+        )
     # this device's own directory: measured profiles and weight files (hardware client), logs,
     # and one fresh 0700 Flower directory per run
     safe = re.sub(r"[^A-Za-z0-9._-]", "_", spec.name)
@@ -277,6 +284,7 @@ def cmd_device(args: argparse.Namespace) -> int:
         backend=args.backend,
         agent_python=args.agent_python,
         agent_timeout_s=args.agent_timeout_s,
+        budget_file=str(Path(args.budget_file).resolve()) if args.budget_file else None,
         work_dir=str(work) if args.client == "hardware" else None,
         **{public.replace("-", "_"): value for public, value in agent_options.items()},
     )

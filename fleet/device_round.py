@@ -12,9 +12,12 @@ fleet's objective, and then *run*. Only the run differs:
 
 A runner is any object with a ``learning`` label (or None to keep the fleet entry's) and a
 ``run(rnd, res)`` method that fills the row's time/energy/accuracy columns; it may re-select at
-each budget step with ``rnd.choose(budget)`` (or ``rnd.choose(budget, batch_size=b)`` when the
-batch size is fixed by training that already started). A runner that knows the device's true
-samples-to-accuracy (``truth``) also gets the baselines costed on it. Adding a runner is one
+each budget step with ``rnd.choose_step(k, clock_s, done)`` (the objective's per-step chooser
+when it has one, e.g. the deadline's, else ``rnd.choose(budget)``), or
+``rnd.choose(budget, batch_size=b)`` when the batch size is fixed by training that already
+started. An objective's chooser may give the row a status of its own after the run (``late``).
+A runner that knows the device's true samples-to-accuracy (``truth``) also gets the baselines
+costed on it. Adding a runner is one
 class; nothing here changes.
 
 ``DeviceResult`` is the row: its fields define the report's columns (``row_columns``), with
@@ -32,9 +35,13 @@ from fleet.baselines import BASELINES, run_baseline, speedup_column, time_column
 from fleet.efficiency import Efficiency
 from fleet.errors import InfeasibleError, InputError
 from fleet.fleetconfig import DEVICE_TYPES, BudgetStep, DeviceSpec, RunSettings
-from fleet.objectives import OBJECTIVES
+from fleet.objectives import OBJECTIVES, StepChooser
 from fleet.profile import Profile
 from fleet.selection import Choice, SelectionIndex, align, evaluate
+
+# Statuses of a device that trained to its target: their time and energy count toward the
+# round, and in federated mode their weights go back (``late``: trained, after the deadline).
+TRAINED = ("ok", "late")
 
 
 @dataclass
@@ -49,6 +56,7 @@ class Segment:
     samples: float
     energy_j: float
     peak_power_w: float | None
+    reason: str = ""  # why it began: start | budget | guard | switch (the board's closed loop)
 
 
 @dataclass
@@ -62,7 +70,7 @@ class DeviceResult:
     device: str
     device_type: str
     budget_w: float | None = None
-    status: str = "error"  # ok | selected | infeasible | not reached | error
+    status: str = "error"  # ok | late | selected | infeasible | not reached | error
     batch_size: int | None = None
     freq_mhz: float | None = None
     predicted_time_s: float | None = None
@@ -79,6 +87,9 @@ class DeviceResult:
     message: str = ""
     trace: str | None = None  # the convergence trace (true samples-to-accuracy) it ran on
     segments: list[Segment] = field(default_factory=list)
+    # the board's runtime guard stepping the clock down: {t_s, from_mhz, to_mhz, measured_w,
+    # budget_w} each (the agent's closed loop; empty in simulation)
+    guard_events: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def for_device(cls, spec: DeviceSpec, efficiency: str, **values: Any) -> DeviceResult:
@@ -101,7 +112,9 @@ class DeviceResult:
             if f.name == "baseline_time_s":
                 d.update(self._baseline_columns())
             elif f.name == "segments":
-                d[f.name] = [vars(s).copy() for s in value]
+                d[f.name] = [{k: _finite_or_none(v) for k, v in vars(s).items()} for s in value]
+            elif f.name in LIST_FIELDS:
+                d[f.name] = [dict(e) for e in value]
             else:
                 d[f.name] = value
         return {
@@ -114,9 +127,13 @@ class DeviceResult:
         for n, t in times.items():
             out[time_column(n)] = t
         for n, t in times.items():
-            ok = self.status == "ok" and t and self.time_s
+            ok = self.status in TRAINED and t and self.time_s
             out[speedup_column(n)] = t / self.time_s if ok else None  # type: ignore[operator]
         return out
+
+
+def _finite_or_none(v: object) -> object:
+    return None if isinstance(v, float) and not math.isfinite(v) else v
 
 
 def row_fields() -> list[str]:
@@ -131,9 +148,13 @@ def row_fields() -> list[str]:
     return names
 
 
+# Row fields holding lists (of dicts): report.json and the wire carry them as JSON, not columns.
+LIST_FIELDS = ("segments", "guard_events")
+
+
 def row_columns() -> list[str]:
     """The report's table columns (devices.csv): every row field that is a single value."""
-    return [n for n in row_fields() if n != "segments"]
+    return [n for n in row_fields() if n not in LIST_FIELDS]
 
 
 # ------------------------------------------------------------------------------ the round
@@ -151,6 +172,16 @@ class Round:
     schedule: tuple[BudgetStep, ...]
     first: Choice  # the choice under the schedule's first budget
     context: dict[str, Any] = field(default_factory=dict)
+    chooser: StepChooser | None = None  # the objective's per-step chooser, if it has one
+
+    def choose_step(
+        self, k: int, clock_s: float, done: float, batch_size: int | None = None
+    ) -> Choice | None:
+        """The choice for budget step k, with the clock at ``clock_s`` and ``done`` of the
+        target reached: the objective's own chooser when it has one (and the batch is free)."""
+        if self.chooser is not None and batch_size is None:
+            return self.chooser(k, clock_s, done)
+        return self.choose(self.schedule[k].budget_w, batch_size)
 
     def choose(self, budget_w: float | None, batch_size: int | None = None) -> Choice | None:
         """Re-select at a budget step (optionally for a fixed batch size); None if nothing fits."""
@@ -208,11 +239,21 @@ def run_device(
         if index is None or aligned.points != profile.points:
             index = SelectionIndex(aligned)
         schedule = spec.schedule or (BudgetStep(0.0, spec.budget_w),)
-        first, why = _first_choice(index, shipped_a, schedule[0].budget_w, run, context)
-        checked = _trusted(
-            aligned, shipped_a, index, first, schedule[0].budget_w, run, runner, context
-        )
-        if checked is not None:  # coverage / verify-before-trust acted (fleet/trust.py)
+        chooser, first = None, None
+        obj = OBJECTIVES.get_entry(run.objective)
+        if obj.steps is not None and all(k in context for k in obj.context):
+            # the objective plans per step (fleet.objectives); its step 0 is the first choice
+            chooser = obj.steps(aligned.points, shipped_a, schedule, context, aligned.source)
+            first = chooser(0, 0.0, 0.0)
+        why = ""
+        if first is None:  # selection proper (or, when the chooser found nothing, its reason)
+            first, why = _first_choice(index, shipped_a, schedule[0].budget_w, run, context)
+        checked = None
+        if chooser is None:  # coverage / verify-before-trust (fleet/trust.py) for plain selection
+            checked = _trusted(
+                aligned, shipped_a, index, first, schedule[0].budget_w, run, runner, context
+            )
+        if checked is not None:
             aligned, index, first = checked.profile, checked.index, checked.first
             if first is None:
                 why = f"{checked.note}; nothing fits the budget after checking"
@@ -221,8 +262,12 @@ def run_device(
             return res
         res.take(first)
         res.status = "ok"
-        rnd = Round(spec, run, aligned, shipped_a, index, schedule, first, dict(context or {}))
+        rnd = Round(spec, run, aligned, shipped_a, index, schedule, first, dict(context), chooser)
         runner.run(rnd, res)
+        if chooser is not None and res.status == "ok":
+            status, note = chooser.verdict()
+            res.status = status or res.status
+            res.message = "; ".join(m for m in (note, res.message) if m)
         if checked is not None and checked.note:
             res.message = f"{checked.note}; {res.message}" if res.message else checked.note
         if runner.truth is not None:
@@ -266,7 +311,14 @@ def _trusted(
 
 
 def baseline_times(rnd: Round, truth: Efficiency) -> dict[str, float]:
-    """Each registered baseline's time on the device's truth, under its first budget and cap."""
+    """Each registered baseline's time on the device's truth, under the device's budget.
+
+    One budget: its (b, cap) choice costed on the truth. A schedule: the baseline runs the same
+    schedule (``scheduled_baseline_time``), so "ours" and the baselines face the same budgets.
+    """
+    if len(rnd.schedule) > 1:
+        out = {n: scheduled_baseline_time(rnd, truth, n) for n in BASELINES}
+        return {n: t for n, t in out.items() if math.isfinite(t)}
     budget = rnd.schedule[0].budget_w
     try:
         cap = rnd.index.safe_cap(budget)
@@ -281,3 +333,30 @@ def baseline_times(rnd: Round, truth: Efficiency) -> dict[str, float]:
         if math.isfinite(c.predicted_time_s):
             out[name] = c.predicted_time_s
     return out
+
+
+def scheduled_baseline_time(rnd: Round, truth: Efficiency, name: str) -> float:
+    """A baseline replayed on the virtual clock, segment by segment: at each budget step it
+    takes its own fixed choice (its batch rule's b at that step's safe clock cap) and progress
+    carries over as the fraction of the target reached, as the device's own run does
+    (``fleet.virtual_clock``); a step where it cannot run is a pause. inf: never finishes."""
+    clock = done = 0.0
+    for k, step in enumerate(rnd.schedule):
+        end = rnd.schedule[k + 1].at_s if k + 1 < len(rnd.schedule) else math.inf
+        clock = max(clock, step.at_s)
+        try:
+            cap = rnd.index.safe_cap(step.budget_w)
+            c = run_baseline(name, rnd.profile, rnd.shipped, step.budget_w, cap)
+        except InfeasibleError:
+            clock = end
+            continue
+        n = truth.samples.get(c.batch_size, math.nan)
+        if not math.isfinite(n) or n <= 0:
+            return math.inf
+        per_sample = c.time_per_batch_s / c.batch_size
+        run = min((1.0 - done) * n * per_sample, end - clock)
+        clock += run
+        done += run / (n * per_sample)
+        if done >= 1.0 - 1e-12:
+            return clock
+    return math.inf

@@ -242,11 +242,32 @@ def _req(table: dict, key: str, where: str, kind: type | tuple[type, ...]) -> ob
     return value
 
 
+def _data_entry(base: Path, raw: str, where: str, learning: str) -> str:
+    """A device's ``data``: a trace CSV (replay), else a dataset path or a prepared dataset's
+    name (``mnist-5k``, ``fashion-mnist``...: ``powerfleet data prepare``), kept as the name
+    when no file of that name sits beside the fleet file."""
+    from fleet.agent.datasets import KNOWN_DATASETS
+
+    if learning != "trace" and raw in KNOWN_DATASETS and not (base / raw).exists():
+        return raw
+    return _resolve(base, raw, where, must_exist=learning == "trace")
+
+
 def _resolve(base: Path, raw: str, where: str, must_exist: bool = True) -> str:
     p = (base / raw).resolve() if not Path(raw).is_absolute() else Path(raw)
     if must_exist and not p.exists():
         raise InputError(f"{where}: file not found: {raw} (resolved to {p})")
     return str(p)
+
+
+def _trace_schedule(base: Path, d: dict, where: str) -> str:
+    """A device's ``budget_trace`` as schedule text for ``read_budget`` (exact, via the codec)."""
+    from fleet.budgettrace import DEFAULT_DWELL_S, schedule_from_trace
+
+    trace = _resolve(base, str(d["budget_trace"]), f"{where} budget_trace")
+    dwell = d.get("budget_dwell_s", DEFAULT_DWELL_S)
+    start = d.get("budget_trace_start_s")  # trace second at which training starts
+    return format_schedule(schedule_from_trace(trace, dwell, f"{where} budget_trace", start))
 
 
 def load_fleet(path: str | Path) -> Fleet:
@@ -319,9 +340,14 @@ def load_fleet(path: str | Path) -> Fleet:
             raise InputError(
                 f"{w}: unknown device type {dtype!r}; expected one of {', '.join(DEVICE_TYPES)}"
             )
-        if "budget_w" not in d and "budget_schedule" not in d:
+        if not {"budget_w", "budget_schedule", "budget_trace"} & set(d):
             raise InputError(f"{w}: missing field 'budget_w' (watts, or \"none\" for no limit)")
-        budget, schedule = read_budget(w, d.get("budget_w"), d.get("budget_schedule"))
+        schedule_raw = d.get("budget_schedule")
+        if "budget_trace" in d:  # a power trace becomes the schedule: fleet.budgettrace
+            if schedule_raw is not None:
+                raise InputError(f"{w}: give budget_schedule or budget_trace, not both")
+            schedule_raw = _trace_schedule(base, d, w)
+        budget, schedule = read_budget(w, d.get("budget_w"), schedule_raw)
         client = d.get("client", "replay")
         if client not in CLIENTS:
             raise InputError(f"{w}: client must be one of {', '.join(CLIENTS)}, got {client!r}")
@@ -338,8 +364,10 @@ def load_fleet(path: str | Path) -> Fleet:
         data_path = None
         on_board = client == "hardware"  # its data (if any) lives on the board
         if "data" in d:
-            must = learning == "trace" and not on_board
-            data_path = _resolve(base, str(d["data"]), f"{w} data", must_exist=must)
+            if on_board:  # a path on the board, not on this host
+                data_path = _resolve(base, str(d["data"]), f"{w} data", must_exist=False)
+            else:
+                data_path = _data_entry(base, str(d["data"]), f"{w} data", learning)
         elif learning == "trace" and not on_board:
             raise InputError(f"{w}: missing field 'data' (the device's convergence trace CSV)")
         count = d.get("count", 1)

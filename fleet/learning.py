@@ -60,6 +60,12 @@ class HostTraining:
             )
         except TrainerError as exc:
             raise InputError(str(exc)) from None
+        self.trained = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        if out.samples_to_accuracy == 0:
+            # the shipped (pre-trained) model already meets the target on this device's data
+            res.time_s = res.energy_j = res.samples = 0.0
+            res.accuracy, res.message = out.final_accuracy, "the shipped model meets the target"
+            return
         n = float(out.samples_to_accuracy) if out.samples_to_accuracy else math.nan
         clock = VirtualClock(Efficiency({b: n}, source=f"trained:{spec.data}"), batch_size=b)
         clock.run(rnd, res)
@@ -76,7 +82,6 @@ class HostTraining:
                 f"target {run.target_accuracy:g} not reached within {out.samples} samples "
                 f"(best {out.best_accuracy:.3f})"
             )
-        self.trained = {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
 def train_device(

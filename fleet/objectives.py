@@ -15,19 +15,42 @@ Two kinds of objective:
   predicted time and energy, plus the keyword context the caller passed to ``select(...,
   **context)``, and returns the one to run (or None: nothing meets it). ``context`` names the
   keywords it requires; selection refuses a call that lacks one with an ``InputError``.
+
+An objective whose choice depends on where the device stands in its round (how much of the
+work is done, how far the clock has run) also gives a *per-step chooser* (``steps``): a factory
+``steps(points, shipped, schedule, context, source)`` returning a ``StepChooser`` that the
+device round asks at every budget step instead of re-selecting, and whose ``verdict()`` may
+give the row a status of its own (``deadline``: ``late`` when no point meets the deadline).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fleet.registry import Registry
 
 if TYPE_CHECKING:  # type hints only: fleetconfig imports this table, and profile imports that
+    from fleet.efficiency import Efficiency
+    from fleet.fleetconfig import BudgetStep
     from fleet.profile import Point
     from fleet.selection import Choice
+
+
+class StepChooser(Protocol):
+    """A device's choice at each budget step of its round (see the module docstring)."""
+
+    def __call__(self, k: int, clock_s: float, done: float) -> Choice | None: ...
+
+    def verdict(self) -> tuple[str | None, str]:
+        """(a status replacing ``ok``, or None; a note for the row's message, or "")."""
+        ...
+
+
+StepsFactory = Callable[
+    ["Sequence[Point]", "Efficiency", "Sequence[BudgetStep]", dict[str, Any], str], StepChooser
+]
 
 
 @dataclass(frozen=True)
@@ -40,6 +63,7 @@ class Objective:
     needs_power: bool = False  # refuse time-only profiles (the cost reads mean power)
     context: tuple[str, ...] = ()  # keyword context select() must be given
     pick: Callable[[list[Choice], dict[str, Any]], Choice | None] | None = None
+    steps: StepsFactory | None = None  # per-step chooser for the device round
 
 
 def time_per_sample(p: Point) -> float:
@@ -75,5 +99,36 @@ register_objective(
         energy_per_sample,
         "reach the target with the least energy (mean power x time)",
         needs_power=True,
+    )
+)
+
+
+def _deadline_pick(candidates: list[Choice], context: dict[str, Any]) -> Choice | None:
+    from fleet.deadline import pick_deadline  # deadline imports selection, which imports us
+
+    return pick_deadline(candidates, context["deadline_s"])
+
+
+def _deadline_steps(
+    points: Sequence[Point],
+    shipped: Efficiency,
+    schedule: Sequence[BudgetStep],
+    context: dict[str, Any],
+    source: str,
+) -> StepChooser:
+    from fleet.deadline import DeadlineChooser
+
+    return DeadlineChooser(points, shipped, schedule, context["deadline_s"], source)
+
+
+register_objective(
+    Objective(
+        "deadline",
+        time_per_sample,  # ties and the fast index; the choice itself is the picker's
+        "finish by the round deadline (deadline_s) on the least energy; late: the fastest",
+        needs_power=True,
+        context=("deadline_s",),
+        pick=_deadline_pick,
+        steps=_deadline_steps,
     )
 )

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from fleet.agent.profile_io import atomic_write_text
 from fleet.baselines import BASELINES, speedup_column
-from fleet.device_round import row_columns
+from fleet.device_round import TRAINED, row_columns
 from fleet.errors import InputError
 
 
@@ -30,7 +30,7 @@ def _finite(values: list[object]) -> list[float]:
 
 
 def fleet_totals(rows: list[dict[str, object]]) -> dict[str, object]:
-    ok = [r for r in rows if r.get("status") == "ok"]
+    ok = [r for r in rows if r.get("status") in TRAINED]  # late: trained, after the deadline
     times = _finite([r.get("time_s") for r in ok])
     energy = _finite([r.get("energy_j") for r in ok])
     acc_w = [
@@ -39,14 +39,7 @@ def fleet_totals(rows: list[dict[str, object]]) -> dict[str, object]:
         if isinstance(r.get("accuracy"), (int, float))
     ]
     wsum = sum(w for _, w in acc_w)
-    over = [
-        r["device"]
-        for r in rows
-        if isinstance(r.get("budget_w"), (int, float))
-        and isinstance(r.get("peak_power_w"), (int, float))
-        and r.get("status") == "ok"
-        and float(r["peak_power_w"]) > float(r["budget_w"]) + 1e-9
-    ]
+    over = [r["device"] for r in ok if _over_budget(r)]
     statuses: dict[str, int] = {}
     for r in rows:
         statuses[str(r.get("status"))] = statuses.get(str(r.get("status")), 0) + 1
@@ -66,6 +59,17 @@ def fleet_totals(rows: list[dict[str, object]]) -> dict[str, object]:
         sp = _finite([r.get(speedup_column(name)) for r in ok])
         totals[f"median_{speedup_column(name)}"] = statistics.median(sp) if sp else None
     return totals
+
+
+def _over_budget(r: dict[str, object]) -> bool:
+    """Peak above the budget in force: per segment when the budget followed a schedule (a
+    rising budget lets later segments draw more than the first budget)."""
+    spans = [(g.get("peak_power_w"), g.get("budget_w")) for g in r.get("segments") or []]
+    spans = spans or [(r.get("peak_power_w"), r.get("budget_w"))]  # type: ignore[list-item]
+    return any(
+        isinstance(p, (int, float)) and isinstance(b, (int, float)) and p > b + 1e-9
+        for p, b in spans
+    )
 
 
 def json_safe(obj: object) -> object:
@@ -157,6 +161,39 @@ def device_table(rows: list[dict[str, object]]) -> tuple[list[str], list[list[st
                 *(_num(d.get(speedup_column(n)), ".2f") for n in BASELINES),
             ]
         )
+    return headers, body
+
+
+def segment_table(rows: list[dict[str, object]]) -> tuple[list[str], list[list[str]]]:
+    """One line per segment of every device whose run changed point mid-run: (headers, cells).
+
+    The device table shows each device's first (b, f); a budget step, a guard step-down or a
+    paused stretch starts a new segment, and only this table shows them. A device that ran
+    one segment has nothing more to show (its row is its run), so a 1,000-device what-if
+    without schedules adds no lines.
+    """
+    headers = ["device", "from s", "to s", "budget", "b", "f (MHz)", "energy kJ", "reason"]
+    body = []
+    for d in rows:
+        segs = d.get("segments") or []
+        if not isinstance(segs, list) or len(segs) < 2:
+            continue
+        for seg in segs:
+            if not isinstance(seg, dict):
+                continue
+            b = seg.get("batch_size")
+            body.append(
+                [
+                    str(d.get("device")),
+                    _num(seg.get("start_s"), ",.1f"),
+                    _num(seg.get("end_s"), ",.1f"),
+                    _budget(seg.get("budget_w")),
+                    _num(b, "d") if b is not None else "paused",
+                    _num(seg.get("freq_mhz"), "g"),
+                    _num(_kj(seg.get("energy_j")), ".3f"),
+                    str(seg.get("reason") or ("budget" if seg is not segs[0] else "start")),
+                ]
+            )
     return headers, body
 
 

@@ -14,7 +14,7 @@ from fleet.efficiency import load_efficiency
 from fleet.errors import InputError
 from fleet.plots import method_bars, operating_points, sensitivity_matrices
 from fleet.profile import load_profile
-from fleet.report import device_table, speedup_summary
+from fleet.report import device_table, segment_table, speedup_summary
 
 METHOD_NAMES = {
     **{b.name: b.label for b in BASELINES.values()},
@@ -225,6 +225,7 @@ def run_markdown(report: dict, run_dir: Path) -> str:
     ]
     for d, row in zip(devs, cells, strict=True):
         lines.append("| " + " | ".join([*row, _source_of(d)]) + " |")
+    lines += segments_section(devs)
     f = report["fleet"]
     counts = ", ".join(f"{k}: {v}" for k, v in f["status_counts"].items())
     lines += [
@@ -239,6 +240,12 @@ def run_markdown(report: dict, run_dir: Path) -> str:
         f"- median speed-up {speedup_summary(f)}",
         f"- budget violations: {len(f.get('budget_violations') or [])}",
         "",
+    ]
+    if report.get("deadline_vs_time"):  # the deadline objective beside the time objective
+        from fleet.deadlinemd import deadline_section
+
+        lines += deadline_section(report["deadline_vs_time"], report.get("deadline_s"))
+    lines += [
         "## Chosen operating points against each profile's frontier",
         "",
     ]
@@ -264,6 +271,20 @@ def run_markdown(report: dict, run_dir: Path) -> str:
         )
         lines += [f"![{Path(profile).stem} {_b(budget)}]({png.relative_to(run_dir)})", ""]
     return "\n".join(lines) + "\n"
+
+
+def segments_section(devs: list[dict]) -> list[str]:
+    """The mid-run switches (budget steps, guard step-downs, pauses): every segment, as rows."""
+    headers, cells = segment_table(devs)
+    if not cells:
+        return []
+    guards = sum(len(d.get("guard_events") or []) for d in devs)
+    out = ["", "## Segments (budget changes and guard step-downs during training)", ""]
+    out += ["| " + " | ".join(headers) + " |", "|---" * len(headers) + "|"]
+    out += ["| " + " | ".join(row) + " |" for row in cells]
+    if guards:
+        out += ["", f"Guard step-downs (measured power over the budget): {guards}."]
+    return out
 
 
 def _num(v: object, spec: str) -> str:

@@ -79,3 +79,68 @@ def read_weights(path: str) -> dict[str, Any]:
     if not isinstance(state, dict):
         raise InputError(f"{path}: expected a state_dict (powerfleet pretrain)")
     return state.get("state_dict", state)
+
+
+def write_weights(state: dict[str, Any], path: str) -> None:
+    """The one place a weights file is written (atomically: a crash never leaves half a file).
+
+    Every weights file the coordinator or a client writes goes through here and every one it
+    reads through ``read_weights``, so the file format changes in one pair of functions.
+    """
+    from fleet.agent import tensorfile
+
+    tensorfile.save({k: v.detach().cpu() for k, v in state.items()}, path, "weights")
+
+
+def ships_weights(run: Any) -> bool:
+    """The fleet's ``[run] ship_weights`` (default true): whether round 1's model travels."""
+    value = run.extra.get("ship_weights", True)
+    if not isinstance(value, bool):
+        raise InputError(f"[run] ship_weights must be true or false, got {value!r}")
+    return value
+
+
+def run_weights_path(run: Any, fleet_path: str) -> str | None:
+    """The fleet's ``[run] weights`` file (``powerfleet pretrain``'s output), absolute.
+
+    A relative name is relative to the fleet file, as every other path in it is.
+    """
+    raw = run.extra.get("weights")
+    if raw in (None, ""):
+        return None
+    if not isinstance(raw, str):
+        raise InputError(f"{fleet_path}: [run] weights must be a file path, got {raw!r}")
+    path = Path(raw).expanduser()
+    if not path.is_absolute():
+        path = Path(fleet_path).resolve().parent / path
+    if not path.is_file():
+        raise InputError(
+            f"{fleet_path}: [run] weights: file not found: {raw} (resolved to {path}; "
+            "make it with powerfleet pretrain)"
+        )
+    return str(path)
+
+
+def initial_weights(fleet: Any) -> dict[str, Any]:
+    """The weights the coordinator ships in round 1, as a state_dict.
+
+    ``[run] weights`` when the fleet names them (pre-trained, the paper's starting point);
+    otherwise a seeded fresh model built for the task: the input shape and classes come from
+    the first device that trains for real (its ``data``), since a model's default shape (3x32x32)
+    does not fit 1x28x28 data. A fleet that only replays traces gets the model's default.
+    """
+    run = fleet.run
+    path = run_weights_path(run, fleet.path)
+    if path is not None:
+        return read_weights(path)
+    data_dir = str(run.extra.get("data_dir") or "") or None
+    for spec in fleet.devices:
+        if spec.learning == "train" and spec.data:
+            task = load_task(spec.data, data_dir, seed=run.seed)  # all of it: classes from labels
+            return build_for(task, run.model, run.seed).state_dict()
+    from fleet.agent.models import build_model
+
+    try:
+        return build_model(run.model, seed=run.seed).state_dict()
+    except ValueError as exc:
+        raise InputError(f"[run] model: {exc}") from None

@@ -8,10 +8,11 @@ convergence trace (its true samples-to-accuracy per batch size), which is what m
 differ from the oracle; the accuracy it reports is the one that trace recorded reaching.
 
 Budgets that change during training (``budget_schedule``) are handled segment by segment: at
-each change the device re-selects; progress carries over as the *fraction* of the target
-reached, so switching from b to b' leaves ``(1 - done) x N(b')`` samples to go. If a segment's
-budget admits no point, the device pauses (no work, no GPU power charged) until the next step;
-it never runs over budget.
+each change the device re-selects (``Round.choose_step``: the objective's per-step chooser,
+which for ``deadline`` weighs the remaining deadline against the fraction done); progress
+carries over as the *fraction* of the target reached, so switching from b to b' leaves ``(1 -
+done) x N(b')`` samples to go. If a segment's budget admits no point, the device pauses (no
+work, no GPU power charged) until the next step; it never runs over budget.
 """
 
 from __future__ import annotations
@@ -54,7 +55,10 @@ class VirtualClock:
             end = schedule[k + 1].at_s if k + 1 < len(schedule) else math.inf
             clock = max(clock, step.at_s)  # paused through an infeasible segment: idle till now
             fixed = self.batch_size
-            choice = rnd.first if k == 0 and fixed is None else rnd.choose(step.budget_w, fixed)
+            if k == 0 and fixed is None:
+                choice = rnd.first
+            else:
+                choice = rnd.choose_step(k, clock, done, fixed)
             if choice is None:
                 res.segments.append(Segment(clock, end, step.budget_w, None, None, 0, 0, None))
                 clock = end

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from fleet.cli.common import console, emit_json, fmt, progress_bar
 from fleet.errors import InputError
-from fleet.report import device_table, speedup_summary
+from fleet.report import device_table, segment_table, speedup_summary
 from simulations.flower_engine import FlowerRunError
 from simulations.runner import DEFAULT_FLEET, ENGINES, simulate
 
@@ -65,6 +65,14 @@ def show(report: dict) -> None:
     for r in rows:
         t.add_row(*r)
     console.print(t)
+    seg_cols, seg_rows = segment_table(report["devices"])
+    if seg_rows:  # the mid-run switches the device table cannot show
+        st = Table(title="segments", title_justify="left")
+        for c in seg_cols:
+            st.add_column(c, justify="left" if c in ("device", "reason") else "right")
+        for r in seg_rows[:60]:
+            st.add_row(*r)
+        console.print(st)
     f = report["fleet"]
     counts = ", ".join(f"{k}: {v}" for k, v in f["status_counts"].items())
     console.print(
@@ -74,6 +82,11 @@ def show(report: dict) -> None:
         f"{len(f['budget_violations'])}",
         highlight=False,
     )
+    if report.get("deadline_vs_time"):  # the deadline objective beside the time objective
+        from fleet.deadlinemd import deadline_lines
+
+        for line in deadline_lines(report["deadline_vs_time"], report.get("deadline_s")):
+            console.print(line, highlight=False)
     for d in report["devices"]:
         if d.get("message"):  # why it failed, or what an ok row's numbers mean
             console.print(f"  {d['device']}: {d['status']}: {d['message']}", highlight=False)

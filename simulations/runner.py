@@ -1,7 +1,8 @@
 """Run a fleet scenario: through Flower's simulation engine, or directly for large what-ifs.
 
 Both engines call the same device code (``fleet.virtual_clock.simulate_device``, the device
-round on the virtual clock) and write the same
+round on the virtual clock, or ``fleet.learning.train_device`` for a device whose fleet entry
+says ``learning = "train"``, fine-tuning the weights the coordinator would ship) and write the same
 round report (``fleet.report.write_report``), so a 1,000-device direct run answers the same
 question a Flower run does, minus Flower's per-message cost. Flower is imported only when the
 ``flower`` engine is asked for.
@@ -48,15 +49,49 @@ def run_meta(fleet: Fleet, engine: str) -> dict[str, object]:
 
 def run_direct(fleet: Fleet, run_dir: Path, progress: Progress | None = None) -> dict:
     """Every device in this process, one after the other: no Flower, no Ray, same rows."""
+    if fleet.run.objective == "deadline":  # plans the deadline first: fleet.whatif
+        from fleet.whatif import deadline_round
+
+        rows, extra = deadline_round(fleet, progress)
+        return write_report(run_dir, rows, {**run_meta(fleet, "direct"), **extra})
     shipped = cached_efficiency(fleet.run.efficiency)
     rows = []
     total = len(fleet.devices)
+    weights = _shipped_weights(fleet)
+    data_dir = str(fleet.run.extra.get("data_dir") or "") or None
     for k, spec in enumerate(fleet.devices, start=1):
-        res = simulate_device(spec, shipped, fleet.run)
+        if spec.learning == "train":
+            from fleet.learning import train_device  # torch only when a device trains
+
+            res, _ = train_device(spec, shipped, fleet.run, weights, data_dir)
+        else:
+            res = simulate_device(spec, shipped, fleet.run)
         rows.append(res.to_dict())
         if progress:
             progress(k, total, spec.name)
     return write_report(run_dir, rows, run_meta(fleet, "direct"))
+
+
+def with_deadline_comparison(fleet: Fleet, run_dir: Path, report: dict) -> dict:
+    """A Flower run's report with the direct engine's comparison (``deadline_vs_time``): what
+    the time objective would have given on the same fleet, rewritten into report.json."""
+    from fleet.whatif import deadline_vs_time, simulate_fleet
+
+    meta = {k: v for k, v in report.items() if k not in ("devices", "fleet")}
+    meta["deadline_vs_time"] = deadline_vs_time(
+        simulate_fleet(fleet, "time").rows, report["devices"]
+    )
+    return write_report(run_dir, report["devices"], meta)
+
+
+def _shipped_weights(fleet: Fleet) -> dict | None:
+    """What the coordinator would ship (``fleet.task.initial_weights``), when a device trains
+    for real and the fleet ships weights; None: each device starts from its seeded model."""
+    if not any(d.learning == "train" for d in fleet.devices):
+        return None
+    from fleet.task import initial_weights, ships_weights
+
+    return initial_weights(fleet) if ships_weights(fleet.run) else None
 
 
 def simulate(
@@ -75,6 +110,8 @@ def simulate(
         from simulations.flower_engine import run_flower
 
         report = run_flower(fleet.path, str(out), progress)
+        if fleet.run.objective == "deadline":
+            report = with_deadline_comparison(fleet, out, report)
     else:
         raise ValueError(f"unknown engine {engine!r}; expected one of {', '.join(ENGINES)}")
     report["wall_s"] = time.perf_counter() - t0

@@ -307,9 +307,8 @@ class VirtualBoard:
         self.configure(noise_w=float(sd_w))
 
     def read(self, attr: str) -> str:
-        """A node's value. Real sysfs never shows a half-written value, but these are plain files
-        that a writer truncates before it writes, so an empty read is retried (briefly)."""
-        for _ in range(200):
+        """One devfreq attribute; an empty read (a writer between truncate and write) retries."""
+        for _ in range(100):
             text = (self.node / attr).read_text().strip()
             if text:
                 return text
@@ -463,14 +462,17 @@ def run_kernel(root: str | Path, stop: threading.Event | None = None) -> None:
         target = st.eff_max if ctl["load"] is not None else st.eff_min
         if target != st.target:
             st.target, st.target_since = target, now
-        if st.cur != st.target and now - st.target_since >= float(ctl["lag_s"]):
+        switch = st.cur != st.target and now - st.target_since >= float(ctl["lag_s"])
+        if switch:
             st.cur = st.target
-            _atomic_write(node / "cur_freq", f"{st.cur}\n")
         watts = modeled_power_w(spec, ctl["workload"], ctl["load"], st.cur)
         watts = watts * float(ctl["drift_scale"]) + float(ctl["drift_add_w"])
         if ctl["noise_w"]:
             watts += rng.gauss(0.0, float(ctl["noise_w"]))
+        # Power first: once a reader sees cur_freq at the target, the rail already shows it.
         _write_power(spec, rail_files, max(watts, 0.0), st)
+        if switch:
+            _atomic_write(node / "cur_freq", f"{st.cur}\n")
         st.ticks += 1
         if now - last_status > 0.2:
             _write_status(root, st)
@@ -618,6 +620,44 @@ class Kernel:
         self.stop()
 
 
+class ClockRecorder:
+    """Samples a board's clocks (and rail power) every ``period_s`` while a block runs.
+
+    ``seen`` holds ``{"t": seconds since start, "min_freq", "max_freq", "cur_freq",
+    "governor", "power_w"}`` dicts: tests assert the sysfs values over time with it (a clock
+    pinned at the right moment, never a capped state left behind).
+    """
+
+    def __init__(self, board: VirtualBoard, period_s: float = 0.003) -> None:
+        self.board = board
+        self.period_s = float(period_s)
+        self.seen: list[dict[str, Any]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="clock-recorder", daemon=True)
+        self._t0 = 0.0
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                row: dict[str, Any] = self.board.clocks()
+                row["power_w"] = self.board.power_w()
+            except (OSError, ValueError):
+                row = {}
+            if row:
+                row["t"] = time.monotonic() - self._t0
+                self.seen.append(row)
+            self._stop.wait(self.period_s)
+
+    def __enter__(self) -> ClockRecorder:
+        self._t0 = time.monotonic()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def wait_for(predicate: Any, timeout_s: float = 5.0, period_s: float = 0.01) -> bool:
     """Poll ``predicate()`` until true or ``timeout_s``; tests use it to assert over time."""
     deadline = time.monotonic() + timeout_s
@@ -645,6 +685,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
+    parent = os.getppid()
+
+    def orphan_watch() -> None:  # a test that died without stopping us: do not linger
+        while not stop.wait(0.5):
+            if os.getppid() != parent:
+                stop.set()
+
+    threading.Thread(target=orphan_watch, daemon=True).start()
     run_kernel(args.root, stop)
     return 0
 
@@ -657,6 +705,7 @@ __all__ = [
     "BOARDS",
     "DEFAULTS",
     "BoardSpec",
+    "ClockRecorder",
     "Kernel",
     "VirtualBoard",
     "build_board",

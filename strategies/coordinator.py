@@ -7,6 +7,7 @@ functions and Flower. The wire format itself is ``clients/records.py``.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable
 
@@ -14,6 +15,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord
 
 from clients import records
+from fleet.device_round import TRAINED
 from fleet.efficiency import Efficiency
 from fleet.errors import InputError
 from fleet.fleetconfig import Fleet, RunSettings
@@ -40,12 +42,9 @@ def ship_weights(run: RunSettings, override: bool | None = None) -> bool:
     A trace-replay fleet of 1,000 devices sets it false: the replay never reads the weights and
     a ResNet18 copy per device would only cost memory and serialisation time.
     """
-    if override is not None:
-        return bool(override)
-    value = run.extra.get("ship_weights", True)
-    if not isinstance(value, bool):
-        raise InputError(f"[run] ship_weights must be true or false, got {value!r}")
-    return value
+    from fleet.task import ships_weights
+
+    return bool(override) if override is not None else ships_weights(run)
 
 
 def initial_arrays(model: str, seed: int = 0) -> ArrayRecord:
@@ -57,6 +56,43 @@ def initial_arrays(model: str, seed: int = 0) -> ArrayRecord:
     except ValueError as exc:
         raise InputError(f"[run] model: {exc}") from None
     return ArrayRecord(net.state_dict())
+
+
+def with_deadline(config: ConfigRecord, deadline_s: float | None) -> ConfigRecord:
+    """A copy of the train config whose run settings carry the planned deadline
+    (``extra`` -> ``deadline_s``: the context the device round hands the deadline objective)."""
+    cfg = ConfigRecord(dict(config))
+    if deadline_s is not None:
+        extra = json.loads(str(cfg.get("extra", "{}")))
+        extra["deadline_s"] = float(deadline_s)
+        cfg["extra"] = json.dumps(extra)
+    return cfg
+
+
+def deadline_from_plans(replies: Iterable[Message]) -> tuple[float | None, list[str]]:
+    """The planning exchange's outcome: the slowest fastest finish among the devices that can
+    finish (``fleet.deadline.plan_deadline``), and a note per device that cannot or failed."""
+    from fleet.deadline import plan_deadline
+
+    finishes: list[float | None] = []
+    notes: list[str] = []
+    for msg in replies:
+        if msg.has_error():
+            notes.append(f"node-{msg.metadata.src_node_id}: {msg.error.reason}")
+            continue
+        device, fastest, message = records.decode_plan(msg.content)
+        finishes.append(fastest)
+        if fastest is None:
+            notes.append(f"{device or f'node-{msg.metadata.src_node_id}'}: {message}")
+    return plan_deadline(finishes), notes
+
+
+def fleet_arrays(fleet: Fleet) -> ArrayRecord:
+    """Round 1's weights: the fleet's ``[run] weights`` (pre-trained), else a fresh model built
+    for the devices' data (``fleet.task.initial_weights``), as an ArrayRecord."""
+    from fleet.task import initial_weights
+
+    return ArrayRecord(initial_weights(fleet))
 
 
 # ----------------------------------------------------------------------------- incoming
@@ -94,7 +130,7 @@ def rows_from_replies(
         replied.add(int(msg.metadata.src_node_id))
         row = row_from_reply(msg)
         rows.append(row)
-        if msg.has_error() or row.get("status") != "ok":
+        if msg.has_error() or row.get("status") not in TRAINED:
             continue
         arrays = msg.content.array_records.get(records.ARRAYS)
         if records.has_weights(arrays):
@@ -157,7 +193,7 @@ def round_metrics(rows: list[dict[str, object]]) -> MetricRecord:
             metrics[records.wire_key(key)] = value
     metrics["budget-violations"] = len(totals["budget_violations"])  # type: ignore[arg-type]
     counts = totals["status_counts"]
-    for status in ("ok", "infeasible", "error", "lost", "selected"):
+    for status in ("ok", "late", "infeasible", "error", "lost", "selected"):
         metrics[f"status-{status}"] = int(counts.get(status, 0))  # type: ignore[union-attr]
     return metrics
 

@@ -33,7 +33,7 @@ from logging import INFO, WARNING
 from pathlib import Path
 from typing import Any
 
-from flwr.app import ArrayRecord, Context, Message
+from flwr.app import ArrayRecord, Context, Message, MessageType
 from flwr.serverapp import Grid, ServerApp
 from flwr.supercore import log
 
@@ -153,7 +153,7 @@ def run_fleet(grid: Grid, settings: ServerSettings) -> dict[str, Any]:
     shipped = cached_efficiency(run.efficiency)
     n = settings.num_nodes or len(fleet.devices)
     ship = coordinator.ship_weights(run, settings.ship_weights)
-    arrays = coordinator.initial_arrays(run.model, run.seed) if ship else ArrayRecord()
+    arrays = coordinator.fleet_arrays(fleet) if ship else ArrayRecord()
     run_dir = Path(settings.run_dir)
     keeper = ProfileKeeper(fleet, store_from_fleet(fleet.path), run_dir)
     summaries: list[dict[str, Any]] = []
@@ -180,9 +180,13 @@ def run_fleet(grid: Grid, settings: ServerSettings) -> dict[str, Any]:
     def on_round(server_round: int, rows: list[dict[str, object]]) -> None:
         summaries.append(coordinator.round_summary(server_round, rows))
         meta = {**base_meta, "round": server_round}
+        if strategy.plan:
+            meta["deadline_s"] = strategy.deadlines.get(server_round)
         write_report(run_dir / "rounds" / f"round-{server_round:03d}", rows, meta)
 
     def on_reply(msg: Message) -> None:
+        if msg.metadata.message_type == MessageType.QUERY:
+            return  # a planning reply: progress counts training replies
         replies["done"] += 1
         if keeper.absorb(msg) is not None:
             log(INFO, "powerfleet: stored the profile of %s in %s", keeper.stored[-1], keeper.store)
@@ -195,6 +199,8 @@ def run_fleet(grid: Grid, settings: ServerSettings) -> dict[str, Any]:
         device_order=[d.name for d in fleet.devices],
         node_wait_s=settings.node_wait_s,
         on_round=on_round,
+        plan=run.objective == "deadline" and "deadline_s" not in run.extra,
+        plan_timeout_s=settings.round_timeout_s,
         round_config=keeper.round_config,
     )
     log(INFO, "powerfleet: %s, %d devices, %d round(s), mode %s", run.name, n, run.rounds, run.mode)
@@ -208,13 +214,16 @@ def run_fleet(grid: Grid, settings: ServerSettings) -> dict[str, Any]:
     )
     last = max(strategy.rounds) if strategy.rounds else 0
     meta = {**base_meta, "round": last, "round_totals": summaries, "wall_s": time.time() - t0}
+    if strategy.plan:
+        meta["deadline_s"] = strategy.deadlines.get(last)
     if run.mode == "federated" and result is not None and len(result.arrays) > 0:
         # the federated outcome is a model: keep it beside the report it came with
-        from fleet.agent.trainer import atomic_torch_save
+        from clients.records import state_dict_of
+        from fleet.task import write_weights
 
         path = run_dir / "global_model.pt"
         run_dir.mkdir(parents=True, exist_ok=True)
-        atomic_torch_save(result.arrays.to_torch_state_dict(), str(path), "weights")
+        write_weights(state_dict_of(result.arrays), str(path))
         meta["global_model"] = str(path)
     report = write_report(run_dir, strategy.rounds.get(last, []), meta)
     log(INFO, "powerfleet: report written to %s", run_dir / "report.json")

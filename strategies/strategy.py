@@ -11,6 +11,12 @@ Modes (the fleet's ``[run] mode``):
 - ``federated``: devices that trained (status ok) return weights; their example-weighted mean
   (FedAvg) becomes the next round's global model.
 
+Deadline planning (``plan=True``: the fleet's objective is ``deadline`` and ``[run]`` sets no
+``deadline_s``): before each round's train messages every device gets a ``query`` message with
+the instruction and replies its fastest predicted finish for the round's work without training;
+the round's deadline is the slowest of them and travels in the train instruction
+(``coordinator.with_deadline``). Per round, so federated rounds plan on each round's work.
+
 Rows per round are kept in ``self.rounds`` and handed to ``on_round`` as each round closes (the
 ServerApp writes the round's report there). Evaluation rounds are off (``fraction_evaluate=0``).
 """
@@ -67,6 +73,8 @@ class PowerAwareStrategy(FedAvg):
         device_order: Iterable[str] = (),
         node_wait_s: float = 300.0,
         on_round: RoundCallback | None = None,
+        plan: bool = False,
+        plan_timeout_s: float = 300.0,
         round_config: Callable[[int], dict[str, Any]] | None = None,
     ) -> None:
         if num_nodes < 1:
@@ -85,6 +93,9 @@ class PowerAwareStrategy(FedAvg):
         self.round_config = round_config  # per-round instruction keys (e.g. shipped profiles)
         self.rounds: dict[int, list[dict[str, object]]] = {}
         self._sent: dict[int, list[int]] = {}
+        self.plan = plan
+        self.plan_timeout_s = float(plan_timeout_s)
+        self.deadlines: dict[int, float | None] = {}  # planned deadline per round
 
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -94,6 +105,8 @@ class PowerAwareStrategy(FedAvg):
         self._sent[server_round] = nodes
         extra = self.round_config(server_round) if self.round_config is not None else {}
         log(INFO, "configure_train: round %d to %d devices", server_round, len(nodes))
+        if self.plan:
+            config = self.plan_round(server_round, config, grid, nodes)
         messages = []
         for node_id in nodes:
             cfg = ConfigRecord(dict(config))  # a copy per device: never mutate the caller's
@@ -105,6 +118,31 @@ class PowerAwareStrategy(FedAvg):
                 Message(content=content, dst_node_id=node_id, message_type=MessageType.TRAIN)
             )
         return messages
+
+    def plan_round(
+        self, server_round: int, config: ConfigRecord, grid: Grid, nodes: list[int]
+    ) -> ConfigRecord:
+        """The planning exchange (see the module docstring); the config with the deadline."""
+        messages = []
+        for node_id in nodes:
+            cfg = ConfigRecord(dict(config))
+            cfg["server-round"] = server_round
+            messages.append(
+                Message(
+                    content=RecordDict({records.CONFIG: cfg}),
+                    dst_node_id=node_id,
+                    message_type=MessageType.QUERY,
+                )
+            )
+        replies = list(grid.send_and_receive(messages, timeout=self.plan_timeout_s))
+        deadline, notes = coordinator.deadline_from_plans(replies)
+        for note in notes:
+            log(WARNING, "planning: %s", note)
+        if len(replies) < len(nodes):
+            log(WARNING, "planning: %d of %d devices replied", len(replies), len(nodes))
+        self.deadlines[server_round] = deadline
+        log(INFO, "planning: round %d deadline %s s", server_round, deadline)
+        return coordinator.with_deadline(config, deadline)
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]

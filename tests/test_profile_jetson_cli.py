@@ -1,8 +1,10 @@
-"""`powerfleet profile --backend jetson --sysfs-root DIR` end to end on board-shaped trees.
+"""`powerfleet profile --backend jetson --sysfs-root DIR` end to end on the virtual Jetson.
 
-The trees are real files laid out like a Nano (iio ina3221x) and an Orin (hwmon ina3221); the
-command runs as a user would (a subprocess), trains small_cnn on the CPU at every locked clock,
-and must leave the devfreq node exactly as it found it.
+The trees are real files laid out like a Nano (iio ina3221x) and an Orin (hwmon ina3221), driven
+by the emulator's kernel process: locks snap and settle with a lag, and the rail reports the
+device model's power at the clock really running. The command runs as a user would (a
+subprocess), trains small_cnn on the CPU at every locked clock, and must measure each point at
+its own clock and leave min/max/governor exactly as it found them, all along the way.
 """
 
 import json
@@ -10,88 +12,98 @@ import json
 import pytest
 
 from fleet.profile import load_profile
+from simulations.virtual_jetson import ClockRecorder, build_board
 from tests.conftest import run_cli
-from tests.test_agent_jetson import NANO_HZ, ORIN_HZ, make_nano, make_orin, read
+from tests.test_agent_jetson import NANO_HZ
+
+LOAD = 4  # the batch size the emulated board is told is running (power follows it)
 
 
-def snapshot(node):
-    return {k: read(node / k) for k in ("min_freq", "max_freq", "governor")}
-
-
-@pytest.mark.parametrize(
-    "board,hz,watts", [("nano", NANO_HZ, 4.321), ("orin", ORIN_HZ, 5.072 * 1.471)]
-)
-def test_full_grid_profile_on_a_board_tree(tmp_path, board, hz, watts):
-    root = tmp_path / "root"
-    node = (make_nano if board == "nano" else make_orin)(root)
-    before = snapshot(node)
+@pytest.mark.parametrize("kind", ["nano", "orin"])
+def test_full_grid_profile_on_a_virtual_board(tmp_path, kind):
+    board = build_board(tmp_path / "root", kind, workload="small_cnn")
+    hz = board.freqs_hz
+    before = board.bounds()
     out = tmp_path / "profile.csv"
-    r = run_cli(
-        "profile",
-        "--backend",
-        "jetson",
-        "--sysfs-root",
-        str(root),
-        "--model",
-        "small_cnn",
-        "--input-shape",
-        "3x16x16",
-        "--batch-sizes",
-        "2,4",
-        "--steps",
-        "1",
-        "--warmup",
-        "0",
-        "--sampler-hz",
-        "50",
-        "--out",
-        str(out),
-        "--json",
-    )
+    with board.kernel(process=True, load=LOAD, lag_s=0.05), ClockRecorder(board) as rec:
+        r = run_cli(
+            "profile",
+            "--backend",
+            "jetson",
+            "--sysfs-root",
+            str(board.root),
+            "--model",
+            "small_cnn",
+            "--input-shape",
+            "3x16x16",
+            "--batch-sizes",
+            "2,4",
+            "--steps",
+            "1",
+            "--warmup",
+            "0",
+            "--sampler-hz",
+            "50",
+            "--out",
+            str(out),
+            "--json",
+        )
+        after = board.bounds()
     assert r.returncode == 0, r.stderr
     summary = json.loads(r.stdout)
     assert summary["rows"] == 2 * len(hz)
     prof = load_profile(out)
     assert prof.freqs_mhz == sorted(h / 1e6 for h in hz)
     assert prof.batch_sizes == [2, 4]
-    # the rail reads a constant here, so every peak is exactly the board input power
-    assert {round(p.peak_power_w, 3) for p in prof.points} == {round(watts, 3)}
-    assert snapshot(node) == before
+    # every point measured at its own clock: peak and mean are the model's power there (to the
+    # sensor's 1 mA x 5 V resolution on hwmon; the
+    # sampler never saw the previous clock's power, although cur_freq lags each lock by 50 ms)
+    for p in prof.points:
+        expected = board.model_power_w(round(p.freq_mhz * 1e6), LOAD)
+        assert p.peak_power_w == pytest.approx(expected, abs=0.003), p
+        assert p.mean_power_w == pytest.approx(expected, abs=0.003), p
+    # over time: every clock was pinned at some point, the governor never changed, and the
+    # bounds came back to what they were
+    pins = {c["min_freq"] for c in rec.seen if c["min_freq"] == c["max_freq"]}
+    assert pins == set(hz)
+    assert {c["governor"] for c in rec.seen} == {before["governor"]}
+    assert after == before and rec.seen[-1]["min_freq"] == before["min_freq"]
     assert "source=measured" in out.read_text()
 
 
 def test_staircase_profile_probes_fewer_points_and_restores(tmp_path):
-    root = tmp_path / "root"
-    node = make_nano(root)
-    before = snapshot(node)
+    board = build_board(tmp_path / "root", "nano", workload="small_cnn")
+    before = board.bounds()
     out = tmp_path / "stair.csv"
-    r = run_cli(
-        "profile",
-        "--backend",
-        "jetson",
-        "--sysfs-root",
-        str(root),
-        "--model",
-        "small_cnn",
-        "--input-shape",
-        "3x16x16",
-        "--batch-sizes",
-        "2,4",
-        "--steps",
-        "1",
-        "--warmup",
-        "0",
-        "--budget-w",
-        "5",
-        "--out",
-        str(out),
-        "--json",
-    )
+    # the modeled power fits 5 W at every clock, so b=4 climbs them all and b=2 starts at the top
+    assert board.model_power_w(max(NANO_HZ), LOAD) < 5.0
+    with board.kernel(process=True, load=LOAD):
+        r = run_cli(
+            "profile",
+            "--backend",
+            "jetson",
+            "--sysfs-root",
+            str(board.root),
+            "--model",
+            "small_cnn",
+            "--input-shape",
+            "3x16x16",
+            "--batch-sizes",
+            "2,4",
+            "--steps",
+            "1",
+            "--warmup",
+            "0",
+            "--budget-w",
+            "5",
+            "--out",
+            str(out),
+            "--json",
+        )
     assert r.returncode == 0, r.stderr
     s = json.loads(r.stdout)
-    # 4.321 W fits 5 W everywhere: b=4 climbs all 6 clocks, b=2 starts at the top: 7 probes
     assert s["probes"] == len(NANO_HZ) + 1 and s["grid_size"] == 2 * len(NANO_HZ)
-    assert snapshot(node) == before
+    assert board.bounds() == before
 
 
 def test_missing_devfreq_node_is_one_line(tmp_path):

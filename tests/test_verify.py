@@ -56,8 +56,14 @@ def test_a_point_predicted_under_budget_but_over_it_is_corrected_and_reselected(
 def test_a_measured_choice_needs_no_probe():
     eff = load_efficiency(EFF)
     rows = predicted_table()
-    got = select_verified(rows, eff, 7.0, lambda b, f: (_ for _ in ()).throw(AssertionError))
-    assert (got.choice.batch_size, got.choice.freq_mhz) == (16, 921.6)
+    # No budget: the choice lands on the highest clock, which the design always probes.
+    got = select_verified(rows, eff, None, lambda b, f: (_ for _ in ()).throw(AssertionError))
+    full = select(profile_from_rows([dict(r) for r in truth().values()]), eff, None)
+    assert (got.choice.batch_size, got.choice.freq_mhz) == (full.batch_size, full.freq_mhz)
+    measured = {
+        (int(r["batch_size"]), float(r["freq_mhz"])) for r in rows if r["source"] != "predicted"
+    }
+    assert (got.choice.batch_size, got.choice.freq_mhz) in measured
     assert got.corrections == []
 
 

@@ -252,14 +252,16 @@ def pick_reprobes(
     events: Sequence[Dict[str, Any]],
     k: int = 4,
     budget_w: Optional[float] = None,
+    margin: float = 0.03,
 ) -> List[Key]:
     """Which neighbours of the drifted points to re-measure, at most ``k``, in priority order.
 
     For each drifted point, round-robin over events: the same batch size at the next lower
     knob, at the next higher knob, then the next smaller and the next larger batch size at the
     same knob. Only ok rows of the table; never a drifted point itself; with ``budget_w``, never
-    a point whose LUT peak scaled by that event's power drift would exceed the budget (a probe
-    must not break the budget the run is under).
+    a point whose LUT peak scaled by that event's power drift, plus ``margin`` (the drift is a
+    median of noisy steps), would exceed the budget: a probe must not break the budget the run
+    is under.
     """
     table = {}  # type: Dict[Key, Row]
     for r in rows:
@@ -288,7 +290,7 @@ def pick_reprobes(
         safe = []
         for key in cand:
             peak = _num(table[key].get("peak_power_w"))
-            if budget_w is not None and (peak is None or peak * ratio > budget_w):
+            if budget_w is not None and (peak is None or peak * ratio * (1 + margin) > budget_w):
                 continue
             safe.append(key)
         lists.append(safe)

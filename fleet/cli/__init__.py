@@ -34,6 +34,7 @@ COMMANDS = [
     ("restore", "put back the GPU clocks a crashed run left locked"),
     ("predict", "fill a sparse profile: predict time and power at the points not probed"),
     ("profiles", "list the coordinator's profile store"),
+    ("whatif", "sweep the fleet budget: round time, energy and infeasible devices per step"),
 ]
 
 

@@ -6,7 +6,9 @@ import argparse
 
 from fleet.cli.common import budget_label, console, emit_json, mhz, note, parse_budget, table
 from fleet.coverage import check_coverage, read_coverage
+from fleet.deadline import check_deadline
 from fleet.efficiency import load_efficiency
+from fleet.errors import InputError
 from fleet.objectives import OBJECTIVES
 from fleet.profile import load_profile
 from fleet.selection import align, select
@@ -21,6 +23,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--efficiency", required=True, help="efficiency CSV (samples-to-accuracy)")
     p.add_argument("--budget-w", required=True, type=str, help="power budget in watts, or 'none'")
     p.add_argument("--objective", choices=list(OBJECTIVES), default="time")
+    p.add_argument(
+        "--deadline-s",
+        type=float,
+        default=None,
+        help="the round deadline in seconds (needed by --objective deadline)",
+    )
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.set_defaults(func=run)
 
@@ -28,7 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     budget = parse_budget(args.budget_w)
     profile, eff, msg = align(load_profile(args.profile), load_efficiency(args.efficiency))
-    choice = select(profile, eff, budget, args.objective)
+    context = objective_context(args)
+    choice = select(profile, eff, budget, args.objective, **context)
+    late = "deadline_s" in context and choice.predicted_time_s > context["deadline_s"] * (1 + 1e-9)
     coverage = read_coverage(args.profile)
     check_coverage(profile, coverage, eff, budget, choice)  # unmeasured but maybe better: exit 2
     if msg:  # said only on success: a failure's stderr is its one line
@@ -39,11 +49,16 @@ def run(args: argparse.Namespace) -> int:
         out["profile"] = args.profile
         out["efficiency"] = args.efficiency
         out["predicted"] = coverage.is_predicted(choice.batch_size, choice.freq_mhz)
+        if "deadline_s" in context:
+            out["deadline_s"], out["late"] = context["deadline_s"], late
         emit_json(out)
         return 0
+    title = f"Selection under {budget_label(budget)} (objective: {args.objective})"
+    if "deadline_s" in context:
+        title += f", deadline {context['deadline_s']:g} s" + (": late, the fastest" if late else "")
     console.print(
         table(
-            f"Selection under {budget_label(budget)} (objective: {args.objective})",
+            title,
             ["batch", "freq MHz", "peak W", "mean W", "samples", "pred. time s", "pred. energy J"],
             [
                 [
@@ -59,3 +74,13 @@ def run(args: argparse.Namespace) -> int:
         )
     )
     return 0
+
+
+def objective_context(args: argparse.Namespace) -> dict[str, float]:
+    """The keywords the objective needs (``Objective.context``) from their flags, checked."""
+    wanted = OBJECTIVES[args.objective].context
+    if "deadline_s" not in wanted:
+        return {}
+    if args.deadline_s is None:
+        raise InputError(f"--objective {args.objective} needs --deadline-s SECONDS")
+    return {"deadline_s": check_deadline(args.deadline_s, "--deadline-s")}

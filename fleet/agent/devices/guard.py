@@ -151,6 +151,12 @@ def start_prompt_restore(
     stopped = threading.Event()
 
     def watch() -> None:
+        try:
+            _watch()
+        finally:
+            os.close(rfd)
+
+    def _watch() -> None:
         while not stopped.is_set():
             try:
                 data = os.read(rfd, 64)

@@ -364,7 +364,10 @@ class JetsonBackend(Backend):
     def recover(self) -> Optional[Dict[str, Any]]:
         """Put back the clocks a killed run saved in the state file; None when there is none.
 
-        A state file from another board raises DeviceError naming it and changes nothing.
+        A state file from another board raises DeviceError naming it and changes nothing, and
+        so does one whose writer still runs (its clocks are in use, not abandoned). One written
+        by this very process (a second backend on the same board) is adopted instead: its
+        originals become this backend's, and the clocks are left as they are.
         """
         with self._io:
             record = clockstate.load(self.state_dir)
@@ -372,6 +375,21 @@ class JetsonBackend(Backend):
                 return None
             path = clockstate.state_path(self.state_dir)
             clockstate.check_identity(record, self.identity(), path)
+            owner = clockstate.holder(record)
+            if owner == "self":
+                self._originals = (
+                    int(record["min_freq"]),
+                    int(record["max_freq"]),
+                    record.get("governor"),
+                )
+                return None
+            if owner == "alive":
+                raise DeviceError(
+                    "GPU clocks of {} are held by running process {} (state {}); stop it first, "
+                    "or remove the file if that process is not powerfleet".format(
+                        self.node.name, record.get("pid"), path
+                    )
+                )
             governor = record.get("governor")
             self._apply(int(record["min_freq"]), int(record["max_freq"]), governor)
             clockstate.remove(self.state_dir)
@@ -464,7 +482,7 @@ class JetsonBackend(Backend):
                 cur = self._read_hz("cur_freq")
             except DeviceError:
                 return True  # not exposed: nothing to wait for
-            if cur == target:
+            if abs(cur - target) < 1e6:  # the clock framework may round a few Hz off
                 self.settle_s = time.monotonic() - start
                 return True
             if time.monotonic() - start >= limit:

@@ -1,0 +1,82 @@
+"""`powerfleet whatif`: sweep the fleet's power budget on the direct engine (fleet.whatif)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+from fleet.cli.common import console, emit_json, table
+from fleet.fleetconfig import OBJECTIVES, load_fleet
+from fleet.whatif import pareto_front, parse_range, sweep
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "whatif",
+        help="sweep the power budget of a fleet: round time, energy and infeasible devices",
+    )
+    p.add_argument("--fleet", required=True, help="fleet TOML")
+    p.add_argument(
+        "--budgets",
+        required=True,
+        help="START:STOP:STEP (inclusive) or a comma list: watts, or scale factors with --scale",
+    )
+    p.add_argument(
+        "--scale",
+        action="store_true",
+        help="multiply each device's own budget (and schedule) instead of one budget for all",
+    )
+    p.add_argument("--objective", choices=OBJECTIVES, default=None, help="default: the fleet's")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    p.add_argument("--plot", default=None, help="write the time-energy front to this PNG")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    fleet = load_fleet(args.fleet)
+    values = parse_range(args.budgets)
+    steps = sweep(fleet, values, args.scale, args.objective)
+    front = pareto_front(steps)
+    if args.plot:
+        from fleet.whatifplot import plot_front
+
+        title = f"{fleet.run.name}: budget sweep, objective {steps[0].objective}"
+        plot_front(steps, front, args.plot, title, args.scale)
+    if args.json:
+        emit_json(
+            {
+                "fleet": fleet.path,
+                "devices": len(fleet.devices),
+                "objective": steps[0].objective,
+                "scale": args.scale,
+                "steps": [dataclasses.asdict(s) for s in steps],
+                "front": [s.value for s in front],
+                "plot": args.plot,
+            }
+        )
+        return 0
+    unit = "× budget" if args.scale else "budget W"
+    on_front = {s.value for s in front}
+    console.print(
+        table(
+            f"What-if: {fleet.run.name} ({len(fleet.devices)} devices, objective "
+            f"{steps[0].objective})",
+            [unit, "round s", "energy kJ", "trained", "late", "infeasible", "deadline s", "front"],
+            [
+                [
+                    s.value,
+                    s.round_time_s,
+                    s.energy_j / 1000,
+                    s.trained,
+                    s.late,
+                    s.infeasible,
+                    s.deadline_s,
+                    "*" if s.value in on_front else "",
+                ]
+                for s in steps
+            ],
+        )
+    )
+    if args.plot:
+        console.print(f"front plot: {args.plot}")
+    return 0

@@ -1,0 +1,78 @@
+"""Shared pieces of the hardware-client tests on the virtual Jetson (simulations/virtual_jetson).
+
+A Nano whose profile CSV is the emulator's own power model at one batch size (so the board's
+closed loop sees the rail it was told about), a tiny ``.pt`` data file of the kind a hardware
+node's ``data`` names, and a recorder that samples the devfreq files over time.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import torch
+
+from fleet.agent import tensorfile
+
+MHZ = 1_000_000
+BATCH = 16
+# The agent's environment: one torch thread (several on a loaded 2-core machine crawl).
+ONE_THREAD = dict(os.environ, OMP_NUM_THREADS="1")
+
+
+def board_profile(board, path: Path, device_type: str = "") -> Path:
+    """One row per clock at b=16: step time ~ 1/f, power = the emulator's model (+2 % peak)."""
+    top = max(board.freqs_hz)
+    rows = [
+        f"{BATCH},{hz / MHZ:g},{0.05 * top / hz:.5f},"
+        f"{board.model_power_w(hz, BATCH) * 1.02:.4f},{board.model_power_w(hz, BATCH):.4f}"
+        + (f",{device_type}" if device_type else "")
+        for hz in board.freqs_hz
+    ]
+    header = "batch_size,freq_mhz,time_per_batch_s,peak_power_w,mean_power_w"
+    header += ",device" if device_type else ""
+    path.write_text(header + "\n" + "\n".join(rows) + "\n")
+    return path
+
+
+def tiny_pt_data(path: Path, n: int = 640, seed: int = 0) -> Path:
+    """{"train": (x, y), "test": (x, y)}: 1x8x8 noise, 2 classes (nothing to learn: runs long)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(n, 1, 8, 8, generator=g)
+    y = torch.randint(0, 2, (n,), generator=g)
+    cut = n * 4 // 5
+    tensorfile.save({"train": (x[:cut], y[:cut]), "test": (x[cut:], y[cut:])}, str(path), "data")
+    return path
+
+
+class ClockLog:
+    """Samples (monotonic time, min_freq, max_freq) of a board every ``period_s`` in a thread."""
+
+    def __init__(self, board, period_s: float = 0.02) -> None:
+        self.board, self.period_s = board, period_s
+        self.seen: list[tuple[float, int, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                c = self.board.clocks()
+                self.seen.append((time.monotonic(), c["min_freq"], c["max_freq"]))
+            except (OSError, ValueError, KeyError):
+                pass  # a file caught mid-write: the next sample reads it
+            time.sleep(self.period_s)
+
+    def __enter__(self) -> ClockLog:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def pinned(self) -> list[tuple[float, int]]:
+        """(time, clock) of every sample where the clock was locked (min == max)."""
+        return [(t, mx) for t, mn, mx in self.seen if mn == mx]

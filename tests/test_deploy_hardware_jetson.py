@@ -1,0 +1,150 @@
+"""A deployment round with the hardware ClientApp against two virtual Jetsons (Nano, TX2 NX).
+
+A real SuperLink and two SuperNodes on 127.0.0.1, each ``client = "hardware"`` with
+``backend = "jetson"`` and ``sysfs-root`` = its own virtual board whose kernel stand-in runs
+during the test. The fleet names pre-trained weights (``[run] weights``), which the coordinator
+ships and both boards fine-tune from; the Nano has a budget schedule 5 W -> 3 W. The test
+samples the Nano's devfreq files while the round runs: the clock was lowered at the step, the
+originals are back after the round, and both rows are ``not reached`` runs (target 1.0, a few
+thousand samples) that trained on the board, with their segments.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from deployment import deploy
+from fleet.agent.models import build_model
+from fleet.fleetconfig import load_fleet
+from fleet.task import read_weights, write_weights
+from simulations.virtual_jetson import build_board
+from tests.hardware_helpers import BATCH, MHZ, ClockLog, board_profile, tiny_pt_data
+
+FLEET = """
+[run]
+name = "deploy-jetson"
+model = "small_cnn"
+efficiency = "eff.csv"
+weights = "w.pt"
+target_accuracy = 1.0
+lr_ref_batch = 16
+lr_ref = 0.001
+max_samples = {max_samples}
+eval_every_samples = 2000
+
+[[devices]]
+name = "nano-1"
+type = "jetson-nano"
+budget_schedule = "0:5,2:3"
+profile = "nano.csv"
+data = "nano.pt"
+
+[[devices]]
+name = "tx2-1"
+type = "jetson-tx2nx"
+budget_w = "none"
+profile = "tx2.csv"
+data = "tx2.pt"
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_two_virtual_jetsons_one_deployment_round(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # inherited by the agents: no thread thrash
+    boards = {
+        "nano-1": build_board(tmp_path / "nano", "nano", workload="small_cnn"),
+        "tx2-1": build_board(tmp_path / "tx2", "tx2nx", workload="small_cnn"),
+    }
+    originals = {name: b.bounds() for name, b in boards.items()}
+    for board in boards.values():
+        board.set_load(BATCH)
+    board_profile(boards["nano-1"], tmp_path / "nano.csv")
+    board_profile(boards["tx2-1"], tmp_path / "tx2.csv")
+    tiny_pt_data(tmp_path / "nano.pt", seed=1)
+    tiny_pt_data(tmp_path / "tx2.pt", seed=2)
+    (tmp_path / "eff.csv").write_text(f"batch_size,samples_to_accuracy\n{BATCH},4000\n")
+    pretrained = build_model("small_cnn", input_shape="1x8x8", seed=7).state_dict()
+    write_weights(pretrained, str(tmp_path / "w.pt"))
+    fleet_file = tmp_path / "fleet.toml"
+    fleet_file.write_text(FLEET.format(max_samples=8000))
+    fleet = load_fleet(fleet_file)
+    run_dir, home = tmp_path / "run", tmp_path / "flwr"
+    link_port = deploy.free_port()
+    procs, spawned = [], set()
+    status = details = ""
+    with (
+        boards["nano-1"].kernel(process=True, lag_s=0.02),
+        boards["tx2-1"].kernel(process=True, lag_s=0.02),
+        ClockLog(boards["nano-1"]) as log,
+    ):
+        try:
+            link = deploy.start_process(
+                deploy.superlink_command("127.0.0.1", link_port, insecure=True),
+                (home / "superlink").resolve(),
+                tmp_path / "logs" / "superlink.log",
+            )
+            procs.append(link)
+            deploy.wait_healthy("127.0.0.1", link_port, link)
+            for spec in fleet.devices:
+                config = deploy.device_node_config(spec.to_node_config(), "hardware")
+                config.update(
+                    {
+                        "backend": "jetson",
+                        "sysfs-root": str(boards[spec.name].root),
+                        "state-dir": str(tmp_path / "state" / spec.name),
+                        "work-dir": str(tmp_path / "work" / spec.name),
+                        "agent-timeout-s": 120.0,
+                    }
+                )
+                argv = deploy.supernode_command(
+                    f"127.0.0.1:{link_port}", deploy.free_port(), config, insecure=True
+                )
+                procs.append(
+                    deploy.start_process(argv, home / spec.name, tmp_path / "logs" / spec.name)
+                )
+            cli = home / "cli"
+            deploy.write_cli_config(cli, f"127.0.0.1:{link_port}")
+            deploy.wait_for_nodes(cli, 2, timeout_s=40)
+            run_id = deploy.submit_run(
+                cli, {"fleet-path": str(fleet_file), "run-dir": str(run_dir), "run-token": "j"}
+            )
+            status, details = deploy.wait_for_run(cli, run_id, timeout_s=120)
+            for p in procs:
+                spawned.update(deploy.descendants(p.pid))
+        finally:
+            for p in procs:
+                spawned.update(deploy.descendants(p.pid))
+                deploy.stop_tree(p)
+        after = {name: b.bounds() for name, b in boards.items()}
+    left = [pid for pid in spawned | {p.pid for p in procs} if deploy.is_alive(pid)]
+    assert not left, f"processes left running: {left}"
+    assert status == "finished:completed", details
+    report = deploy.read_report(run_dir, "j")
+    assert report is not None
+    rows = {r["device"]: r for r in report["devices"]}
+    for name in ("nano-1", "tx2-1"):
+        row = rows[name]
+        assert row["status"] == "not reached", row["message"]  # trained on the board
+        assert row["samples"] == 8000 and row["peak_power_w"] is not None
+        assert row["segments"] and row["segments"][0]["reason"] == "start"
+    # the Nano followed its schedule: 921.6 MHz under 5 W, 384 MHz after the 3 W step
+    nano = rows["nano-1"]["segments"]
+    assert [(s["budget_w"], s["freq_mhz"]) for s in nano] == [(5.0, 921.6), (3.0, 384.0)]
+    pinned = log.pinned()
+    t0 = pinned[0][0]
+    assert pinned[0][1] == 921.6 * MHZ
+    assert any(mx == 384.0 * MHZ for t, mx in pinned if t > t0 + 2.0)
+    assert all(mx == 921.6 * MHZ for t, mx in pinned if t < t0 + 1.8)
+    # the pre-trained weights travelled: each board got the fleet's file as its input weights
+    # (and loaded them: a shape mismatch would be an error row)
+    for name in ("nano-1", "tx2-1"):
+        (shipped,) = (tmp_path / "work" / name).glob("*_in.pt")
+        got = read_weights(str(shipped))
+        assert all(torch.equal(got[k], v) for k, v in pretrained.items())
+    # both boards' clocks are their originals again
+    assert after == originals

@@ -1,0 +1,164 @@
+"""The hardware ClientApp drives the board's closed loop: a schedule 5 W -> 3 W on the board.
+
+``run_on_agent`` (what a hardware SuperNode runs) talks to a real ``python -m fleet.agent
+--backend jetson`` subprocess whose sysfs tree is a virtual Nano with its kernel stand-in
+running; the test samples the devfreq files meanwhile and asserts the clock was lowered at the
+schedule step, the originals are back after the round, and the row carries every segment.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+
+import pytest
+
+from clients import records
+from clients.agent_link import AgentLink, AgentSettings
+from clients.hardware_client import run_on_agent
+from fleet.efficiency import Efficiency
+from fleet.fleetconfig import DeviceSpec, RunSettings, parse_schedule
+from simulations.virtual_jetson import build_board, wait_for
+from tests.hardware_helpers import BATCH, MHZ, ONE_THREAD, ClockLog, board_profile, tiny_pt_data
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(180)
+def test_schedule_is_honoured_on_the_board_through_the_hardware_client(tmp_path):
+    board = build_board(tmp_path / "board", "nano", workload="small_cnn")
+    original = board.bounds()
+    board.set_load(BATCH)
+    prof = board_profile(board, tmp_path / "profile.csv")
+    data = tiny_pt_data(tmp_path / "data.pt")
+    state = tmp_path / "state"
+    spec = DeviceSpec("nano-1", "jetson-nano", 5.0, str(prof), str(data), parse_schedule("0:5,2:3"))
+    run = RunSettings(
+        "hw", "small_cnn", "eff.csv", 1.0, lr_ref_batch=BATCH, lr_ref=1e-3,
+        extra={"max_samples": 12000, "eval_every_samples": 4000},
+    )  # fmt: skip
+    shipped = Efficiency({BATCH: 4000.0}, source="eff.csv")
+    settings = AgentSettings(
+        backend="jetson",
+        options={"sysfs_root": str(board.root), "state_dir": str(state)},
+        timeout_s=30,
+        long_timeout_s=150,
+    )
+    with board.kernel(process=True, lag_s=0.02), ClockLog(board) as log:
+        with AgentLink(settings.argv(), timeout_s=30, env=ONE_THREAD) as link:
+            row = run_on_agent(link, spec, records.TrainInstruction(shipped, run), settings)
+        after = board.bounds()
+    assert row["status"] == "not reached", row["message"]  # target 1.0: runs to max_samples
+    pinned = log.pinned()
+    t0, end = pinned[0][0], pinned[-1][0]
+    assert pinned[0][1] == 921.6 * MHZ  # 5 W: the fastest clock fits
+    assert end - t0 > 3.0, "the run ended before the schedule step could be observed"
+    assert all(mx == 921.6 * MHZ for t, mx in pinned if t < t0 + 1.8)
+    assert all(mx == 384.0 * MHZ for t, mx in pinned if t0 + 2.6 < t <= end)
+    # the row: every segment, the first one's point, measured power within the schedule
+    segs = row["segments"]
+    assert [(s["budget_w"], s["freq_mhz"], s["reason"]) for s in segs] == [
+        (5.0, 921.6, "start"),
+        (3.0, 384.0, "budget-change"),
+    ]
+    assert 1.9 < segs[1]["start_s"] < 2.6 and segs[1]["end_s"] > segs[1]["start_s"]
+    assert (row["batch_size"], row["freq_mhz"]) == (BATCH, 921.6)
+    assert row["guard_events"] == []
+    assert row["peak_power_w"] is not None and row["peak_power_w"] <= 5.0 * 1.05
+    assert math.isfinite(row["energy_j"]) and row["energy_j"] > 0
+    assert row["samples"] == 12000
+    # the wire carries the segments and guard events as they are
+    decoded = records.decode_reply(*records.encode_reply(row))
+    assert decoded["segments"] == segs and decoded["guard_events"] == []
+    # the originals are back after the round, and the crash-safe state file is gone
+    assert after == original
+    assert not state.exists() or not any(state.iterdir())
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(180)
+def test_a_rail_over_budget_at_every_clock_ends_the_round_over_budget(tmp_path):
+    """The rail reads 6 W above the model: the guard steps down clock after clock, runs out of
+    clocks and stops training; the row says over-budget with every guard event."""
+    board = build_board(tmp_path / "board", "nano", workload="small_cnn")
+    original = board.bounds()
+    board.set_load(BATCH)
+    prof = board_profile(board, tmp_path / "profile.csv")
+    data = tiny_pt_data(tmp_path / "data.pt")
+    spec = DeviceSpec("nano-1", "jetson-nano", 5.0, str(prof), str(data))
+    run = RunSettings(
+        "hw", "small_cnn", "eff.csv", 1.0, lr_ref_batch=BATCH, lr_ref=1e-3,
+        extra={"max_samples": 200000, "eval_every_samples": 50000},
+    )  # fmt: skip
+    shipped = Efficiency({BATCH: 4000.0}, source="eff.csv")
+    settings = AgentSettings(
+        backend="jetson",
+        options={"sysfs_root": str(board.root), "state_dir": str(tmp_path / "state")},
+        timeout_s=30,
+        long_timeout_s=150,
+    )
+    board.set_drift(add_w=6.0)
+    with board.kernel(process=True, lag_s=0.02):
+        with AgentLink(settings.argv(), timeout_s=30, env=ONE_THREAD) as link:
+            row = run_on_agent(link, spec, records.TrainInstruction(shipped, run), settings)
+        after = board.bounds()
+    assert row["status"] == "over-budget", row["message"]
+    events = row["guard_events"]
+    assert len(events) >= 2
+    assert all(e["measured_w"] > 5.0 and e["budget_w"] == 5.0 for e in events)
+    steps = [e for e in events if e["to_mhz"] is not None]
+    assert steps and all(e["from_mhz"] > e["to_mhz"] for e in steps)
+    assert [e["to_mhz"] for e in steps] == sorted((e["to_mhz"] for e in steps), reverse=True)
+    assert events[-1]["to_mhz"] is None  # the lowest clock was still over: stop
+    assert any(s["reason"] == "guard" for s in row["segments"])
+    assert row["samples"] < 200000  # stopped, not run out
+    assert after == original
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(180)
+def test_a_live_budget_file_named_in_the_node_config_drives_the_board(tmp_path):
+    """``budget-file`` in the node config: the board follows the file, not the fleet's budget."""
+    board = build_board(tmp_path / "board", "nano", workload="small_cnn")
+    board.set_load(BATCH)
+    prof = board_profile(board, tmp_path / "profile.csv")
+    data = tiny_pt_data(tmp_path / "data.pt")
+    budget = tmp_path / "budget"
+    budget.write_text("5\n")
+    nc = {
+        "device-name": "nano-1",
+        "device-type": "jetson-nano",
+        "budget-w": "10",  # the fleet's: the file takes its place
+        "profile": str(prof),
+        "data": str(data),
+        "backend": "jetson",
+        "sysfs-root": str(board.root),
+        "state-dir": str(tmp_path / "state"),
+        "budget-file": str(budget),
+    }
+    settings = AgentSettings.from_node_config(nc)
+    assert settings.budget_file == str(budget)
+    assert "--state-dir" in settings.argv()
+    spec = records.device_spec_for(nc, "")
+    run = RunSettings(
+        "hw", "small_cnn", "eff.csv", 1.0, lr_ref_batch=BATCH, lr_ref=1e-3,
+        extra={"max_samples": 12000, "eval_every_samples": 4000},
+    )  # fmt: skip
+    shipped = Efficiency({BATCH: 4000.0}, source="eff.csv")
+
+    def operator() -> None:
+        """Lower the budget to 3 W 1.5 s after the board's first lock (training under way)."""
+        c = board.clocks
+        if wait_for(lambda: c()["min_freq"] == c()["max_freq"], timeout_s=60):
+            time.sleep(1.5)
+            budget.write_text("3\n")
+
+    writer = threading.Thread(target=operator, daemon=True)
+    with board.kernel(process=True, lag_s=0.02):
+        with AgentLink(settings.argv(), timeout_s=30, env=ONE_THREAD) as link:
+            writer.start()
+            row = run_on_agent(link, spec, records.TrainInstruction(shipped, run), settings)
+    writer.join(timeout=5)
+    assert row["status"] == "not reached", row["message"]
+    segs = [(s["budget_w"], s["freq_mhz"]) for s in row["segments"]]
+    assert segs == [(5.0, 921.6), (3.0, 384.0)]
