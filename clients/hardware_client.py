@@ -45,6 +45,7 @@ from flwr.app import ArrayRecord, RecordDict
 from clients import records
 from clients.agent_link import AgentError, AgentLink, AgentSettings, ProgressCallback
 from fleet.agent.confine import ConfineError, default_work_dir, owned_dir
+from fleet.agent.profile_io import atomic_write_text
 from fleet.device_round import TRAINED, DeviceResult, Round, Segment, run_device
 from fleet.efficiency import Efficiency, scaled_lr
 from fleet.errors import InputError
@@ -79,15 +80,29 @@ def obtain_profile(
     ins: records.TrainInstruction,
     settings: AgentSettings,
     on_progress: ProgressCallback | None = None,
+    info: dict[str, Any] | None = None,
 ) -> Profile:
-    """Reuse the profile CSV if it exists, else ask the agent to measure it.
+    """The profile this round starts from; ``info`` says where it came from (``origin``).
 
-    Under a budget the agent runs the staircase plan (only the points near the frontier of the
-    highest budget the device faces); without one it measures the full grid. Batch sizes are
-    the shipped efficiency's.
+    In order: the coordinator's store shipped it back (``stored``: this board's own, written to
+    the profile path, no probe; ``sibling``: a board of the same type's, every row unverified,
+    used when this board has no file, so the device round probes its choice before training),
+    the profile CSV on this board (``local``), else first contact: the agent profiles in
+    predict mode (a small design of probes, the rest predicted; ``profiled``), falling back to
+    the staircase under the highest budget it faces (or the full grid) when the grid is too
+    small to predict. Batch sizes are the shipped efficiency's.
     """
+    info = {} if info is None else info
     path = profile_path_for(spec, ins, settings)
+    shipped = ins.profiles.get(spec.name) or {}
+    text, origin = shipped.get("csv"), shipped.get("origin")
+    if text and (origin == "stored" or not Path(path).is_file()):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, str(text))
+        info.update(origin=str(origin or "stored"), probes=0)
+        return load_profile(path)
     if Path(path).is_file():
+        info.update(origin="local", probes=0)
         return load_profile(path)
     if not ins.run.model:
         raise InputError(f"device {spec.name}: no profile at {path} and no model to profile")
@@ -102,12 +117,21 @@ def obtain_profile(
         "out": out,
         "rows": False,
     }
-    highest = highest_budget(spec)
-    if highest is not None:
-        args["budget_w"] = highest
-    link.request("profile", timeout_s=settings.long_timeout_s, on_progress=on_progress, **args)
+    timeout = settings.long_timeout_s
+    try:
+        reply = link.request(
+            "profile", timeout_s=timeout, on_progress=on_progress, predict=True, **args
+        )
+    except AgentError as exc:
+        if "too few" not in str(exc):
+            raise
+        highest = highest_budget(spec)
+        if highest is not None:
+            args["budget_w"] = highest
+        reply = link.request("profile", timeout_s=timeout, on_progress=on_progress, **args)
     if not inside:
         shutil.copyfile(out, path)
+    info.update(origin="profiled", probes=int(reply.get("probes") or 0))
     return load_profile(path)
 
 
@@ -138,6 +162,7 @@ class AgentRunner:
     on_progress: ProgressCallback | None = None
     learning: str | None = None
     truth: Efficiency | None = None
+    probes: int = 0  # points measured by ``probe`` this round
 
     def run(self, rnd: Round, res: DeviceResult) -> None:
         try:
@@ -160,6 +185,32 @@ class AgentRunner:
             )
         else:
             res.message += "; no data to train on (the device's node config names no 'data')"
+
+    def probe(self, run: RunSettings, batch_size: int, freq_mhz: float) -> dict[str, Any]:
+        """Measure one point on the board (the agent's ``profile`` on that point alone): the
+        device round's verify-before-trust and coverage fill (``fleet.trust``) call this."""
+        if not run.model:
+            raise InputError("probing a point needs the run's model")
+        try:
+            out = self.link.request(
+                "profile",
+                timeout_s=self.settings.long_timeout_s,
+                on_progress=self.on_progress,
+                model=run.model,
+                batch_sizes=[int(batch_size)],
+                freqs=[float(freq_mhz)],
+            )
+        except (AgentError, OSError) as exc:
+            raise InputError(
+                f"probe {batch_size}@{freq_mhz:g}: {' '.join(str(exc).split())}"
+            ) from None
+        rows = out.get("rows") or []
+        if len(rows) != 1:
+            raise InputError(
+                f"probe {batch_size}@{freq_mhz:g}: the agent returned {len(rows)} rows"
+            )
+        self.probes += 1
+        return dict(rows[0])
 
     def _train(self, rnd: Round, res: DeviceResult) -> None:
         """The agent's closed-loop ``train``; its reply fills the row (``fill_from_train``)."""
@@ -283,25 +334,52 @@ def run_on_agent(
     settings: AgentSettings,
     on_progress: ProgressCallback | None = None,
     files: TrainFiles | None = None,
+    profile_info: dict[str, Any] | None = None,
 ) -> dict[str, object]:
     """hello -> profile -> the device round on the agent runner; returns the report row.
+
+    ``profile_info`` (filled in): where the profile came from (``origin``), probes measured
+    this round, the board's provenance, and ``csv`` when the profile is new or changed.
 
     Infeasible budgets and agent failures become the row's status and message, never an
     exception, so one board cannot stop the fleet's round.
     """
     path = profile_path_for(spec, ins, settings)
+    info = {} if profile_info is None else profile_info
     try:
         hello = link.request("hello", timeout_s=settings.timeout_s)
         commands = frozenset(hello.get("capabilities", {}).get("commands", []))
-        profile = obtain_profile(link, spec, ins, settings, on_progress)
+        profile = obtain_profile(link, spec, ins, settings, on_progress, info)
     except (AgentError, InputError, OSError) as exc:
         res = DeviceResult.for_device(spec, ins.efficiency.source, profile=path)
         res.message = " ".join(str(exc).split())
         return res.to_dict()
+    before = _read_text(path)
     runner = AgentRunner(link, settings, commands, files, on_progress)
     row = run_device(spec, profile, ins.efficiency, ins.run, runner)
     row.profile = path
+    after = _read_text(path)
+    board = hello.get("device") if isinstance(hello.get("device"), dict) else {}
+    info.update(
+        probes=int(info.get("probes") or 0) + runner.probes,
+        board_type=spec.device_type,
+        l4t=str(board.get("l4t") or ""),
+        serial=str(board.get("serial") or ""),
+        path=path,
+    )
+    if after and (info.get("origin") in ("profiled", "sibling") or after != before):
+        info["csv"] = after  # new or changed on this board: the coordinator stores it
+    if info.get("origin") != "local":  # say where a profile not from this board's file came from
+        head = f"profile {info.get('origin')} ({info['probes']} probe(s))"
+        row.message = f"{head}; {row.message}" if row.message else head
     return row.to_dict()
+
+
+def _read_text(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""
 
 
 def hardware_round(node_config: dict, content: RecordDict) -> RecordDict:
@@ -319,15 +397,20 @@ def hardware_round(node_config: dict, content: RecordDict) -> RecordDict:
     arrays = content.array_records.get(records.ARRAYS)
     files = TrainFiles.for_round(settings, spec, ins, arrays)
     link = AgentLink(settings.argv(), timeout_s=settings.timeout_s)
+    info: dict[str, Any] = {}
     try:
         link.start()
-        row = run_on_agent(link, spec, ins, settings, files=files)
+        row = run_on_agent(link, spec, ins, settings, files=files, profile_info=info)
     except AgentError as exc:
         row = records.error_row(spec.name, str(exc), spec.device_type)
     finally:
         link.close()
     send = ins.run.mode == "federated" and row.get("status") in TRAINED
-    return records.reply_content(row, files.trained() if send else None)
+    content = records.reply_content(row, files.trained() if send else None)
+    csv_text = info.pop("csv", None)
+    if csv_text:
+        records.attach_profile(content, csv_text, info)
+    return content
 
 
 def hardware_plan(node_config: dict, content: RecordDict) -> RecordDict:

@@ -44,7 +44,7 @@ import functools
 import json
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
@@ -76,6 +76,10 @@ from fleet.objectives import OBJECTIVES
 # RecordDict keys
 ARRAYS = "arrays"
 CONFIG = "config"
+MAX_PROFILES_TEXT = 16 * 1024 * 1024  # profile CSVs the coordinator ships back
+PROFILES = "profiles"  # instruction: the store's profiles shipped back (JSON)
+PROFILE_CSV = "profile-csv"  # reply: the profile a board made or changed this round
+PROFILE_INFO = "profile-info"  # reply: its provenance (JSON)
 METRICS = "metrics"
 REPORT = "report"
 PLAN = "plan"
@@ -104,6 +108,9 @@ class TrainInstruction:
     run: RunSettings
     fleet_path: str = ""
     server_round: int = 0
+    # the coordinator's profile store, shipped back: {device: {"origin": "stored"|"sibling",
+    # "csv": text}} for boards met before (or whose type was); see strategies/profiles.py
+    profiles: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 def encode_efficiency(eff: Efficiency) -> tuple[list[int], list[float]]:
@@ -140,6 +147,7 @@ def encode_instruction(ins: TrainInstruction) -> ConfigRecord:
             "extra": json.dumps(run.extra, default=str),
             "fleet-path": ins.fleet_path,
             "server-round": int(ins.server_round),
+            PROFILES: json.dumps(ins.profiles),
         }
     )
 
@@ -223,10 +231,20 @@ def decode_instruction(cfg: ConfigRecord) -> TrainInstruction:
         fleet_path = cfg.get("fleet-path", "")
         if not isinstance(fleet_path, str) or len(fleet_path) > MAX_TEXT:
             raise InputError(f"{where}: 'fleet-path' must be a path of at most {MAX_TEXT} chars")
-        ins = TrainInstruction(eff, run, fleet_path=fleet_path, server_round=server_round)
+        raw_profiles = cfg.get(PROFILES, "{}")
+        if not isinstance(raw_profiles, str) or len(raw_profiles) > MAX_PROFILES_TEXT:
+            raise InputError(
+                f"{where}: '{PROFILES}' must be JSON text of at most {MAX_PROFILES_TEXT} chars"
+            )
+        profiles = json.loads(raw_profiles)
+        if not isinstance(profiles, dict):
+            raise InputError(f"{where}: '{PROFILES}' is not a JSON object")
+        ins = TrainInstruction(
+            eff, run, fleet_path=fleet_path, server_round=server_round, profiles=profiles
+        )
     except KeyError as exc:
         raise InputError(f"{where}: missing key {exc.args[0]!r}") from None
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:
         if isinstance(exc, InputError):
             raise
         raise InputError(f"{where}: bad value: {' '.join(str(exc).split())}") from None
@@ -302,6 +320,27 @@ def decode_plan(content: RecordDict) -> tuple[str, float | None, str]:
     raw = cfg.get("fastest-finish-s")
     fastest = float(raw) if isinstance(raw, (int, float)) and math.isfinite(raw) else None
     return str(cfg.get("device", "")), fastest, str(cfg.get("message", ""))
+
+
+def attach_profile(content: RecordDict, csv_text: str, info: dict[str, object]) -> RecordDict:
+    """Put the profile this board made or changed this round (CSV text) and its provenance
+    (origin, probes, board type, L4T, serial, ...) into the reply, for the coordinator's store."""
+    report = content.config_records[REPORT]
+    report[PROFILE_CSV] = csv_text
+    report[PROFILE_INFO] = json.dumps(info, default=str)
+    return content
+
+
+def reply_profile(report: ConfigRecord) -> tuple[str, dict[str, object]] | None:
+    """(CSV text, provenance) a reply carries, or None (the board's profile did not change)."""
+    text = report.get(PROFILE_CSV)
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        info = json.loads(str(report.get(PROFILE_INFO, "{}")))
+    except ValueError:
+        info = {}
+    return text, info if isinstance(info, dict) else {}
 
 
 def error_row(device: str, message: str, device_type: str = "", status: str = "error") -> dict:

@@ -24,6 +24,11 @@ file size, devices after ``count``, string lengths) and every number is finite a
     budget_schedule = [[0, 7.0], [600, 4.5]]   # optional: (seconds into training, watts)
     profile = "../profiles/nano_resnet18.csv"
     data = "../efficiency/resnet18_svhn.csv"    # the device's convergence trace (virtual clock)
+
+A real board met for the first time has no profile yet: an entry with ``client = "hardware"``
+may omit ``profile`` or name a file that does not exist yet. The board profiles on first
+contact and the coordinator keeps what it returns in its profile store (``[run] profile_store``,
+default: the run directory's ``profile-store``; fleet/profilestore.py).
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ DEVICE_TYPES: dict[str, str] = {
 }
 MODES = ("local", "federated")
 LEARNING = ("trace", "train")
+CLIENTS = ("replay", "hardware")  # a device entry's ``client``: hardware may lack a profile
 
 
 @dataclass(frozen=True)
@@ -446,12 +452,21 @@ def load_fleet(path: str | Path) -> Fleet:
                 raise InputError(f"{w}: give budget_schedule or budget_trace, not both")
             schedule_raw = _trace_schedule(base, d, w)
         budget, schedule = read_budget(w, d.get("budget_w"), schedule_raw)
-        profile = _resolve(base, text_field(d, "profile", w), f"{w} profile")
+        client = choice_field(d, "client", w, "replay", CLIENTS)
+        if client == "hardware":  # first contact: the board profiles, the store keeps it
+            raw = text_field(d, "profile", w, "")
+            profile = _resolve(base, raw, f"{w} profile", must_exist=False) if raw else ""
+        else:
+            profile = _resolve(base, text_field(d, "profile", w), f"{w} profile")
         learning = choice_field(d, "learning", w, "trace", LEARNING)
         data_path = None
+        on_board = client == "hardware"  # its data (if any) lives on the board
         if "data" in d:
-            data_path = _data_entry(base, text_field(d, "data", w), f"{w} data", learning)
-        elif learning == "trace":
+            if on_board:  # a path on the board, not on this host
+                data_path = _resolve(base, text_field(d, "data", w), f"{w} data", must_exist=False)
+            else:
+                data_path = _data_entry(base, text_field(d, "data", w), f"{w} data", learning)
+        elif learning == "trace" and not on_board:
             raise InputError(f"{w}: missing field 'data' (the device's convergence trace CSV)")
         room = MAX_DEVICES - len(devices)
         count = d.get("count", 1)

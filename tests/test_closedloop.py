@@ -347,6 +347,7 @@ def test_agent_train_runs_the_closed_loop_and_falls_back_to_cpu(tmp_path):
         profile=lut_rows(),
         efficiency={"batch_sizes": [8, 16, 32], "samples_to_accuracy": [4000, 4000, None]},
         batch_size=16,
+        drift_time_tol=100.0,  # synthetic LUT times: only a power drift would be real here
     )
     res = handle_train(ctx, req)
     if not torch.cuda.is_available():
