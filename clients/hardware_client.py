@@ -45,7 +45,7 @@ from flwr.app import ArrayRecord, RecordDict
 from clients import records
 from clients.agent_link import AgentError, AgentLink, AgentSettings, ProgressCallback
 from fleet.agent.confine import ConfineError, default_work_dir, owned_dir
-from fleet.agent.profile_io import atomic_write_text
+from fleet.agent.profile_io import atomic_write_text, read_rows, write_rows
 from fleet.device_round import TRAINED, DeviceResult, Round, Segment, run_device
 from fleet.efficiency import Efficiency, scaled_lr
 from fleet.errors import InputError
@@ -231,6 +231,9 @@ class AgentRunner:
             **(self.files.agent_args() if self.files else {}),
         )
         fill_from_train(res, out, run.target_accuracy)
+        refreshed = out.get("refreshed_profile_csv")
+        if isinstance(refreshed, str) and refreshed.strip() and rnd.spec.profile:
+            merge_refreshed(rnd.spec.profile, refreshed)
 
 
 def budget_args(rnd: Round, settings: AgentSettings) -> dict[str, Any]:
@@ -268,6 +271,26 @@ def train_extras(run: RunSettings) -> dict[str, Any]:
     """``[run]`` keys the agent's trainer takes as they are (``max_samples``...)."""
     keys = ("max_samples", "eval_every_samples", "guard_window_s")
     return {k: run.extra[k] for k in keys if run.extra.get(k) is not None}
+
+
+def merge_refreshed(path: str, refreshed_csv: str) -> None:
+    """The board's drift-refreshed table (``fleet.agent.driftwatch``) into this device's profile
+    file: its rows replace the same (batch size, clock) rows, the rest of the file (batch sizes
+    the round did not ship, the header) stays. ``run_on_agent`` then sees the file changed and
+    sends it to the coordinator's store."""
+    import tempfile
+
+    header, rows, comments = read_rows(path)
+    with tempfile.TemporaryDirectory(prefix="powerfleet-refresh-") as tmp:
+        new_file = Path(tmp) / "refreshed.csv"
+        new_file.write_text(refreshed_csv)
+        _h, new_rows, new_comments = read_rows(str(new_file))
+    fresh = {(int(r["batch_size"]), float(r["freq_mhz"])): r for _n, r in new_rows}
+    merged = [fresh.pop((int(r["batch_size"]), float(r["freq_mhz"])), r) for _n, r in rows]
+    merged += list(fresh.values())
+    notes = [c for c in new_comments if c not in comments]
+    columns = list(header) + [c for c in _h if c not in header]
+    write_rows(path, merged, list(comments) + notes, columns)
 
 
 def fill_from_train(res: DeviceResult, out: dict[str, Any], target: float) -> None:
