@@ -12,7 +12,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_profile_predict_over_the_protocol(tmp_path):
-    agent = Agent(replay_csv(tmp_path / "replay.csv"))
+    agent = Agent(replay_csv(tmp_path / "replay.csv"), work_dir=tmp_path)
     try:
         out = tmp_path / "predicted.csv"
         events, prof = agent.call(

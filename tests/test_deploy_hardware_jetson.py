@@ -40,14 +40,14 @@ name = "nano-1"
 type = "jetson-nano"
 budget_schedule = "0:5,2:3"
 profile = "nano.csv"
-data = "nano.pt"
+data = "work/nano-1/nano.pt"  # on the board, inside the agent's work dir
 
 [[devices]]
 name = "tx2-1"
 type = "jetson-tx2nx"
 budget_w = "none"
 profile = "tx2.csv"
-data = "tx2.pt"
+data = "work/tx2-1/tx2.pt"
 """
 
 
@@ -65,8 +65,10 @@ def test_two_virtual_jetsons_one_deployment_round(tmp_path: Path, monkeypatch) -
         board.set_load(BATCH)
     board_profile(boards["nano-1"], tmp_path / "nano.csv")
     board_profile(boards["tx2-1"], tmp_path / "tx2.csv")
-    tiny_pt_data(tmp_path / "nano.pt", seed=1)
-    tiny_pt_data(tmp_path / "tx2.pt", seed=2)
+    for name, seed in (("nano-1", 1), ("tx2-1", 2)):  # 0700, as the agent wants its work dir
+        (tmp_path / "work" / name).mkdir(parents=True, mode=0o700)
+    tiny_pt_data(tmp_path / "work" / "nano-1" / "nano.pt", seed=1)
+    tiny_pt_data(tmp_path / "work" / "tx2-1" / "tx2.pt", seed=2)
     (tmp_path / "eff.csv").write_text(f"batch_size,samples_to_accuracy\n{BATCH},4000\n")
     pretrained = build_model("small_cnn", input_shape="1x8x8", seed=7).state_dict()
     write_weights(pretrained, str(tmp_path / "w.pt"))

@@ -43,6 +43,7 @@ def test_schedule_is_honoured_on_the_board_through_the_hardware_client(tmp_path)
         options={"sysfs_root": str(board.root), "state_dir": str(state)},
         timeout_s=30,
         long_timeout_s=150,
+        work_dir=str(tmp_path),  # the agent reads and writes only inside its own directories
     )
     with board.kernel(process=True, lag_s=0.02), ClockLog(board) as log:
         with AgentLink(settings.argv(), timeout_s=30, env=ONE_THREAD) as link:
@@ -96,6 +97,7 @@ def test_a_rail_over_budget_at_every_clock_ends_the_round_over_budget(tmp_path):
         options={"sysfs_root": str(board.root), "state_dir": str(tmp_path / "state")},
         timeout_s=30,
         long_timeout_s=150,
+        work_dir=str(tmp_path),  # the agent reads and writes only inside its own directories
     )
     board.set_drift(add_w=6.0)
     with board.kernel(process=True, lag_s=0.02):
@@ -135,6 +137,7 @@ def test_a_live_budget_file_named_in_the_node_config_drives_the_board(tmp_path):
         "sysfs-root": str(board.root),
         "state-dir": str(tmp_path / "state"),
         "budget-file": str(budget),
+        "work-dir": str(tmp_path),
     }
     settings = AgentSettings.from_node_config(nc)
     assert settings.budget_file == str(budget)

@@ -361,7 +361,7 @@ def test_train_handler_locks_during_training_and_restores_on_error(tmp_path):
 def test_agent_train_command_over_stdio(tmp_path):
     req = _train_request(tmp_path)
     # the protocol tests' real agent subprocess, with room for a training run
-    agent = Agent(str(NANO_CSV), timeout=TIMEOUT, env={"OMP_NUM_THREADS": "1"})
+    agent = Agent(str(NANO_CSV), timeout=TIMEOUT, env={"OMP_NUM_THREADS": "1"}, work_dir=tmp_path)
     try:
         _, hello = agent.call(id=1, cmd="hello")
         assert "train" in hello["capabilities"]["commands"]
