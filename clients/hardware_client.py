@@ -286,13 +286,21 @@ def run_on_agent(
     return row.to_dict()
 
 
+def _instruction_for(
+    node_config: dict, content: RecordDict
+) -> tuple[records.TrainInstruction, DeviceSpec, AgentSettings]:
+    """The message's instruction, this board's fleet entry and its agent settings (KeyError:
+    the message has no instruction; InputError: the node config or fleet is wrong)."""
+    ins = records.decode_instruction(content.config_records[records.CONFIG])
+    spec = records.device_spec_for(node_config, ins.fleet_path)
+    return ins, spec, AgentSettings.from_node_config(node_config)
+
+
 def hardware_round(node_config: dict, content: RecordDict) -> RecordDict:
     """One round on this board, from the node config and the instruction, as reply content."""
     label = records.node_label(node_config)
     try:
-        ins = records.decode_instruction(content.config_records[records.CONFIG])
-        spec = records.device_spec_for(node_config, ins.fleet_path)
-        settings = AgentSettings.from_node_config(node_config)
+        ins, spec, settings = _instruction_for(node_config, content)
     except KeyError:
         return records.reply_content(records.error_row(label, "no train instruction"))
     except InputError as exc:
@@ -319,9 +327,7 @@ def hardware_plan(node_config: dict, content: RecordDict) -> RecordDict:
 
     label = records.node_label(node_config)
     try:
-        ins = records.decode_instruction(content.config_records[records.CONFIG])
-        spec = records.device_spec_for(node_config, ins.fleet_path)
-        settings = AgentSettings.from_node_config(node_config)
+        ins, spec, settings = _instruction_for(node_config, content)
     except KeyError:
         return records.plan_content(label, None, message="no instruction to plan")
     except InputError as exc:
