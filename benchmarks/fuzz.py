@@ -24,6 +24,7 @@ each followed by a ``hello`` that must still be answered. CI does not run this (
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import io
 import json
@@ -222,15 +223,30 @@ def _col(lines: list[str], header: int, name: str) -> int | None:
     return cols.index(name) if name in cols else None
 
 
-def m_cell(rng: random.Random, data: bytes) -> bytes:
-    lines, header, body = _csv_split(data)
-    if not body:
-        return data
-    i = rng.choice(body)
+def _row_mutator(edit: Callable[[random.Random, list[str], int, list[int], int], None]):
+    """A CSV mutator from an edit of one random body row ``i``, made in place on ``lines``
+    (``edit(rng, lines, header, body, i)``); a file without body rows comes back unchanged."""
+
+    @functools.wraps(edit)
+    def mutator(rng: random.Random, data: bytes) -> bytes:
+        lines, header, body = _csv_split(data)
+        if not body:
+            return data
+        edit(rng, lines, header, body, rng.choice(body))
+        return _join(lines)
+
+    return mutator
+
+
+def _replace_cell(rng: random.Random, lines: list[str], i: int, value: str) -> None:
     cells = lines[i].split(",")
-    cells[rng.randrange(len(cells))] = rng.choice(HOSTILE)
+    cells[rng.randrange(len(cells))] = value
     lines[i] = ",".join(cells)
-    return _join(lines)
+
+
+@_row_mutator
+def m_cell(rng: random.Random, lines: list[str], header: int, body: list[int], i: int) -> None:
+    _replace_cell(rng, lines, i, rng.choice(HOSTILE))
 
 
 def m_header(rng: random.Random, data: bytes) -> bytes:
@@ -266,12 +282,9 @@ def _get(lines: list[str], header: int, row: int, name: str) -> str | None:
     return cells[j] if j is not None and j < len(cells) else None
 
 
-def m_conflict(rng: random.Random, data: bytes) -> bytes:
+@_row_mutator
+def m_conflict(rng: random.Random, lines: list[str], header: int, body: list[int], i: int) -> None:
     """Duplicate a row with one numeric value changed (a conflicting measurement)."""
-    lines, header, body = _csv_split(data)
-    if not body:
-        return data
-    i = rng.choice(body)
     cells = lines[i].split(",")
     j = rng.randrange(len(cells))
     try:
@@ -279,15 +292,11 @@ def m_conflict(rng: random.Random, data: bytes) -> bytes:
     except ValueError:
         cells[j] = "7"
     lines.insert(rng.choice(body) + 1, ",".join(cells))
-    return _join(lines)
 
 
-def m_physics(rng: random.Random, data: bytes) -> bytes:
+@_row_mutator
+def m_physics(rng: random.Random, lines: list[str], header: int, body: list[int], i: int) -> None:
     """Values that parse but cannot be true of a board (profile columns)."""
-    lines, header, body = _csv_split(data)
-    if not body:
-        return data
-    i = rng.choice(body)
     choice = rng.randrange(6)
     if choice == 0:  # mean above peak
         peak = _get(lines, header, i, "peak_power_w") or "5"
@@ -306,28 +315,21 @@ def m_physics(rng: random.Random, data: bytes) -> bytes:
         _set(lines, header, i, "batch_size", rng.choice(["0", "-8", "1e12", "2.5", "1e400"]))
     else:
         _set(lines, header, i, "samples", rng.choice(["-1", "0", "nan", "1e400"]))
-    return _join(lines)
 
 
-def m_eff_physics(rng: random.Random, data: bytes) -> bytes:
-    lines, header, body = _csv_split(data)
-    if not body:
-        return data
-    i = rng.choice(body)
+@_row_mutator
+def m_eff_physics(
+    rng: random.Random, lines: list[str], header: int, body: list[int], i: int
+) -> None:
     col = rng.choice(["samples_to_accuracy", "std", "runs", "batch_size"])
     _set(lines, header, i, col, rng.choice(["0", "-1", "nan", "inf", "1e-320", "1e400", "2.5"]))
-    return _join(lines)
 
 
-def m_quoted_newline(rng: random.Random, data: bytes) -> bytes:
-    lines, header, body = _csv_split(data)
-    if not body:
-        return data
-    i = rng.choice(body)
-    cells = lines[i].split(",")
-    cells[rng.randrange(len(cells))] = '"7\n8"'
-    lines[i] = ",".join(cells)
-    return _join(lines)
+@_row_mutator
+def m_quoted_newline(
+    rng: random.Random, lines: list[str], header: int, body: list[int], i: int
+) -> None:
+    _replace_cell(rng, lines, i, '"7\n8"')
 
 
 BIG.append(m_many_rows)

@@ -37,6 +37,7 @@ from fleet.agent.staircase import Measurement, staircase_plan
 from fleet.efficiency import Efficiency, load_efficiency
 from fleet.errors import InfeasibleError
 from fleet.profile import Point, Profile
+from fleet.report import json_safe
 from fleet.selection import align, select
 from fleet.verify import select_verified
 
@@ -207,17 +208,6 @@ def probe_counts(budgets: list[float | None]) -> list[dict[str, object]]:
     return rows
 
 
-def _finite(obj: object) -> object:
-    """JSON without Infinity/NaN: a selection that found nothing is null."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_finite(v) for v in obj]
-    return obj
-
-
 def _pct(x: float) -> str:
     return "inf" if math.isinf(x) else f"{100 * x:.2f}%"
 
@@ -255,7 +245,7 @@ def main() -> int:
     summary["probe_fraction_max"] = max(r["probes"] / r["grid"] for r in results)
     if args.json:
         doc = {"profiles": results, "summary": summary, "probe_counts": counts, "skipped": skipped}
-        json.dump(_finite(doc), sys.stdout)
+        json.dump(json_safe(doc), sys.stdout)
         print()
         return 0
     head = (

@@ -133,25 +133,32 @@ def simulated_plan(node_config: dict, content: RecordDict) -> RecordDict:
     return records.plan_content(label, plan.fastest_finish_s, plan.energy_j, plan.message)
 
 
+def _answer(
+    msg: Message,
+    context: Context,
+    hardware: str,
+    simulated: Callable[[dict, RecordDict], RecordDict],
+) -> Message:
+    """The reply from ``clients.hardware_client.<hardware>`` on a ``client = "hardware"`` node,
+    else from ``simulated``; (node config, message content) -> reply content either way."""
+    node_config = dict(context.node_config)
+    handle = simulated
+    if str(node_config.get("client", "simulated")) == "hardware":
+        from clients import hardware_client  # only hardware nodes pay for the agent link
+
+        handle = getattr(hardware_client, hardware)
+    return Message(handle(node_config, msg.content), reply_to=msg)
+
+
 app = ClientApp()
 
 
 @app.train()
 def train(msg: Message, context: Context) -> Message:
-    node_config = dict(context.node_config)
-    if str(node_config.get("client", "simulated")) == "hardware":
-        from clients import hardware_client  # only hardware nodes pay for the agent link
-
-        return Message(hardware_client.hardware_round(node_config, msg.content), reply_to=msg)
-    return Message(simulated_round(node_config, msg.content), reply_to=msg)
+    return _answer(msg, context, "hardware_round", simulated_round)
 
 
 @app.query()
 def query(msg: Message, context: Context) -> Message:
     """The coordinator's planning query (deadline objective): a plan, no training."""
-    node_config = dict(context.node_config)
-    if str(node_config.get("client", "simulated")) == "hardware":
-        from clients import hardware_client
-
-        return Message(hardware_client.hardware_plan(node_config, msg.content), reply_to=msg)
-    return Message(simulated_plan(node_config, msg.content), reply_to=msg)
+    return _answer(msg, context, "hardware_plan", simulated_plan)

@@ -398,6 +398,16 @@ def run_on_agent(
     return row.to_dict()
 
 
+def _instruction_for(
+    node_config: dict, content: RecordDict
+) -> tuple[records.TrainInstruction, DeviceSpec, AgentSettings]:
+    """The message's instruction, this board's fleet entry and its agent settings (KeyError:
+    the message has no instruction; InputError: the node config or fleet is wrong)."""
+    ins = records.decode_instruction(content.config_records[records.CONFIG])
+    spec = records.device_spec_for(node_config, ins.fleet_path)
+    return ins, spec, AgentSettings.from_node_config(node_config)
+
+
 def _read_text(path: str) -> str:
     try:
         return Path(path).read_text()
@@ -409,9 +419,7 @@ def hardware_round(node_config: dict, content: RecordDict) -> RecordDict:
     """One round on this board, from the node config and the instruction, as reply content."""
     label = records.node_label(node_config)
     try:
-        ins = records.decode_instruction(content.config_records[records.CONFIG])
-        spec = records.device_spec_for(node_config, ins.fleet_path)
-        settings = AgentSettings.from_node_config(node_config)
+        ins, spec, settings = _instruction_for(node_config, content)
         settings = replace(settings, work_dir=str(work_dir_for(settings)))  # the agent's too
     except KeyError:
         return records.reply_content(records.error_row(label, "no train instruction"))
@@ -444,9 +452,7 @@ def hardware_plan(node_config: dict, content: RecordDict) -> RecordDict:
 
     label = records.node_label(node_config)
     try:
-        ins = records.decode_instruction(content.config_records[records.CONFIG])
-        spec = records.device_spec_for(node_config, ins.fleet_path)
-        settings = AgentSettings.from_node_config(node_config)
+        ins, spec, settings = _instruction_for(node_config, content)
     except KeyError:
         return records.plan_content(label, None, message="no instruction to plan")
     except InputError as exc:

@@ -288,22 +288,22 @@ def is_alive(pid: int) -> bool:
         return False
 
 
-def signal_all(pids: list[int], timeout_s: float = 10.0) -> None:
-    """SIGTERM every pid, then SIGKILL those still alive after ``timeout_s``."""
+def _send(pids: list[int], sig: int) -> None:
+    """``sig`` to every pid; one that has already exited is no error."""
     for pid in pids:
         try:
-            os.kill(pid, signal.SIGTERM)
+            os.kill(pid, sig)
         except ProcessLookupError:
             pass
+
+
+def signal_all(pids: list[int], timeout_s: float = 10.0) -> None:
+    """SIGTERM every pid, then SIGKILL those still alive after ``timeout_s``."""
+    _send(pids, signal.SIGTERM)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and any(is_alive(p) for p in pids):
         time.sleep(0.1)
-    for pid in pids:
-        if is_alive(pid):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+    _send([p for p in pids if is_alive(p)], signal.SIGKILL)
 
 
 def stop_tree(proc: subprocess.Popen | None, timeout_s: float = 10.0) -> None:
@@ -312,11 +312,7 @@ def stop_tree(proc: subprocess.Popen | None, timeout_s: float = 10.0) -> None:
     if proc is None:
         return
     pids = [proc.pid, *descendants(proc.pid)] if proc.poll() is None else [proc.pid]
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
+    _send(pids, signal.SIGTERM)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None and not any(is_alive(p) for p in pids[1:]):

@@ -26,6 +26,18 @@ def write(tmp_path):
     return _write
 
 
+@pytest.fixture
+def one_torch_thread():
+    """torch on one thread for the test, as the agent runs (more thrash on a loaded machine);
+    the previous count is restored after."""
+    import torch  # here, not at the top: most tests never need torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """Run the installed `powerfleet` entry point as a user would (a real subprocess)."""
     env = dict(os.environ, COLUMNS="200")

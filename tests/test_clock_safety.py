@@ -63,6 +63,19 @@ def crash_locked(root: Path, state: Path, mhz: float) -> None:
     subprocess.run([sys.executable, "-c", CRASH, str(root), str(state), str(mhz)], check=True)
 
 
+def start_child(
+    script: str, board, state: Path, *args: str, stderr: int | None = subprocess.PIPE
+) -> subprocess.Popen:
+    """``python -c script BOARD_ROOT STATE_DIR *args``, stdout (and by default stderr) piped as
+    text: the child says when it holds the clock, the test then signals or inspects it."""
+    return subprocess.Popen(
+        [sys.executable, "-c", script, str(board.root), str(state), *args],
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        text=True,
+    )
+
+
 def pinned(board, hz: int) -> bool:
     c = board.clocks()
     return c["min_freq"] == c["max_freq"] == hz
@@ -205,11 +218,7 @@ def test_a_running_holder_is_not_robbed_and_a_second_backend_adopts(tmp_path):
     board = build_board(tmp_path / "root", "nano")
     state = tmp_path / "state"
     original = board.bounds()
-    proc = subprocess.Popen(
-        [sys.executable, "-c", HOLD, str(board.root), str(state), "230.4"],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_child(HOLD, board, state, "230.4", stderr=None)
     try:
         assert proc.stdout.readline().strip() == "locked"
         r = run_cli("restore", "--sysfs-root", str(board.root), "--state-dir", str(state))
@@ -303,12 +312,7 @@ def test_sigterm_at_random_moments_of_relocking_always_restores(tmp_path):
     state = tmp_path / "state"
     original = board.bounds()
     for trial in range(6):
-        proc = subprocess.Popen(
-            [sys.executable, "-c", STRESS_CHILD, str(board.root), str(state)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        proc = start_child(STRESS_CHILD, board, state)
         try:
             assert proc.stdout.readline().strip() == "ready"
             time.sleep(0.05 + 0.037 * trial)
@@ -347,12 +351,7 @@ def test_sigterm_mid_step_restores_before_the_step_ends(tmp_path):
     board = build_board(tmp_path / "root", "nano")
     state = tmp_path / "state"
     original = board.bounds()
-    proc = subprocess.Popen(
-        [sys.executable, "-c", LONG_STEP_CHILD, str(board.root), str(state), "6000000"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_child(LONG_STEP_CHILD, board, state, "6000000")
     try:
         assert proc.stdout.readline().strip() == "locked"
         assert pinned(board, HZ_230)

@@ -31,12 +31,7 @@ EFF = {8: 4000.0, 16: 4000.0, 32: 4400.0}  # b=32 wins when the budget allows it
 STEP_S = 0.015
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def make_data(n, seed):

@@ -22,6 +22,7 @@ from fleet.selection import select
 from fleet.virtual_clock import VirtualClock
 from fleet.whatif import simulate_fleet
 from tests.conftest import ROOT
+from tests.test_virtual_clock import PROFILE, SHIPPED
 
 BATCHES = (4, 8, 16, 32)
 FREQS = (307.2, 460.8, 614.4, 921.6)
@@ -92,16 +93,7 @@ def test_choice_equals_brute_force_min_energy_meeting_deadline(pe, budget, deadl
         assert got.choice.predicted_time_s <= deadline * (1 + 1e-9)
 
 
-PROFILE = Profile(
-    [
-        Point(8, 307.2, 0.10, 4.0, 3.0),
-        Point(8, 460.8, 0.08, 4.8, 4.0),
-        Point(32, 307.2, 0.32, 4.4, 3.5),
-        Point(32, 460.8, 0.16, 5.6, 5.0),
-    ],
-    "hand.csv",
-)
-SHIPPED = Efficiency({8: 1000.0, 32: 1200.0}, source="proxy.csv")
+# PROFILE, SHIPPED: the virtual-clock tests' hand-made profile and shipped efficiency;
 # predicted (time s, energy J): 8@307: 12.5, 37.5 | 8@460: 10, 40 | 32@307: 12, 42 | 32@460: 6, 30
 
 

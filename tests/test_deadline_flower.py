@@ -4,37 +4,27 @@ Without ``[run] deadline_s`` the coordinator first sends every device a planning
 replies its fastest predicted finish without training, the coordinator sets the deadline
 (the slowest of them) and sends it with the train message. The rows must be the direct
 engine's, which plans the same deadline in-process (``fleet.whatif.simulate_fleet``).
-Every process the deployment test starts is stopped in its finally block.
+Every process the deployment test starts is stopped by `tests/deploy_helpers.stopped_at_exit`.
 """
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pytest
 
 from deployment import deploy
 from fleet.fleetconfig import load_fleet
-from fleet.report import read_report
+from fleet.report import json_safe, read_report
 from fleet.whatif import simulate_fleet
 from simulations.runner import DEFAULT_FLEET, simulate
+from tests.deploy_helpers import run_loopback_round, stopped_at_exit
 from tests.test_flower_deploy import FLEET as DEPLOY_FLEET
+from tests.test_flower_deploy import node_configs
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 SIM = Path(__file__).resolve().parents[1] / "simulations"
-
-
-def _finite(obj: object) -> object:
-    """As report.json stores it: non-finite floats become null."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_finite(v) for v in obj]
-    return obj
 
 
 def deadline_fleet(tmp_path: Path, text: str) -> Path:
@@ -73,44 +63,10 @@ def test_deployment_planning_exchange_matches_the_direct_engine(tmp_path: Path) 
     fleet_file = deadline_fleet(tmp_path, text)
     fleet = load_fleet(fleet_file)
     run_dir = tmp_path / "run"
-    home = tmp_path / "flwr"
-    link_port = deploy.free_port()
-    procs = []
-    spawned: set[int] = set()
-    try:
-        link = deploy.start_process(
-            deploy.superlink_command("127.0.0.1", link_port, insecure=True),
-            (home / "superlink").resolve(),
-            tmp_path / "logs" / "superlink.log",
-        )
-        procs.append(link)
-        deploy.wait_healthy("127.0.0.1", link_port, link)
-        for spec in fleet.devices:
-            node_home = home / spec.name
-            node_home.mkdir(parents=True)
-            config = deploy.device_node_config(spec.to_node_config(), "replay")
-            if spec.name == "nano-a":  # a board behind the agent: plans from its profile
-                config = {k: v for k, v in config.items() if k != "data"}
-                config.update(client="hardware", backend="replay", **{"profile-csv": spec.profile})
-            argv = deploy.supernode_command(
-                f"127.0.0.1:{link_port}", deploy.free_port(), config, insecure=True
-            )
-            procs.append(deploy.start_process(argv, node_home, tmp_path / "logs" / spec.name))
-        cli = home / "cli"
-        deploy.write_cli_config(cli, f"127.0.0.1:{link_port}")
-        deploy.wait_for_nodes(cli, 2, timeout_s=40)
-        run_id = deploy.submit_run(
-            cli, {"fleet-path": str(fleet_file), "run-dir": str(run_dir), "run-token": "d-1"}
-        )
-        status, details = deploy.wait_for_run(cli, run_id, timeout_s=90)
-        for p in procs:
-            spawned.update(deploy.descendants(p.pid))
-    finally:
-        for p in procs:
-            spawned.update(deploy.descendants(p.pid))
-            deploy.stop_tree(p)
-    left = [pid for pid in spawned | {p.pid for p in procs} if deploy.is_alive(pid)]
-    assert not left, f"processes left running: {left}"
+    configs = node_configs(fleet)  # nano-a: a board behind the agent, plans from its profile
+    run_config = {"fleet-path": str(fleet_file), "run-dir": str(run_dir), "run-token": "d-1"}
+    with stopped_at_exit() as procs:
+        status, details = run_loopback_round(procs, tmp_path, configs, run_config, timeout_s=90)
 
     assert status == "finished:completed", details
     report = deploy.read_report(run_dir, "d-1")
@@ -126,7 +82,7 @@ def test_deployment_planning_exchange_matches_the_direct_engine(tmp_path: Path) 
             expect[name]["freq_mhz"],
         ), name
     assert rows["nano-a"]["status"] == "selected", rows["nano-a"]["message"]
-    assert rows["tx2-b"] == _finite(expect["tx2-b"])  # the simulated node: the very same row
+    assert rows["tx2-b"] == json_safe(expect["tx2-b"])  # the simulated node: the very same row
     # the planned deadline slowed the faster device down: its choice is not the time objective's
     fast = {r["device"]: r for r in simulate_fleet(fleet, "time").rows}["tx2-b"]
     assert (rows["tx2-b"]["batch_size"], rows["tx2-b"]["freq_mhz"]) != (
@@ -148,5 +104,5 @@ def test_federated_rounds_each_plan_their_deadline(tmp_path: Path) -> None:
     for k in (1, 2):
         rnd = read_report(tmp_path / "run" / "rounds" / f"round-{k:03d}")
         assert rnd["deadline_s"] == pytest.approx(want.deadline_s)
-        assert rnd["devices"] == [_finite(r) for r in want.rows]
+        assert rnd["devices"] == [json_safe(r) for r in want.rows]
     assert report["mode"] == "federated" and report["global_model"]

@@ -21,6 +21,7 @@ from fleet.agent.models import build_model
 from fleet.fleetconfig import load_fleet
 from fleet.task import read_weights, write_weights
 from simulations.virtual_jetson import build_board
+from tests.deploy_helpers import run_loopback_round, stopped_at_exit
 from tests.hardware_helpers import BATCH, MHZ, ClockLog, board_profile, tiny_pt_data
 
 FLEET = """
@@ -75,56 +76,30 @@ def test_two_virtual_jetsons_one_deployment_round(tmp_path: Path, monkeypatch) -
     fleet_file = tmp_path / "fleet.toml"
     fleet_file.write_text(FLEET.format(max_samples=8000))
     fleet = load_fleet(fleet_file)
-    run_dir, home = tmp_path / "run", tmp_path / "flwr"
-    link_port = deploy.free_port()
-    procs, spawned = [], set()
-    status = details = ""
+    run_dir = tmp_path / "run"
+    configs = {}
+    for spec in fleet.devices:
+        configs[spec.name] = deploy.device_node_config(spec.to_node_config(), "hardware")
+        configs[spec.name].update(
+            {
+                "backend": "jetson",
+                "sysfs-root": str(boards[spec.name].root),
+                "state-dir": str(tmp_path / "state" / spec.name),
+                "work-dir": str(tmp_path / "work" / spec.name),
+                "agent-timeout-s": 120.0,
+            }
+        )
+    run_config = {"fleet-path": str(fleet_file), "run-dir": str(run_dir), "run-token": "j"}
     with (
         boards["nano-1"].kernel(process=True, lag_s=0.02),
         boards["tx2-1"].kernel(process=True, lag_s=0.02),
         ClockLog(boards["nano-1"]) as log,
     ):
-        try:
-            link = deploy.start_process(
-                deploy.superlink_command("127.0.0.1", link_port, insecure=True),
-                (home / "superlink").resolve(),
-                tmp_path / "logs" / "superlink.log",
+        with stopped_at_exit() as procs:
+            status, details = run_loopback_round(
+                procs, tmp_path, configs, run_config, timeout_s=120
             )
-            procs.append(link)
-            deploy.wait_healthy("127.0.0.1", link_port, link)
-            for spec in fleet.devices:
-                config = deploy.device_node_config(spec.to_node_config(), "hardware")
-                config.update(
-                    {
-                        "backend": "jetson",
-                        "sysfs-root": str(boards[spec.name].root),
-                        "state-dir": str(tmp_path / "state" / spec.name),
-                        "work-dir": str(tmp_path / "work" / spec.name),
-                        "agent-timeout-s": 120.0,
-                    }
-                )
-                argv = deploy.supernode_command(
-                    f"127.0.0.1:{link_port}", deploy.free_port(), config, insecure=True
-                )
-                procs.append(
-                    deploy.start_process(argv, home / spec.name, tmp_path / "logs" / spec.name)
-                )
-            cli = home / "cli"
-            deploy.write_cli_config(cli, f"127.0.0.1:{link_port}")
-            deploy.wait_for_nodes(cli, 2, timeout_s=40)
-            run_id = deploy.submit_run(
-                cli, {"fleet-path": str(fleet_file), "run-dir": str(run_dir), "run-token": "j"}
-            )
-            status, details = deploy.wait_for_run(cli, run_id, timeout_s=120)
-            for p in procs:
-                spawned.update(deploy.descendants(p.pid))
-        finally:
-            for p in procs:
-                spawned.update(deploy.descendants(p.pid))
-                deploy.stop_tree(p)
         after = {name: b.bounds() for name, b in boards.items()}
-    left = [pid for pid in spawned | {p.pid for p in procs} if deploy.is_alive(pid)]
-    assert not left, f"processes left running: {left}"
     assert status == "finished:completed", details
     report = deploy.read_report(run_dir, "j")
     assert report is not None

@@ -29,6 +29,7 @@ from deployment import deploy, security
 from fleet import cli
 from fleet.errors import InputError
 from fleet.fleetconfig import load_fleet
+from tests.deploy_helpers import start_superlink, stopped_at_exit
 from tests.test_flower_deploy import FLEET, ROOT
 
 # --------------------------------------------------------------------------- throwaway PKI
@@ -244,11 +245,8 @@ def test_tls_and_supernode_auth_round_refuses_unregistered_node(tmp_path: Path) 
     port = deploy.free_port()
     argv = deploy.superlink_command("127.0.0.1", port, tls, supernode_auth=True)
     assert "--enable-supernode-auth" in argv and "--insecure" not in argv
-    procs, spawned = [], set()
-    try:
-        link = deploy.start_process(argv, home / "superlink", logs / "superlink.log")
-        procs.append(link)
-        deploy.wait_healthy("127.0.0.1", port, link, tls=True)
+    with stopped_at_exit() as procs:
+        start_superlink(procs, argv, home / "superlink", logs / "superlink.log", port, tls=True)
         cli = home / "cli"
         deploy.write_cli_config(cli, f"127.0.0.1:{port}", tls.ca_certfile)
         registered = deploy.register_supernodes(cli, security.public_keys([good_pub]))
@@ -274,14 +272,6 @@ def test_tls_and_supernode_auth_round_refuses_unregistered_node(tmp_path: Path) 
         )  # fmt: skip
         status, details = deploy.wait_for_run(cli, run_id, timeout_s=60)
         time.sleep(0.5)
-        for p in procs:
-            spawned.update(deploy.descendants(p.pid))
-    finally:
-        for p in procs:
-            spawned.update(deploy.descendants(p.pid))
-            deploy.stop_tree(p)
-    left = [pid for pid in spawned | {p.pid for p in procs} if deploy.is_alive(pid)]
-    assert not left, f"processes left running: {left}"
 
     # the unregistered SuperNode: refused at activation, exited non-zero, never listed
     assert rogue_code != 0

@@ -6,7 +6,7 @@ replay client), the other is a "hardware" node whose client drives a replay agen
 (hello, select, lock). So this checks node config -> DeviceSpec -> selection -> reply -> report
 for both clients behind the one Flower app.
 Every process started here (and the flower-superexec / flwr-*app processes they spawn) is
-stopped in the finally block, and the test checks that none survives.
+stopped on the way out (`tests/deploy_helpers.stopped_at_exit`), which checks that none survives.
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ import pytest
 
 from deployment import deploy
 from fleet.errors import InputError
-from fleet.fleetconfig import load_fleet
+from fleet.fleetconfig import Fleet, load_fleet
 from fleet.profile import load_profile
 from fleet.selection import align, select
 from fleet.virtual_clock import cached_efficiency
+from tests.deploy_helpers import run_loopback_round, stopped_at_exit
 
 ROOT = Path(__file__).resolve().parents[1]
 SIM = ROOT / "simulations"
@@ -49,6 +50,19 @@ budget_schedule = [[0, 7.0], [1000, 4.5]]
 profile = "{SIM}/profiles/tx2nx_resnet18.csv"
 data = "{SIM}/efficiency/resnet18_cinic.csv"
 """
+
+
+def node_configs(fleet: Fleet) -> dict[str, dict[str, object]]:
+    """Each device's --node-config: nano-a is a board behind the agent (replaying its profile,
+    so it plans and selects from it), tx2-b the replay client."""
+    configs = {}
+    for spec in fleet.devices:
+        config = deploy.device_node_config(spec.to_node_config(), "replay")
+        if spec.name == "nano-a":
+            config = {k: v for k, v in config.items() if k != "data"}
+            config.update(client="hardware", backend="replay", **{"profile-csv": spec.profile})
+        configs[spec.name] = config
+    return configs
 
 
 def test_node_config_and_commands_without_processes(tmp_path: Path) -> None:
@@ -80,44 +94,10 @@ def test_superlink_two_supernodes_one_round(tmp_path: Path) -> None:
     fleet_file.write_text(FLEET)
     fleet = load_fleet(fleet_file)
     run_dir = tmp_path / "run"
-    home = tmp_path / "flwr"
-    link_port = deploy.free_port()
-    procs = []
-    spawned: set[int] = set()
-    try:
-        link = deploy.start_process(
-            deploy.superlink_command("127.0.0.1", link_port, insecure=True),
-            (home / "superlink").resolve(),
-            tmp_path / "logs" / "superlink.log",
-        )
-        procs.append(link)
-        deploy.wait_healthy("127.0.0.1", link_port, link)
-        for spec in fleet.devices:
-            node_home = home / spec.name
-            node_home.mkdir(parents=True)
-            config = deploy.device_node_config(spec.to_node_config(), "replay")
-            if spec.name == "nano-a":  # a board behind the agent (replaying its profile)
-                config = {k: v for k, v in config.items() if k != "data"}
-                config.update(client="hardware", backend="replay", **{"profile-csv": spec.profile})
-            argv = deploy.supernode_command(
-                f"127.0.0.1:{link_port}", deploy.free_port(), config, insecure=True
-            )
-            procs.append(deploy.start_process(argv, node_home, tmp_path / "logs" / spec.name))
-        cli = home / "cli"
-        deploy.write_cli_config(cli, f"127.0.0.1:{link_port}")
-        deploy.wait_for_nodes(cli, 2, timeout_s=40)
-        run_id = deploy.submit_run(
-            cli, {"fleet-path": str(fleet_file), "run-dir": str(run_dir), "run-token": "t-1"}
-        )
-        status, details = deploy.wait_for_run(cli, run_id, timeout_s=60)
-        for p in procs:
-            spawned.update(deploy.descendants(p.pid))
-    finally:
-        for p in procs:
-            spawned.update(deploy.descendants(p.pid))
-            deploy.stop_tree(p)
-    left = [pid for pid in spawned | {p.pid for p in procs} if deploy.is_alive(pid)]
-    assert not left, f"processes left running: {left}"
+    configs = node_configs(fleet)
+    run_config = {"fleet-path": str(fleet_file), "run-dir": str(run_dir), "run-token": "t-1"}
+    with stopped_at_exit() as procs:
+        status, details = run_loopback_round(procs, tmp_path, configs, run_config, timeout_s=60)
 
     assert status == "finished:completed", details
     report = deploy.read_report(run_dir, "t-1")

@@ -8,12 +8,12 @@ layout.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pytest
 
 from fleet.fleetconfig import load_fleet
+from fleet.report import json_safe
 from fleet.virtual_clock import cached_efficiency, simulate_device
 from simulations.flower_engine import run_flower
 
@@ -54,17 +54,6 @@ data = "{SIM}/efficiency/resnet18_svhn.csv"
 """
 
 
-def _finite(obj: object) -> object:
-    """As report.json stores it: non-finite floats become null."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_finite(v) for v in obj]
-    return obj
-
-
 def test_run_flower_matches_direct_replay(tmp_path: Path) -> None:
     fleet_file = tmp_path / "fleet.toml"
     fleet_file.write_text(FLEET)
@@ -77,7 +66,7 @@ def test_run_flower_matches_direct_replay(tmp_path: Path) -> None:
     assert list(rows) == [d.name for d in fleet.devices]
     for spec in fleet.devices:
         expected = simulate_device(spec, shipped, fleet.run).to_dict()
-        assert rows[spec.name] == _finite(expected), spec.name
+        assert rows[spec.name] == json_safe(expected), spec.name
 
     assert rows["nano-starved"]["status"] == "infeasible"
     assert "1.5" in rows["nano-starved"]["message"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -23,6 +24,35 @@ from simulations.virtual_jetson import build_board, wait_for
 from tests.hardware_helpers import BATCH, MHZ, ONE_THREAD, ClockLog, board_profile, tiny_pt_data
 
 
+def instruction(max_samples: int, eval_every: int) -> records.TrainInstruction:
+    """Train small_cnn at b=16 towards an unreachable target (1.0): the round runs to
+    ``max_samples``, long enough for a budget change to show on the board."""
+    run = RunSettings(
+        "hw", "small_cnn", "eff.csv", 1.0, lr_ref_batch=BATCH, lr_ref=1e-3,
+        extra={"max_samples": max_samples, "eval_every_samples": eval_every},
+    )  # fmt: skip
+    return records.TrainInstruction(Efficiency({BATCH: 4000.0}, source="eff.csv"), run)
+
+
+def jetson_settings(board, state) -> AgentSettings:
+    """The agent on ``board`` (the jetson backend), its clock state under ``state``; its work
+    dir (the only place it reads and writes besides ``state``) is ``state``'s parent, the
+    test's tmp_path, which holds the data."""
+    return AgentSettings(
+        backend="jetson",
+        options={"sysfs_root": str(board.root), "state_dir": str(state)},
+        timeout_s=30,
+        long_timeout_s=150,
+        work_dir=str(Path(state).parent),
+    )
+
+
+def run_round(spec: DeviceSpec, ins: records.TrainInstruction, settings: AgentSettings) -> dict:
+    """``run_on_agent`` against a live ``python -m fleet.agent`` (one torch thread)."""
+    with AgentLink(settings.argv(), timeout_s=30, env=ONE_THREAD) as link:
+        return run_on_agent(link, spec, ins, settings)
+
+
 @pytest.mark.integration
 @pytest.mark.timeout(180)
 def test_schedule_is_honoured_on_the_board_through_the_hardware_client(tmp_path):
@@ -33,21 +63,8 @@ def test_schedule_is_honoured_on_the_board_through_the_hardware_client(tmp_path)
     data = tiny_pt_data(tmp_path / "data.pt")
     state = tmp_path / "state"
     spec = DeviceSpec("nano-1", "jetson-nano", 5.0, str(prof), str(data), parse_schedule("0:5,2:3"))
-    run = RunSettings(
-        "hw", "small_cnn", "eff.csv", 1.0, lr_ref_batch=BATCH, lr_ref=1e-3,
-        extra={"max_samples": 12000, "eval_every_samples": 4000},
-    )  # fmt: skip
-    shipped = Efficiency({BATCH: 4000.0}, source="eff.csv")
-    settings = AgentSettings(
-        backend="jetson",
-        options={"sysfs_root": str(board.root), "state_dir": str(state)},
-        timeout_s=30,
-        long_timeout_s=150,
-        work_dir=str(tmp_path),  # the agent reads and writes only inside its own directories
-    )
     with board.kernel(process=True, lag_s=0.02), ClockLog(board) as log:
-        with AgentLink(settings.argv(), timeout_s=30, env=ONE_THREAD) as link:
-            row = run_on_agent(link, spec, records.TrainInstruction(shipped, run), settings)
+        row = run_round(spec, instruction(12000, 4000), jetson_settings(board, state))
         after = board.bounds()
     assert row["status"] == "not reached", row["message"]  # target 1.0: runs to max_samples
     pinned = log.pinned()
@@ -87,22 +104,10 @@ def test_a_rail_over_budget_at_every_clock_ends_the_round_over_budget(tmp_path):
     prof = board_profile(board, tmp_path / "profile.csv")
     data = tiny_pt_data(tmp_path / "data.pt")
     spec = DeviceSpec("nano-1", "jetson-nano", 5.0, str(prof), str(data))
-    run = RunSettings(
-        "hw", "small_cnn", "eff.csv", 1.0, lr_ref_batch=BATCH, lr_ref=1e-3,
-        extra={"max_samples": 200000, "eval_every_samples": 50000},
-    )  # fmt: skip
-    shipped = Efficiency({BATCH: 4000.0}, source="eff.csv")
-    settings = AgentSettings(
-        backend="jetson",
-        options={"sysfs_root": str(board.root), "state_dir": str(tmp_path / "state")},
-        timeout_s=30,
-        long_timeout_s=150,
-        work_dir=str(tmp_path),  # the agent reads and writes only inside its own directories
-    )
+    settings = jetson_settings(board, tmp_path / "state")
     board.set_drift(add_w=6.0)
     with board.kernel(process=True, lag_s=0.02):
-        with AgentLink(settings.argv(), timeout_s=30, env=ONE_THREAD) as link:
-            row = run_on_agent(link, spec, records.TrainInstruction(shipped, run), settings)
+        row = run_round(spec, instruction(200000, 50000), settings)
         after = board.bounds()
     assert row["status"] == "over-budget", row["message"]
     events = row["guard_events"]
@@ -143,11 +148,6 @@ def test_a_live_budget_file_named_in_the_node_config_drives_the_board(tmp_path):
     assert settings.budget_file == str(budget)
     assert "--state-dir" in settings.argv()
     spec = records.device_spec_for(nc, "")
-    run = RunSettings(
-        "hw", "small_cnn", "eff.csv", 1.0, lr_ref_batch=BATCH, lr_ref=1e-3,
-        extra={"max_samples": 12000, "eval_every_samples": 4000},
-    )  # fmt: skip
-    shipped = Efficiency({BATCH: 4000.0}, source="eff.csv")
 
     def operator() -> None:
         """Lower the budget to 3 W 1.5 s after the board's first lock (training under way)."""
@@ -158,9 +158,8 @@ def test_a_live_budget_file_named_in_the_node_config_drives_the_board(tmp_path):
 
     writer = threading.Thread(target=operator, daemon=True)
     with board.kernel(process=True, lag_s=0.02):
-        with AgentLink(settings.argv(), timeout_s=30, env=ONE_THREAD) as link:
-            writer.start()
-            row = run_on_agent(link, spec, records.TrainInstruction(shipped, run), settings)
+        writer.start()
+        row = run_round(spec, instruction(12000, 4000), settings)
     writer.join(timeout=5)
     assert row["status"] == "not reached", row["message"]
     segs = [(s["budget_w"], s["freq_mhz"]) for s in row["segments"]]

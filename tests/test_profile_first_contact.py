@@ -26,6 +26,7 @@ from fleet.profilestore import get, list_store
 from simulations.virtual_jetson import build_board
 from strategies.profiles import workload_of
 from tests.conftest import run_cli
+from tests.deploy_helpers import run_loopback_round, stopped_at_exit
 
 ROOT = Path(__file__).resolve().parents[1]
 SIM = ROOT / "simulations"
@@ -109,40 +110,15 @@ def test_first_contact_profiles_once_and_round_two_reuses(tmp_path: Path) -> Non
     fleet_file.write_text(fleet_text(store))
     fleet = load_fleet(fleet_file)
     spec = fleet.devices[0]
-    run_dir, home = tmp_path / "run", tmp_path / "flwr"
-    link_port = deploy.free_port()
-    procs, spawned = [], set()
-    try:
-        link = deploy.start_process(
-            deploy.superlink_command("127.0.0.1", link_port, insecure=True),
-            (home / "superlink").resolve(),
-            tmp_path / "logs" / "superlink.log",
+    run_dir = tmp_path / "run"
+    config = deploy.device_node_config(spec.to_node_config(), "hardware")
+    config.update(backend="replay", **{"profile-csv": str(NANO)})
+    config["work-dir"] = str(tmp_path / "board")
+    run_config = {"fleet-path": str(fleet_file), "run-dir": str(run_dir), "run-token": "t-fc"}
+    with stopped_at_exit() as procs:
+        status, details = run_loopback_round(
+            procs, tmp_path, {spec.name: config}, run_config, timeout_s=150
         )
-        procs.append(link)
-        deploy.wait_healthy("127.0.0.1", link_port, link)
-        config = deploy.device_node_config(spec.to_node_config(), "hardware")
-        config.update(backend="replay", **{"profile-csv": str(NANO)})
-        config["work-dir"] = str(tmp_path / "board")
-        (home / spec.name).mkdir(parents=True)
-        argv = deploy.supernode_command(
-            f"127.0.0.1:{link_port}", deploy.free_port(), config, insecure=True
-        )
-        procs.append(deploy.start_process(argv, home / spec.name, tmp_path / "logs" / "node"))
-        cli = home / "cli"
-        deploy.write_cli_config(cli, f"127.0.0.1:{link_port}")
-        deploy.wait_for_nodes(cli, 1, timeout_s=40)
-        run_id = deploy.submit_run(
-            cli, {"fleet-path": str(fleet_file), "run-dir": str(run_dir), "run-token": "t-fc"}
-        )
-        status, details = deploy.wait_for_run(cli, run_id, timeout_s=150)
-        for p in procs:
-            spawned.update(deploy.descendants(p.pid))
-    finally:
-        for p in procs:
-            spawned.update(deploy.descendants(p.pid))
-            deploy.stop_tree(p)
-    left = [pid for pid in spawned | {p.pid for p in procs} if deploy.is_alive(pid)]
-    assert not left, f"processes left running: {left}"
     assert status == "finished:completed", details
 
     def row(n: int) -> dict:

@@ -19,6 +19,16 @@ from tests.test_agent_jetson import NANO_HZ
 LOAD = 4  # the batch size the emulated board is told is running (power follows it)
 
 
+def profile_board(board, out, *extra: str):
+    """`powerfleet profile` on the board's tree: small_cnn at 3x16x16, b=2 and 4, one step per
+    point, no warm-up (``extra``: the mode's own flags), the summary as JSON."""
+    return run_cli(
+        "profile", "--backend", "jetson", "--sysfs-root", str(board.root),
+        "--model", "small_cnn", "--input-shape", "3x16x16", "--batch-sizes", "2,4",
+        "--steps", "1", "--warmup", "0", *extra, "--out", str(out), "--json",
+    )  # fmt: skip
+
+
 @pytest.mark.parametrize("kind", ["nano", "orin"])
 def test_full_grid_profile_on_a_virtual_board(tmp_path, kind):
     board = build_board(tmp_path / "root", kind, workload="small_cnn")
@@ -26,28 +36,7 @@ def test_full_grid_profile_on_a_virtual_board(tmp_path, kind):
     before = board.bounds()
     out = tmp_path / "profile.csv"
     with board.kernel(process=True, load=LOAD, lag_s=0.05), ClockRecorder(board) as rec:
-        r = run_cli(
-            "profile",
-            "--backend",
-            "jetson",
-            "--sysfs-root",
-            str(board.root),
-            "--model",
-            "small_cnn",
-            "--input-shape",
-            "3x16x16",
-            "--batch-sizes",
-            "2,4",
-            "--steps",
-            "1",
-            "--warmup",
-            "0",
-            "--sampler-hz",
-            "50",
-            "--out",
-            str(out),
-            "--json",
-        )
+        r = profile_board(board, out, "--sampler-hz", "50")
         after = board.bounds()
     assert r.returncode == 0, r.stderr
     summary = json.loads(r.stdout)
@@ -78,28 +67,7 @@ def test_staircase_profile_probes_fewer_points_and_restores(tmp_path):
     # the modeled power fits 5 W at every clock, so b=4 climbs them all and b=2 starts at the top
     assert board.model_power_w(max(NANO_HZ), LOAD) < 5.0
     with board.kernel(process=True, load=LOAD):
-        r = run_cli(
-            "profile",
-            "--backend",
-            "jetson",
-            "--sysfs-root",
-            str(board.root),
-            "--model",
-            "small_cnn",
-            "--input-shape",
-            "3x16x16",
-            "--batch-sizes",
-            "2,4",
-            "--steps",
-            "1",
-            "--warmup",
-            "0",
-            "--budget-w",
-            "5",
-            "--out",
-            str(out),
-            "--json",
-        )
+        r = profile_board(board, out, "--budget-w", "5")
     assert r.returncode == 0, r.stderr
     s = json.loads(r.stdout)
     assert s["probes"] == len(NANO_HZ) + 1 and s["grid_size"] == 2 * len(NANO_HZ)

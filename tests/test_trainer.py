@@ -33,12 +33,7 @@ K = 64  # evaluation cadence, a multiple of the batch size
 KW = dict(batch_size=16, lr=3e-3, target_accuracy=0.85, eval_every_samples=K, max_samples=4096)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def make_data(n, seed, signal_strength=0.15):

@@ -37,9 +37,7 @@ def parse_watts(text: str, where: str = "budget") -> Optional[float]:
     try:
         value = float(low)
     except ValueError:
-        raise BudgetError(
-            "{}: {!r} is not a budget; expected watts > 0 or 'none'".format(where, raw)
-        ) from None
+        value = math.nan  # not a number: the same refusal as NaN or <= 0
     if not math.isfinite(value) or value <= 0:
         raise BudgetError(
             "{}: {!r} is not a budget; expected watts > 0 or 'none'".format(where, raw)

@@ -1,0 +1,85 @@
+"""Shared scaffolding of the deployment tests: real Flower daemons on 127.0.0.1, all stopped.
+
+Every deployment test starts a SuperLink and SuperNodes as real processes, and must leave none
+behind (SuperExec and flwr-*app children included, which run in their own sessions). The
+bookkeeping for that lives here once: ``stopped_at_exit`` collects and stops every process the
+test registers and asserts that none survives; ``start_superlink`` and ``run_loopback_round``
+are the usual insecure loopback round (a SuperLink, one SuperNode per node config, one run).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from deployment import deploy
+
+
+@contextmanager
+def stopped_at_exit() -> Iterator[list[subprocess.Popen]]:
+    """Yield a list to append started daemons to; on exit stop each with all it spawned.
+
+    Descendants are collected before anything is stopped (a SuperNode's children may be
+    re-parented once the SuperLink goes), then again just before each daemon is stopped.
+    When the body succeeded, asserts that no collected process is still alive.
+    """
+    procs: list[subprocess.Popen] = []
+    spawned: set[int] = set()
+    try:
+        yield procs
+        for p in procs:
+            spawned.update(deploy.descendants(p.pid))
+    finally:
+        for p in procs:
+            spawned.update(deploy.descendants(p.pid))
+            deploy.stop_tree(p)
+    left = [pid for pid in spawned | {p.pid for p in procs} if deploy.is_alive(pid)]
+    assert not left, f"processes left running: {left}"
+
+
+def start_superlink(
+    procs: list[subprocess.Popen],
+    argv: list[str],
+    home: Path,
+    log: Path,
+    port: int,
+    tls: bool = False,
+) -> subprocess.Popen:
+    """Start a SuperLink (registered in ``procs`` at once) and wait until it serves on ``port``."""
+    link = deploy.start_process(argv, home, log)
+    procs.append(link)
+    deploy.wait_healthy("127.0.0.1", port, link, tls=tls)
+    return link
+
+
+def run_loopback_round(
+    procs: list[subprocess.Popen],
+    tmp_path: Path,
+    node_configs: dict[str, dict[str, object]],
+    run_config: dict[str, object],
+    timeout_s: float,
+) -> tuple[str, str]:
+    """An insecure SuperLink and one SuperNode per ``node_configs`` entry (name -> node config),
+    Flower homes under ``tmp_path/flwr``, logs under ``tmp_path/logs``; submit one run with
+    ``run_config`` once every node is online and return its final (status, details)."""
+    home = tmp_path / "flwr"
+    port = deploy.free_port()
+    start_superlink(
+        procs,
+        deploy.superlink_command("127.0.0.1", port, insecure=True),
+        (home / "superlink").resolve(),
+        tmp_path / "logs" / "superlink.log",
+        port,
+    )
+    for name, config in node_configs.items():
+        argv = deploy.supernode_command(
+            f"127.0.0.1:{port}", deploy.free_port(), config, insecure=True
+        )
+        procs.append(deploy.start_process(argv, home / name, tmp_path / "logs" / name))
+    cli = home / "cli"
+    deploy.write_cli_config(cli, f"127.0.0.1:{port}")
+    deploy.wait_for_nodes(cli, len(node_configs), timeout_s=40)
+    run_id = deploy.submit_run(cli, run_config)
+    return deploy.wait_for_run(cli, run_id, timeout_s=timeout_s)
