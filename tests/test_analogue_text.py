@@ -145,3 +145,15 @@ def test_study_on_tiny_text_writes_valid_efficiency_files_and_report(tmp_path):
         log=lambda m: None,
     )
     assert again["sensitivity"] == res["sensitivity"]
+
+
+def test_cli_text_task_reports_bad_input_in_one_line(tmp_path, capsys):
+    from fleet.cli import main
+
+    code = main(["experiment", "analogue", "--task", "text", "--seeds", "0"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "--seeds must be >= 1, got 0" in err[0]
+    # a data folder without the corpora: one line naming the command that prepares them
+    code = main(["experiment", "analogue", "--task", "text", "--data-dir", str(tmp_path)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "powerfleet data prepare shakespeare" in err[0]
