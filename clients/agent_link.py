@@ -14,6 +14,7 @@ with the last line of its stderr, which is where it writes its one-line reason.
 from __future__ import annotations
 
 import json
+import math
 import os
 import queue
 import subprocess
@@ -53,6 +54,7 @@ def agent_command(
     python: str | None = None,
     backend: str = "jetson",
     log_level: str | None = None,
+    work_dir: str | None = None,
     **options: Any,
 ) -> list[str]:
     """The agent's argv: ``options`` are the backend's constructor options (its ``SPEC``), and
@@ -64,6 +66,8 @@ def agent_command(
     argv = [python or sys.executable, "-m", "fleet.agent", *argv]
     if log_level:
         argv += ["--log-level", log_level]
+    if work_dir:  # the agent's own 0700 directory: every path a request names lies inside
+        argv += ["--work-dir", str(work_dir)]
     return argv
 
 
@@ -102,9 +106,11 @@ class AgentSettings:
         raw_timeout = nc.get("agent-timeout-s", 3600.0)
         try:
             long_timeout = float(raw_timeout)
+            if isinstance(raw_timeout, bool) or not 0 < long_timeout < math.inf:
+                raise ValueError
         except (TypeError, ValueError):
             raise InputError(
-                f"node config: agent-timeout-s={raw_timeout!r} is not a number of seconds"
+                f"node config: agent-timeout-s={raw_timeout!r:.80} is not a number of seconds > 0"
             ) from None
         backend = text("backend") or "jetson"
         given = {
@@ -126,7 +132,9 @@ class AgentSettings:
         )
 
     def argv(self) -> list[str]:
-        return agent_command(self.python, self.backend, **dict(self.options))
+        return agent_command(
+            self.python, self.backend, work_dir=self.work_dir or None, **dict(self.options)
+        )
 
 
 class AgentLink:

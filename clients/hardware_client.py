@@ -23,7 +23,8 @@ The device's ``data`` for a hardware node is a ``.pt`` file of ``{"train": (x, y
 
 Node config keys (besides the device's own: device-name, device-type, budget-w, profile...):
 ``backend`` (default jetson), ``agent-python``, ``agent-timeout-s`` (per long command, default
-3600), ``work-dir`` (where a profile is written when the node config names none), and the
+3600), ``work-dir`` (this node's and its agent's private 0700 directory: the agent reads and
+writes only there, so a hardware node's ``data`` and ``budget-file`` lie inside it), and the
 chosen backend's own options under their public names (``clients.agent_link.AgentSettings``,
 generated from the backend registry: e.g. ``sysfs-root``, ``state-dir``, ``rail``,
 ``gpu-index``, ``allow-clock-changes``, ``profile-csv``), and ``budget-file`` (a file an operator
@@ -34,8 +35,8 @@ place of the fleet's budget).
 from __future__ import annotations
 
 import math
-import tempfile
-from dataclasses import dataclass
+import shutil
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,8 @@ from flwr.app import ArrayRecord, RecordDict
 
 from clients import records
 from clients.agent_link import AgentError, AgentLink, AgentSettings, ProgressCallback
+from fleet.agent.confine import ConfineError, default_work_dir, owned_dir
+from fleet.agent.profile_io import atomic_write_text, read_rows, write_rows
 from fleet.device_round import TRAINED, DeviceResult, Round, Segment, run_device
 from fleet.efficiency import Efficiency, scaled_lr
 from fleet.errors import InputError
@@ -51,14 +54,24 @@ from fleet.profile import Profile, load_profile
 from fleet.task import read_weights, write_weights
 
 
+def work_dir_for(settings: AgentSettings) -> Path:
+    """This node's private directory, shared with the agent it starts: the node config's
+    ``work-dir``, else the agent's own default (``confine.default_work_dir``, so the two agree
+    when none is given); created 0700, ownership checked (never a predictable path under a
+    world-writable /tmp)."""
+    try:
+        return Path(owned_dir(settings.work_dir or default_work_dir()))
+    except ConfineError as exc:
+        raise InputError(f"node config work-dir: {exc}") from None
+
+
 def profile_path_for(
     spec: DeviceSpec, ins: records.TrainInstruction, settings: AgentSettings
 ) -> str:
     """Where this device's profile lives (or will be written)."""
     if spec.profile:
         return spec.profile
-    base = Path(settings.work_dir or Path(tempfile.gettempdir()) / "powerfleet")
-    return str(base / f"{spec.name}_{ins.run.model or 'model'}.csv")
+    return str(work_dir_for(settings) / f"{spec.name}_{ins.run.model or 'model'}.csv")
 
 
 def obtain_profile(
@@ -67,29 +80,58 @@ def obtain_profile(
     ins: records.TrainInstruction,
     settings: AgentSettings,
     on_progress: ProgressCallback | None = None,
+    info: dict[str, Any] | None = None,
 ) -> Profile:
-    """Reuse the profile CSV if it exists, else ask the agent to measure it.
+    """The profile this round starts from; ``info`` says where it came from (``origin``).
 
-    Under a budget the agent runs the staircase plan (only the points near the frontier of the
-    highest budget the device faces); without one it measures the full grid. Batch sizes are
-    the shipped efficiency's.
+    In order: the coordinator's store shipped it back (``stored``: this board's own, written to
+    the profile path, no probe; ``sibling``: a board of the same type's, every row unverified,
+    used when this board has no file, so the device round probes its choice before training),
+    the profile CSV on this board (``local``), else first contact: the agent profiles in
+    predict mode (a small design of probes, the rest predicted; ``profiled``), falling back to
+    the staircase under the highest budget it faces (or the full grid) when the grid is too
+    small to predict. Batch sizes are the shipped efficiency's.
     """
+    info = {} if info is None else info
     path = profile_path_for(spec, ins, settings)
+    shipped = ins.profiles.get(spec.name) or {}
+    text, origin = shipped.get("csv"), shipped.get("origin")
+    if text and (origin == "stored" or not Path(path).is_file()):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, str(text))
+        info.update(origin=str(origin or "stored"), probes=0)
+        return load_profile(path)
     if Path(path).is_file():
+        info.update(origin="local", probes=0)
         return load_profile(path)
     if not ins.run.model:
         raise InputError(f"device {spec.name}: no profile at {path} and no model to profile")
     Path(path).parent.mkdir(parents=True, exist_ok=True)
+    # the agent writes only inside its work dir: a profile wanted elsewhere is copied out after
+    work = work_dir_for(settings)
+    inside = Path(path).resolve().parent == work
+    out = path if inside else str(work / f"{spec.name}_{ins.run.model}.profile.csv")
     args: dict[str, Any] = {
         "model": ins.run.model,
         "batch_sizes": ins.efficiency.batch_sizes,
-        "out": path,
+        "out": out,
         "rows": False,
     }
-    highest = highest_budget(spec)
-    if highest is not None:
-        args["budget_w"] = highest
-    link.request("profile", timeout_s=settings.long_timeout_s, on_progress=on_progress, **args)
+    timeout = settings.long_timeout_s
+    try:
+        reply = link.request(
+            "profile", timeout_s=timeout, on_progress=on_progress, predict=True, **args
+        )
+    except AgentError as exc:
+        if "too few" not in str(exc):
+            raise
+        highest = highest_budget(spec)
+        if highest is not None:
+            args["budget_w"] = highest
+        reply = link.request("profile", timeout_s=timeout, on_progress=on_progress, **args)
+    if not inside:
+        shutil.copyfile(out, path)
+    info.update(origin="profiled", probes=int(reply.get("probes") or 0))
     return load_profile(path)
 
 
@@ -120,6 +162,7 @@ class AgentRunner:
     on_progress: ProgressCallback | None = None
     learning: str | None = None
     truth: Efficiency | None = None
+    probes: int = 0  # points measured by ``probe`` this round
 
     def run(self, rnd: Round, res: DeviceResult) -> None:
         try:
@@ -143,6 +186,32 @@ class AgentRunner:
         else:
             res.message += "; no data to train on (the device's node config names no 'data')"
 
+    def probe(self, run: RunSettings, batch_size: int, freq_mhz: float) -> dict[str, Any]:
+        """Measure one point on the board (the agent's ``profile`` on that point alone): the
+        device round's verify-before-trust and coverage fill (``fleet.trust``) call this."""
+        if not run.model:
+            raise InputError("probing a point needs the run's model")
+        try:
+            out = self.link.request(
+                "profile",
+                timeout_s=self.settings.long_timeout_s,
+                on_progress=self.on_progress,
+                model=run.model,
+                batch_sizes=[int(batch_size)],
+                freqs=[float(freq_mhz)],
+            )
+        except (AgentError, OSError) as exc:
+            raise InputError(
+                f"probe {batch_size}@{freq_mhz:g}: {' '.join(str(exc).split())}"
+            ) from None
+        rows = out.get("rows") or []
+        if len(rows) != 1:
+            raise InputError(
+                f"probe {batch_size}@{freq_mhz:g}: the agent returned {len(rows)} rows"
+            )
+        self.probes += 1
+        return dict(rows[0])
+
     def _train(self, rnd: Round, res: DeviceResult) -> None:
         """The agent's closed-loop ``train``; its reply fills the row (``fill_from_train``)."""
         run = rnd.run
@@ -162,6 +231,9 @@ class AgentRunner:
             **(self.files.agent_args() if self.files else {}),
         )
         fill_from_train(res, out, run.target_accuracy)
+        refreshed = out.get("refreshed_profile_csv")
+        if isinstance(refreshed, str) and refreshed.strip() and rnd.spec.profile:
+            merge_refreshed(rnd.spec.profile, refreshed)
 
 
 def budget_args(rnd: Round, settings: AgentSettings) -> dict[str, Any]:
@@ -199,6 +271,26 @@ def train_extras(run: RunSettings) -> dict[str, Any]:
     """``[run]`` keys the agent's trainer takes as they are (``max_samples``...)."""
     keys = ("max_samples", "eval_every_samples", "guard_window_s")
     return {k: run.extra[k] for k in keys if run.extra.get(k) is not None}
+
+
+def merge_refreshed(path: str, refreshed_csv: str) -> None:
+    """The board's drift-refreshed table (``fleet.agent.driftwatch``) into this device's profile
+    file: its rows replace the same (batch size, clock) rows, the rest of the file (batch sizes
+    the round did not ship, the header) stays. ``run_on_agent`` then sees the file changed and
+    sends it to the coordinator's store."""
+    import tempfile
+
+    header, rows, comments = read_rows(path)
+    with tempfile.TemporaryDirectory(prefix="powerfleet-refresh-") as tmp:
+        new_file = Path(tmp) / "refreshed.csv"
+        new_file.write_text(refreshed_csv)
+        _h, new_rows, new_comments = read_rows(str(new_file))
+    fresh = {(int(r["batch_size"]), float(r["freq_mhz"])): r for _n, r in new_rows}
+    merged = [fresh.pop((int(r["batch_size"]), float(r["freq_mhz"])), r) for _n, r in rows]
+    merged += list(fresh.values())
+    notes = [c for c in new_comments if c not in comments]
+    columns = list(header) + [c for c in _h if c not in header]
+    write_rows(path, merged, list(comments) + notes, columns)
 
 
 def fill_from_train(res: DeviceResult, out: dict[str, Any], target: float) -> None:
@@ -265,25 +357,52 @@ def run_on_agent(
     settings: AgentSettings,
     on_progress: ProgressCallback | None = None,
     files: TrainFiles | None = None,
+    profile_info: dict[str, Any] | None = None,
 ) -> dict[str, object]:
     """hello -> profile -> the device round on the agent runner; returns the report row.
+
+    ``profile_info`` (filled in): where the profile came from (``origin``), probes measured
+    this round, the board's provenance, and ``csv`` when the profile is new or changed.
 
     Infeasible budgets and agent failures become the row's status and message, never an
     exception, so one board cannot stop the fleet's round.
     """
     path = profile_path_for(spec, ins, settings)
+    info = {} if profile_info is None else profile_info
     try:
         hello = link.request("hello", timeout_s=settings.timeout_s)
         commands = frozenset(hello.get("capabilities", {}).get("commands", []))
-        profile = obtain_profile(link, spec, ins, settings, on_progress)
+        profile = obtain_profile(link, spec, ins, settings, on_progress, info)
     except (AgentError, InputError, OSError) as exc:
         res = DeviceResult.for_device(spec, ins.efficiency.source, profile=path)
         res.message = " ".join(str(exc).split())
         return res.to_dict()
+    before = _read_text(path)
     runner = AgentRunner(link, settings, commands, files, on_progress)
     row = run_device(spec, profile, ins.efficiency, ins.run, runner)
     row.profile = path
+    after = _read_text(path)
+    board = hello.get("device") if isinstance(hello.get("device"), dict) else {}
+    info.update(
+        probes=int(info.get("probes") or 0) + runner.probes,
+        board_type=spec.device_type,
+        l4t=str(board.get("l4t") or ""),
+        serial=str(board.get("serial") or ""),
+        path=path,
+    )
+    if after and (info.get("origin") in ("profiled", "sibling") or after != before):
+        info["csv"] = after  # new or changed on this board: the coordinator stores it
+    if info.get("origin") != "local":  # say where a profile not from this board's file came from
+        head = f"profile {info.get('origin')} ({info['probes']} probe(s))"
+        row.message = f"{head}; {row.message}" if row.message else head
     return row.to_dict()
+
+
+def _read_text(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""
 
 
 def hardware_round(node_config: dict, content: RecordDict) -> RecordDict:
@@ -293,6 +412,7 @@ def hardware_round(node_config: dict, content: RecordDict) -> RecordDict:
         ins = records.decode_instruction(content.config_records[records.CONFIG])
         spec = records.device_spec_for(node_config, ins.fleet_path)
         settings = AgentSettings.from_node_config(node_config)
+        settings = replace(settings, work_dir=str(work_dir_for(settings)))  # the agent's too
     except KeyError:
         return records.reply_content(records.error_row(label, "no train instruction"))
     except InputError as exc:
@@ -300,15 +420,20 @@ def hardware_round(node_config: dict, content: RecordDict) -> RecordDict:
     arrays = content.array_records.get(records.ARRAYS)
     files = TrainFiles.for_round(settings, spec, ins, arrays)
     link = AgentLink(settings.argv(), timeout_s=settings.timeout_s)
+    info: dict[str, Any] = {}
     try:
         link.start()
-        row = run_on_agent(link, spec, ins, settings, files=files)
+        row = run_on_agent(link, spec, ins, settings, files=files, profile_info=info)
     except AgentError as exc:
         row = records.error_row(spec.name, str(exc), spec.device_type)
     finally:
         link.close()
     send = ins.run.mode == "federated" and row.get("status") in TRAINED
-    return records.reply_content(row, files.trained() if send else None)
+    content = records.reply_content(row, files.trained() if send else None)
+    csv_text = info.pop("csv", None)
+    if csv_text:
+        records.attach_profile(content, csv_text, info)
+    return content
 
 
 def hardware_plan(node_config: dict, content: RecordDict) -> RecordDict:
@@ -365,9 +490,8 @@ class TrainFiles:
         ins: records.TrainInstruction,
         arrays: ArrayRecord | None,
     ) -> TrainFiles:
-        base = Path(settings.work_dir or Path(tempfile.gettempdir()) / "powerfleet")
+        base = work_dir_for(settings)
         stem = base / f"{spec.name}_{ins.run.name or 'run'}_r{ins.server_round}"
-        base.mkdir(parents=True, exist_ok=True)
         weights = None
         if records.has_weights(arrays):
             weights = f"{stem}_in.pt"

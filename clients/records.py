@@ -44,7 +44,7 @@ import functools
 import json
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
@@ -54,18 +54,32 @@ from fleet.errors import InputError
 from fleet.fleetconfig import (
     DEVICE_TYPES,
     LEARNING,
+    MAX_BATCH,
+    MAX_ROUNDS,
+    MAX_SEED,
+    MAX_TEXT,
     MODES,
+    OPTIMIZERS,
     DeviceSpec,
     Fleet,
     RunSettings,
+    choice_field,
+    float_field,
+    int_field,
     load_fleet,
     read_budget,
+    text_field,
 )
+from fleet.names import check_name
 from fleet.objectives import OBJECTIVES
 
 # RecordDict keys
 ARRAYS = "arrays"
 CONFIG = "config"
+MAX_PROFILES_TEXT = 16 * 1024 * 1024  # profile CSVs the coordinator ships back
+PROFILES = "profiles"  # instruction: the store's profiles shipped back (JSON)
+PROFILE_CSV = "profile-csv"  # reply: the profile a board made or changed this round
+PROFILE_INFO = "profile-info"  # reply: its provenance (JSON)
 METRICS = "metrics"
 REPORT = "report"
 PLAN = "plan"
@@ -94,6 +108,9 @@ class TrainInstruction:
     run: RunSettings
     fleet_path: str = ""
     server_round: int = 0
+    # the coordinator's profile store, shipped back: {device: {"origin": "stored"|"sibling",
+    # "csv": text}} for boards met before (or whose type was); see strategies/profiles.py
+    profiles: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 def encode_efficiency(eff: Efficiency) -> tuple[list[int], list[float]]:
@@ -130,52 +147,107 @@ def encode_instruction(ins: TrainInstruction) -> ConfigRecord:
             "extra": json.dumps(run.extra, default=str),
             "fleet-path": ins.fleet_path,
             "server-round": int(ins.server_round),
+            PROFILES: json.dumps(ins.profiles),
         }
+    )
+
+
+MAX_EXTRA_CHARS = 64 * 1024
+MAX_BATCH_SIZES = 4096
+_RUN_KEYS = {  # wire key -> the fleet file's [run] field, validated by the same functions
+    "run-name": "name",
+    "model": "model",
+    "efficiency": "efficiency",
+    "target-accuracy": "target_accuracy",
+    "mode": "mode",
+    "objective": "objective",
+    "rounds": "rounds",
+    "optimizer": "optimizer",
+    "lr-ref-batch": "lr_ref_batch",
+    "lr-ref": "lr_ref",
+    "seed": "seed",
+}
+
+
+def _wire_text(t: dict, key: str, where: str, default: str) -> str:
+    """A text field that may be empty on the wire ("" = not given), else as the fleet file's."""
+    return default if t.get(key, "") == "" else text_field(t, key, where)
+
+
+def _decode_run(cfg: ConfigRecord, source: str, where: str) -> RunSettings:
+    """The [run] settings from the wire with the fleet file's own field validators."""
+    if "target-accuracy" not in cfg:
+        raise InputError(f"{where}: missing key 'target-accuracy'")
+    t = {field: cfg[key] for key, field in _RUN_KEYS.items() if key in cfg}
+    target = float_field(t, "target_accuracy", where, None, "an accuracy in (0, 1]")
+    if not 0 < target <= 1:
+        raise InputError(f"{where}: field 'target_accuracy' must be in (0, 1], got {target}")
+    lr_ref = float_field(t, "lr_ref", where, 5e-4, "a learning rate > 0")
+    if lr_ref <= 0:
+        raise InputError(f"{where}: field 'lr_ref' must be a learning rate > 0, got {lr_ref}")
+    raw_extra = cfg.get("extra", "{}")
+    if not isinstance(raw_extra, str) or len(raw_extra) > MAX_EXTRA_CHARS:
+        raise InputError(f"{where}: 'extra' must be JSON text of at most {MAX_EXTRA_CHARS} chars")
+    try:
+        extra = json.loads(raw_extra)
+    except (ValueError, RecursionError):
+        raise InputError(f"{where}: 'extra' is not valid JSON (or nested too deeply)") from None
+    if not isinstance(extra, dict):
+        raise InputError(f"{where}: 'extra' is not a JSON object")
+    name = t.get("name", "")
+    return RunSettings(
+        name=check_name(where, "run name", name) if name != "" else "",
+        model=_wire_text(t, "model", where, ""),
+        efficiency=_wire_text(t, "efficiency", where, source) or source,
+        target_accuracy=target,
+        mode=choice_field(t, "mode", where, "local", MODES),
+        objective=choice_field(t, "objective", where, "time", tuple(OBJECTIVES)),
+        rounds=int_field(t, "rounds", where, 1, 1, MAX_ROUNDS),
+        optimizer=choice_field(t, "optimizer", where, "adam", OPTIMIZERS),
+        lr_ref_batch=int_field(t, "lr_ref_batch", where, 128, 1, MAX_BATCH),
+        lr_ref=lr_ref,
+        seed=int_field(t, "seed", where, 0, 0, MAX_SEED),
+        extra=extra,
     )
 
 
 def decode_instruction(cfg: ConfigRecord) -> TrainInstruction:
     """Parse and validate; a missing or bad key is one InputError naming it."""
+    where = "train instruction"
     try:
-        source = str(cfg.get("efficiency-source", "<coordinator>"))
-        eff = decode_efficiency(
-            list(cfg["batch-sizes"]),  # type: ignore[arg-type]
-            list(cfg["samples-to-accuracy"]),  # type: ignore[arg-type]
-            source,
-        )
-        extra = json.loads(str(cfg.get("extra", "{}")))
-        if not isinstance(extra, dict):
-            raise ValueError("'extra' is not a JSON object")
-        run = RunSettings(
-            name=str(cfg.get("run-name", "")),
-            model=str(cfg.get("model", "")),
-            efficiency=str(cfg.get("efficiency", source)),
-            target_accuracy=float(cfg["target-accuracy"]),  # type: ignore[arg-type]
-            mode=str(cfg.get("mode", "local")),
-            objective=str(cfg.get("objective", "time")),
-            rounds=int(cfg.get("rounds", 1)),  # type: ignore[arg-type]
-            optimizer=str(cfg.get("optimizer", "adam")),
-            lr_ref_batch=int(cfg.get("lr-ref-batch", 128)),  # type: ignore[arg-type]
-            lr_ref=float(cfg.get("lr-ref", 5e-4)),  # type: ignore[arg-type]
-            seed=int(cfg.get("seed", 0)),  # type: ignore[arg-type]
-            extra=extra,
-        )
+        source = str(cfg.get("efficiency-source", "<coordinator>"))[:MAX_TEXT]
+        bs, samples = cfg["batch-sizes"], cfg["samples-to-accuracy"]
+        if not isinstance(bs, list) or not isinstance(samples, list):
+            raise InputError(f"{where}: 'batch-sizes' and 'samples-to-accuracy' must be lists")
+        if max(len(bs), len(samples)) > MAX_BATCH_SIZES:
+            raise InputError(f"{where}: more than {MAX_BATCH_SIZES} batch sizes")
+        if any(isinstance(v, float) and not math.isfinite(v) for v in samples):
+            raise InputError(f"{where}: 'samples-to-accuracy' holds a non-finite number")
+        eff = decode_efficiency(list(bs), list(samples), source)
+        run = _decode_run(cfg, source, where)
+        server_round = cfg.get("server-round", 0)
+        if isinstance(server_round, bool) or not isinstance(server_round, int) or server_round < 0:
+            raise InputError(f"{where}: 'server-round' must be an integer >= 0")
+        fleet_path = cfg.get("fleet-path", "")
+        if not isinstance(fleet_path, str) or len(fleet_path) > MAX_TEXT:
+            raise InputError(f"{where}: 'fleet-path' must be a path of at most {MAX_TEXT} chars")
+        raw_profiles = cfg.get(PROFILES, "{}")
+        if not isinstance(raw_profiles, str) or len(raw_profiles) > MAX_PROFILES_TEXT:
+            raise InputError(
+                f"{where}: '{PROFILES}' must be JSON text of at most {MAX_PROFILES_TEXT} chars"
+            )
+        profiles = json.loads(raw_profiles)
+        if not isinstance(profiles, dict):
+            raise InputError(f"{where}: '{PROFILES}' is not a JSON object")
         ins = TrainInstruction(
-            eff,
-            run,
-            fleet_path=str(cfg.get("fleet-path", "")),
-            server_round=int(cfg.get("server-round", 0)),  # type: ignore[arg-type]
+            eff, run, fleet_path=fleet_path, server_round=server_round, profiles=profiles
         )
     except KeyError as exc:
-        raise InputError(f"train instruction: missing key {exc.args[0]!r}") from None
-    except (TypeError, ValueError) as exc:
+        raise InputError(f"{where}: missing key {exc.args[0]!r}") from None
+    except (TypeError, ValueError, RecursionError) as exc:
         if isinstance(exc, InputError):
             raise
-        raise InputError(f"train instruction: bad value: {exc}") from None
-    if run.objective not in OBJECTIVES:
-        raise InputError(f"train instruction: unknown objective {run.objective!r}")
-    if run.mode not in MODES:
-        raise InputError(f"train instruction: unknown mode {run.mode!r}")
+        raise InputError(f"{where}: bad value: {' '.join(str(exc).split())}") from None
     return ins
 
 
@@ -250,6 +322,27 @@ def decode_plan(content: RecordDict) -> tuple[str, float | None, str]:
     return str(cfg.get("device", "")), fastest, str(cfg.get("message", ""))
 
 
+def attach_profile(content: RecordDict, csv_text: str, info: dict[str, object]) -> RecordDict:
+    """Put the profile this board made or changed this round (CSV text) and its provenance
+    (origin, probes, board type, L4T, serial, ...) into the reply, for the coordinator's store."""
+    report = content.config_records[REPORT]
+    report[PROFILE_CSV] = csv_text
+    report[PROFILE_INFO] = json.dumps(info, default=str)
+    return content
+
+
+def reply_profile(report: ConfigRecord) -> tuple[str, dict[str, object]] | None:
+    """(CSV text, provenance) a reply carries, or None (the board's profile did not change)."""
+    text = report.get(PROFILE_CSV)
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        info = json.loads(str(report.get(PROFILE_INFO, "{}")))
+    except ValueError:
+        info = {}
+    return text, info if isinstance(info, dict) else {}
+
+
 def error_row(device: str, message: str, device_type: str = "", status: str = "error") -> dict:
     """A row for a device that could not report properly (it stays in the table)."""
     return DeviceResult(device, device_type, status=status, message=message).to_dict()
@@ -278,6 +371,10 @@ def _config_str(nc: dict, key: str, where: str, required: bool = True) -> str | 
         return None
     if not isinstance(value, str):
         raise InputError(f"{where}: node config '{key}' must be a string, got {value!r}")
+    if len(value) > MAX_TEXT or any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise InputError(
+            f"{where}: node config '{key}' must be at most {MAX_TEXT} printable characters"
+        )
     return value
 
 
@@ -287,15 +384,18 @@ def spec_from_node_config(nc: dict) -> DeviceSpec:
     Keys: ``device-name``, ``device-type``, ``budget-w`` (watts or "none"), ``profile``, optional
     ``data``, ``budget-schedule`` ("0:7,600:4.5"), ``learning`` (trace | train).
     """
-    name = _config_str(nc, "device-name", "node config")
+    name = check_name("node config", "device-name", _config_str(nc, "device-name", "node config"))
     where = f"node config of {name}"
     dtype = _config_str(nc, "device-type", where)
     if dtype not in DEVICE_TYPES:
         raise InputError(
-            f"{where}: unknown device type {dtype!r}; expected one of {', '.join(DEVICE_TYPES)}"
+            f"{where}: unknown device type {dtype!r:.80}; expected one of {', '.join(DEVICE_TYPES)}"
         )
     if "budget-w" not in nc and nc.get("budget-schedule") in (None, ""):
         raise InputError(f"{where}: missing node config 'budget-w' (watts, or \"none\")")
+    for key in ("budget-w", "budget-schedule"):  # bounded before the codec parses them
+        if isinstance(nc.get(key), str) and len(nc[key]) > MAX_TEXT:
+            raise InputError(f"{where}: node config '{key}' longer than {MAX_TEXT} characters")
     budget, schedule = read_budget(where, nc.get("budget-w"), nc.get("budget-schedule"))
     learning = _config_str(nc, "learning", where, required=False) or "trace"
     if learning not in LEARNING:

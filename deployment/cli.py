@@ -41,6 +41,7 @@ from fleet.agent.devices import (
 )
 from fleet.errors import InputError
 from fleet.fleetconfig import load_fleet
+from fleet.names import check_name
 
 DEFAULT_PORT = 9091
 
@@ -255,6 +256,7 @@ def register_device(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_device(args: argparse.Namespace) -> int:
+    check_name("--name", "device name", args.name)  # the alphabet every surface shares
     fleet = load_fleet(args.fleet)
     by_name = {d.name: d for d in fleet.devices}
     spec = by_name.get(args.name)

@@ -245,10 +245,20 @@ def run_device(
             # the objective plans per step (fleet.objectives); its step 0 is the first choice
             chooser = obj.steps(aligned.points, shipped_a, schedule, context, aligned.source)
             first = chooser(0, 0.0, 0.0)
-        try:  # selection proper (or, when the chooser found nothing, its precise reason)
-            first = first or index.select(shipped_a, schedule[0].budget_w, run.objective, **context)
-        except InfeasibleError as exc:
-            res.status, res.message = "infeasible", str(exc)
+        why = ""
+        if first is None:  # selection proper (or, when the chooser found nothing, its reason)
+            first, why = _first_choice(index, shipped_a, schedule[0].budget_w, run, context)
+        checked = None
+        if chooser is None:  # coverage / verify-before-trust (fleet/trust.py) for plain selection
+            checked = _trusted(
+                aligned, shipped_a, index, first, schedule[0].budget_w, run, runner, context
+            )
+        if checked is not None:
+            aligned, index, first = checked.profile, checked.index, checked.first
+            if first is None:
+                why = f"{checked.note}; nothing fits the budget after checking"
+        if first is None:
+            res.status, res.message = "infeasible", why
             return res
         res.take(first)
         res.status = "ok"
@@ -258,11 +268,46 @@ def run_device(
             status, note = chooser.verdict()
             res.status = status or res.status
             res.message = "; ".join(m for m in (note, res.message) if m)
+        if checked is not None and checked.note:
+            res.message = f"{checked.note}; {res.message}" if res.message else checked.note
         if runner.truth is not None:
             res.baseline_time_s = baseline_times(rnd, runner.truth)
     except InputError as exc:
         res.status, res.message = "error", str(exc)
     return res
+
+
+def _first_choice(
+    index: SelectionIndex,
+    shipped: Efficiency,
+    budget_w: float | None,
+    run: RunSettings,
+    context: dict[str, Any] | None,
+) -> tuple[Choice | None, str]:
+    try:
+        return index.select(shipped, budget_w, run.objective, **(context or {})), ""
+    except InfeasibleError as exc:
+        return None, str(exc)
+
+
+def _trusted(
+    aligned: Profile,
+    shipped: Efficiency,
+    index: SelectionIndex,
+    first: Choice | None,
+    budget_w: float | None,
+    run: RunSettings,
+    runner: Runner,
+    context: dict[str, Any] | None,
+) -> Any:
+    """Coverage and verify-before-trust (``fleet.trust``): a runner with ``probe(run, b, f)``
+    measures missing and predicted points; others get a coverage error. None: nothing done."""
+    from fleet.trust import trust
+
+    probe = getattr(runner, "probe", None)
+    measure = (lambda b, f: probe(run, b, f)) if callable(probe) else None
+    got = trust(aligned, shipped, index, first, budget_w, run.objective, measure, context)
+    return None if got.profile is aligned and not got.note else got
 
 
 def baseline_times(rnd: Round, truth: Efficiency) -> dict[str, float]:

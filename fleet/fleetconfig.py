@@ -4,7 +4,9 @@ One file drives both a simulation and a real deployment (docs/architecture.md), 
 everything a device needs and nothing about how it is run. Paths are relative to the file. A
 device entry with ``count = N`` stands for N identical devices (``name-0001`` ...), which is how
 a 1,000-device what-if fleet stays a ten-line file. Every problem is one ``InputError`` naming
-the file, the device and the field; nothing falls back to a silent default.
+the file, the device and the field; nothing falls back to a silent default. Device and run
+names use the one safe alphabet of ``fleet.names``; what is read is bounded (``MAX_*`` below:
+file size, devices after ``count``, string lengths) and every number is finite and in range.
 
     [run]
     name = "mixed"
@@ -22,6 +24,11 @@ the file, the device and the field; nothing falls back to a silent default.
     budget_schedule = [[0, 7.0], [600, 4.5]]   # optional: (seconds into training, watts)
     profile = "../profiles/nano_resnet18.csv"
     data = "../efficiency/resnet18_svhn.csv"    # the device's convergence trace (virtual clock)
+
+A real board met for the first time has no profile yet: an entry with ``client = "hardware"``
+may omit ``profile`` or name a file that does not exist yet. The board profiles on first
+contact and the coordinator keeps what it returns in its profile store (``[run] profile_store``,
+default: the run directory's ``profile-store``; fleet/profilestore.py).
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fleet.errors import InputError
+from fleet.names import check_name, is_safe
 from fleet.objectives import OBJECTIVES
 
 # Known device types and what they are; a fleet naming another type is refused, because a
@@ -47,6 +55,7 @@ DEVICE_TYPES: dict[str, str] = {
 }
 MODES = ("local", "federated")
 LEARNING = ("trace", "train")
+CLIENTS = ("replay", "hardware")  # a device entry's ``client``: hardware may lack a profile
 
 
 @dataclass(frozen=True)
@@ -227,13 +236,94 @@ def read_budget(
     return parse_budget(budget, f"{where} budget"), ()
 
 
+# ------------------------------------------------------------------------------ bounds
+#
+# What a fleet file may hold, so a hostile or mistyped file fails in milliseconds with one line
+# instead of exhausting memory: the file size, the devices after ``count`` expansion, string
+# lengths, the [run] numbers' ranges. Names go through ``fleet.names`` (one alphabet everywhere).
+
+MAX_FLEET_BYTES = 4 * 1024 * 1024
+MAX_DEVICES = 100_000  # after count expansion; a 1,000-device what-if is far below
+MAX_TEXT = 4096  # a path, a model name, an extra's text
+MAX_ROUNDS = 100_000
+MAX_SEED = 2**32 - 1
+MAX_BATCH = 1 << 20
+# What the trainer and scaled_lr know (fleet.efficiency SQRT_ + LINEAR_OPTIMIZERS, which
+# imports this module, so the tuple is spelled here; a test keeps the two equal).
+OPTIMIZERS = ("adam", "adamw", "sgd")
+
+
 def _req(table: dict, key: str, where: str, kind: type | tuple[type, ...]) -> object:
     if key not in table:
         raise InputError(f"{where}: missing field '{key}'")
     value = table[key]
     if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
-        raise InputError(f"{where}: field '{key}' has the wrong type ({value!r})")
+        raise InputError(f"{where}: field '{key}' has the wrong type ({_show(value)})")
     return value
+
+
+def _show(value: object) -> str:
+    """A value for an error line: its repr, cut short (a 100 kB string stays one short line)."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def text_field(table: dict, key: str, where: str, default: str | None = None) -> str:
+    """A string field of at most MAX_TEXT characters, no control characters; ``default`` when
+    absent (None: required)."""
+    if key not in table and default is not None:
+        return default
+    value = _req(table, key, where, str)
+    assert isinstance(value, str)
+    if not value or len(value) > MAX_TEXT or any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise InputError(
+            f"{where}: field '{key}' must be 1-{MAX_TEXT} printable characters, got {_show(value)}"
+        )
+    return value
+
+
+def int_field(table: dict, key: str, where: str, default: int, lo: int, hi: int) -> int:
+    """An integer field in [lo, hi] (booleans, floats and strings refused)."""
+    value = table.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise InputError(f"{where}: field '{key}' must be an integer in [{lo}, {hi}], got "
+                         f"{_show(value)}")  # fmt: skip
+    return value
+
+
+def float_field(table: dict, key: str, where: str, default: float | None, what: str) -> float:
+    """A finite number (int or float, not a boolean or a string); ``default`` None: required."""
+    if key not in table and default is None:
+        raise InputError(f"{where}: missing field '{key}' ({what})")
+    value = table.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InputError(f"{where}: field '{key}' must be {what}, got {_show(value)}")
+    return float(value)
+
+
+def choice_field(table: dict, key: str, where: str, default: str, allowed) -> str:  # noqa: ANN001
+    value = table.get(key, default)
+    if not isinstance(value, str) or value not in allowed:
+        raise InputError(f"{where}: {key} must be one of {', '.join(allowed)}, got {_show(value)}")
+    return value
+
+
+def _extra(run_t: dict, known: set[str], where: str) -> dict[str, object]:
+    """[run] keys the loader does not know (read by objectives, learning...): scalars only."""
+    extra: dict[str, object] = {}
+    for k, v in run_t.items():
+        if k in known:
+            continue
+        if isinstance(v, float) and not math.isfinite(v):
+            raise InputError(f"{where}: field '{k}' must be a finite number, got {v!r}")
+        if isinstance(v, str):
+            text_field(run_t, k, where)
+        elif not isinstance(v, (bool, int, float)):
+            raise InputError(
+                f"{where}: field '{k}' must be a number, a boolean or a string, got {_show(v)}"
+            )
+        extra[k] = v
+    return extra
 
 
 def _data_entry(base: Path, raw: str, where: str, learning: str) -> str:
@@ -258,20 +348,38 @@ def _trace_schedule(base: Path, d: dict, where: str) -> str:
     """A device's ``budget_trace`` as schedule text for ``read_budget`` (exact, via the codec)."""
     from fleet.budgettrace import DEFAULT_DWELL_S, schedule_from_trace
 
-    trace = _resolve(base, str(d["budget_trace"]), f"{where} budget_trace")
+    trace = _resolve(base, text_field(d, "budget_trace", where), f"{where} budget_trace")
     dwell = d.get("budget_dwell_s", DEFAULT_DWELL_S)
     start = d.get("budget_trace_start_s")  # trace second at which training starts
     return format_schedule(schedule_from_trace(trace, dwell, f"{where} budget_trace", start))
 
 
-def load_fleet(path: str | Path) -> Fleet:
-    path = Path(path)
+def _read_toml(path: Path) -> dict:
+    """The parsed file, bounded in size; every failure one line naming the file."""
     try:
-        data = tomllib.loads(path.read_text())
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_FLEET_BYTES + 1)
     except FileNotFoundError:
         raise InputError(f"{path}: fleet file not found") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read the fleet file ({exc.strerror})") from None
+    if len(raw) > MAX_FLEET_BYTES:
+        raise InputError(f"{path}: fleet file larger than {MAX_FLEET_BYTES} bytes")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{path}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise InputError(f"{path}: not valid TOML: arrays or tables nested too deeply") from None
+
+
+def load_fleet(path: str | Path) -> Fleet:
+    path = Path(path)
+    data = _read_toml(path)
     base = path.parent
     run_t = data.get("run")
     if not isinstance(run_t, dict):
@@ -290,49 +398,51 @@ def load_fleet(path: str | Path) -> Fleet:
         "lr_ref",
         "seed",
     }
-    mode = str(run_t.get("mode", "local"))
-    if mode not in MODES:
-        raise InputError(f"{w}: mode must be one of {', '.join(MODES)}, got {mode!r}")
-    objective = str(run_t.get("objective", "time"))
-    if objective not in OBJECTIVES:
-        raise InputError(
-            f"{w}: objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}"
-        )
-    target = float(_req(run_t, "target_accuracy", w, (int, float)))  # type: ignore[arg-type]
+    mode = choice_field(run_t, "mode", w, "local", MODES)
+    objective = choice_field(run_t, "objective", w, "time", tuple(OBJECTIVES))
+    target = float_field(run_t, "target_accuracy", w, None, "an accuracy in (0, 1]")
     if not 0 < target <= 1:
-        raise InputError(f"{w}: target_accuracy must be in (0, 1], got {target}")
-    rounds = int(run_t.get("rounds", 1))
-    if rounds < 1:
-        raise InputError(f"{w}: rounds must be >= 1, got {rounds}")
+        raise InputError(f"{w}: field 'target_accuracy' must be in (0, 1], got {target}")
+    lr_ref = float_field(run_t, "lr_ref", w, 5e-4, "a learning rate > 0")
+    if lr_ref <= 0:
+        raise InputError(f"{w}: field 'lr_ref' must be a learning rate > 0, got {lr_ref}")
     run = RunSettings(
-        name=str(run_t.get("name", path.stem)),
-        model=str(_req(run_t, "model", w, str)),
-        efficiency=_resolve(base, str(_req(run_t, "efficiency", w, str)), f"{w} efficiency"),
+        name=check_name(
+            w,
+            "run name" if "name" in run_t else "run name (the file's)",
+            run_t.get("name", path.stem),
+        ),
+        model=text_field(run_t, "model", w),
+        efficiency=_resolve(base, text_field(run_t, "efficiency", w), f"{w} efficiency"),
         target_accuracy=target,
         mode=mode,
         objective=objective,
-        rounds=rounds,
-        optimizer=str(run_t.get("optimizer", "adam")),
-        lr_ref_batch=int(run_t.get("lr_ref_batch", 128)),
-        lr_ref=float(run_t.get("lr_ref", 5e-4)),
-        seed=int(run_t.get("seed", 0)),
-        extra={k: v for k, v in run_t.items() if k not in known_run},
+        rounds=int_field(run_t, "rounds", w, 1, 1, MAX_ROUNDS),
+        optimizer=choice_field(run_t, "optimizer", w, "adam", OPTIMIZERS),
+        lr_ref_batch=int_field(run_t, "lr_ref_batch", w, 128, 1, MAX_BATCH),
+        lr_ref=lr_ref,
+        seed=int_field(run_t, "seed", w, 0, 0, MAX_SEED),
+        extra=_extra(run_t, known_run, w),
     )
     dev_list = data.get("devices")
     if not isinstance(dev_list, list) or not dev_list:
         raise InputError(f"{path}: no [[devices]] entries")
+    if len(dev_list) > MAX_DEVICES:
+        raise InputError(f"{path}: {len(dev_list)} [[devices]] entries; at most {MAX_DEVICES}")
     devices: list[DeviceSpec] = []
     seen: dict[str, str] = {}
     for i, d in enumerate(dev_list, start=1):
         name = d.get("name") if isinstance(d, dict) else None
-        w = f"{path}: device #{i}" + (f" ({name})" if name else "")
+        shown = name if isinstance(name, str) and is_safe(name) else None
+        w = f"{path}: device #{i}" + (f" ({shown})" if shown else "")
         if not isinstance(d, dict):
             raise InputError(f"{w}: expected a table")
-        name = str(_req(d, "name", w, str))
+        name = check_name(w, "device name", _req(d, "name", w, str))
         dtype = str(_req(d, "type", w, str))
         if dtype not in DEVICE_TYPES:
             raise InputError(
-                f"{w}: unknown device type {dtype!r}; expected one of {', '.join(DEVICE_TYPES)}"
+                f"{w}: unknown device type {_show(dtype)}; expected one of "
+                f"{', '.join(DEVICE_TYPES)}"
             )
         if not {"budget_w", "budget_schedule", "budget_trace"} & set(d):
             raise InputError(f"{w}: missing field 'budget_w' (watts, or \"none\" for no limit)")
@@ -342,19 +452,33 @@ def load_fleet(path: str | Path) -> Fleet:
                 raise InputError(f"{w}: give budget_schedule or budget_trace, not both")
             schedule_raw = _trace_schedule(base, d, w)
         budget, schedule = read_budget(w, d.get("budget_w"), schedule_raw)
-        profile = _resolve(base, str(_req(d, "profile", w, str)), f"{w} profile")
-        learning = str(d.get("learning", "trace"))
-        if learning not in LEARNING:
-            raise InputError(f"{w}: learning must be one of {', '.join(LEARNING)}")
+        client = choice_field(d, "client", w, "replay", CLIENTS)
+        if client == "hardware":  # first contact: the board profiles, the store keeps it
+            raw = text_field(d, "profile", w, "")
+            profile = _resolve(base, raw, f"{w} profile", must_exist=False) if raw else ""
+        else:
+            profile = _resolve(base, text_field(d, "profile", w), f"{w} profile")
+        learning = choice_field(d, "learning", w, "trace", LEARNING)
         data_path = None
+        on_board = client == "hardware"  # its data (if any) lives on the board
         if "data" in d:
-            data_path = _data_entry(base, str(d["data"]), f"{w} data", learning)
-        elif learning == "trace":
+            if on_board:  # a path on the board, not on this host
+                data_path = _resolve(base, text_field(d, "data", w), f"{w} data", must_exist=False)
+            else:
+                data_path = _data_entry(base, text_field(d, "data", w), f"{w} data", learning)
+        elif learning == "trace" and not on_board:
             raise InputError(f"{w}: missing field 'data' (the device's convergence trace CSV)")
+        room = MAX_DEVICES - len(devices)
         count = d.get("count", 1)
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-            raise InputError(f"{w}: count must be a positive integer, got {count!r}")
+            raise InputError(f"{w}: count must be a positive integer, got {_show(count)}")
+        if count > room:  # refused before a single name is built
+            raise InputError(
+                f"{w}: count {count} would make the fleet larger than {MAX_DEVICES} devices"
+            )
         width = max(4, len(str(count)))
+        if count > 1:
+            check_name(w, "device name", f"{name}-{count:0{width}d}")
         names = [name] if count == 1 else [f"{name}-{k:0{width}d}" for k in range(1, count + 1)]
         for n in names:
             if n in seen:

@@ -27,13 +27,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from fleet import names
 from fleet.agent.profile_io import ProfileFormatError, atomic_write_text, read_rows, write_rows
 from fleet.errors import InputError
 from fleet.profile import load_profile
 
 SOURCES = ("measured", "predicted", "refreshed", "sibling")
 PREFIX = "store."
-SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 SUFFIX = ".csv"
 DEFAULT_SUBDIR = "profile-store"
 # Sibling preference: what was measured on a board beats what was predicted or copied.
@@ -43,13 +43,9 @@ Row = dict[str, Any]
 
 
 def check_name(kind: str, name: str) -> str:
-    """``name`` if it is safe as one path part, else InputError naming it (one line)."""
-    if not isinstance(name, str) or not SAFE.match(name) or ".." in name:
-        raise InputError(
-            f"profile store: {kind} {name!r} is not a safe name: use 1-128 letters, digits, "
-            "'.', '_' or '-', starting with a letter or digit (no '/', no '..')"
-        )
-    return name
+    """``name`` if it is safe as one path part (``fleet.names``, the one validator of names),
+    else InputError naming it (one line). Store keys allow 128 characters (a model and shape)."""
+    return names.check_name("profile store", kind, name, max_len=128)
 
 
 @dataclass(frozen=True)
@@ -303,7 +299,7 @@ def _files(store: str | Path) -> list[Path]:
     return sorted(
         p
         for p in root.glob(f"*/*{SUFFIX}")
-        if p.is_file() and not p.name.startswith(".") and SAFE.match(p.parent.name)
+        if p.is_file() and not p.name.startswith(".") and names.is_safe(p.parent.name, 128)
     )
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import simulations
 from fleet.fleetconfig import Fleet, load_fleet
+from fleet.names import child_dir
 from fleet.report import write_report
 from fleet.virtual_clock import cached_efficiency, simulate_device
 
@@ -28,7 +29,7 @@ Progress = Callable[[int, int, str], None]  # (done, total, device name)
 
 def default_run_dir(fleet: Fleet, root: str | Path = "runs") -> Path:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
-    return Path(root) / f"{fleet.run.name}-{stamp}"
+    return child_dir(root, f"{fleet.run.name}-{stamp}", fleet.path)  # never outside root
 
 
 def run_meta(fleet: Fleet, engine: str) -> dict[str, object]:

@@ -39,9 +39,12 @@ from flwr.supercore import log
 
 from fleet.errors import InputError
 from fleet.fleetconfig import Fleet, load_fleet
+from fleet.names import child_dir
+from fleet.profilestore import store_from_fleet
 from fleet.report import write_report
 from fleet.virtual_clock import cached_efficiency
 from strategies import coordinator
+from strategies.profiles import ProfileKeeper
 from strategies.strategy import PowerAwareStrategy, ReportingGrid
 
 # (done, total, what): the runner's progress convention (simulations/runner.py); called with
@@ -129,7 +132,8 @@ def resolve_settings(context: Context, fallback: ServerSettings | None) -> Serve
         # As `powerfleet simulate` does: runs/<run name>-<UTC time> under the working directory.
         name = load_fleet(settings.fleet_path).run.name
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
-        settings = replace(settings, run_dir=str(Path("runs").resolve() / f"{name}-{stamp}"))
+        run_dir = child_dir("runs", f"{name}-{stamp}", settings.fleet_path)  # never outside runs/
+        settings = replace(settings, run_dir=str(run_dir))
     return settings
 
 
@@ -153,6 +157,7 @@ def run_fleet(grid: Grid, settings: ServerSettings) -> dict[str, Any]:
     ship = coordinator.ship_weights(run, settings.ship_weights)
     arrays = coordinator.fleet_arrays(fleet) if ship else ArrayRecord()
     run_dir = Path(settings.run_dir)
+    keeper = ProfileKeeper(fleet, store_from_fleet(fleet.path), run_dir)
     summaries: list[dict[str, Any]] = []
     base_meta: dict[str, Any] = {  # the direct engine's keys (simulations/runner.py), and more
         "run": run.name,
@@ -169,6 +174,8 @@ def run_fleet(grid: Grid, settings: ServerSettings) -> dict[str, Any]:
         "ship_weights": ship,
         "run_token": settings.run_token,
     }
+    if keeper.types:  # hardware devices without a profile file: the store serves them
+        base_meta["profile_store"] = str(keeper.store)
     total = n * run.rounds
     replies = {"done": 0}
 
@@ -183,6 +190,8 @@ def run_fleet(grid: Grid, settings: ServerSettings) -> dict[str, Any]:
         if msg.metadata.message_type == MessageType.QUERY:
             return  # a planning reply: progress counts training replies
         replies["done"] += 1
+        if keeper.absorb(msg) is not None:
+            log(INFO, "powerfleet: stored the profile of %s in %s", keeper.stored[-1], keeper.store)
         row = coordinator.row_from_reply(msg)
         _emit(settings, min(replies["done"], total), total, str(row.get("device")))
 
@@ -194,6 +203,7 @@ def run_fleet(grid: Grid, settings: ServerSettings) -> dict[str, Any]:
         on_round=on_round,
         plan=run.objective == "deadline" and "deadline_s" not in run.extra,
         plan_timeout_s=settings.round_timeout_s,
+        round_config=keeper.round_config,
     )
     log(INFO, "powerfleet: %s, %d devices, %d round(s), mode %s", run.name, n, run.rounds, run.mode)
     _emit(settings, 0, total, "starting")

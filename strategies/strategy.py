@@ -26,6 +26,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from logging import INFO, WARNING
+from typing import Any
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.serverapp import Grid
@@ -74,6 +75,7 @@ class PowerAwareStrategy(FedAvg):
         on_round: RoundCallback | None = None,
         plan: bool = False,
         plan_timeout_s: float = 300.0,
+        round_config: Callable[[int], dict[str, Any]] | None = None,
     ) -> None:
         if num_nodes < 1:
             raise ValueError(f"num_nodes must be >= 1, got {num_nodes}")
@@ -88,6 +90,7 @@ class PowerAwareStrategy(FedAvg):
         self.device_order = list(device_order)
         self.node_wait_s = float(node_wait_s)
         self.on_round = on_round
+        self.round_config = round_config  # per-round instruction keys (e.g. shipped profiles)
         self.rounds: dict[int, list[dict[str, object]]] = {}
         self._sent: dict[int, list[int]] = {}
         self.plan = plan
@@ -100,6 +103,7 @@ class PowerAwareStrategy(FedAvg):
         """Every connected device (at least ``min_available_nodes``) gets the instruction."""
         nodes = wait_for_nodes(grid, self.min_available_nodes, self.node_wait_s)
         self._sent[server_round] = nodes
+        extra = self.round_config(server_round) if self.round_config is not None else {}
         log(INFO, "configure_train: round %d to %d devices", server_round, len(nodes))
         if self.plan:
             config = self.plan_round(server_round, config, grid, nodes)
@@ -107,6 +111,8 @@ class PowerAwareStrategy(FedAvg):
         for node_id in nodes:
             cfg = ConfigRecord(dict(config))  # a copy per device: never mutate the caller's
             cfg["server-round"] = server_round
+            if self.round_config is not None:
+                cfg.update(extra)
             content = RecordDict({records.ARRAYS: arrays, records.CONFIG: cfg})
             messages.append(
                 Message(content=content, dst_node_id=node_id, message_type=MessageType.TRAIN)

@@ -28,8 +28,9 @@ EFFICIENCY = str(SIM / "efficiency" / "resnet18_cifar10-proxy.csv")
 BATCHES = [4, 8, 16, 32, 64, 128]
 
 
-def replay_link(timeout_s: float = 20.0) -> AgentLink:
-    return AgentLink(agent_command(backend="replay", profile_csv=PROFILE), timeout_s=timeout_s)
+def replay_link(timeout_s: float = 20.0, work_dir: Path | None = None) -> AgentLink:
+    argv = agent_command(backend="replay", profile_csv=PROFILE, work_dir=work_dir)
+    return AgentLink(argv, timeout_s=timeout_s)
 
 
 def test_agent_command_only_given_options() -> None:
@@ -44,7 +45,7 @@ def test_agent_command_only_given_options() -> None:
 def test_hello_profile_lock_shutdown(tmp_path: Path) -> None:
     out = tmp_path / "staircase.csv"
     events: list[dict] = []
-    link = replay_link().start()
+    link = replay_link(work_dir=tmp_path).start()
     try:
         hello = link.request("hello")
         caps = hello["capabilities"]
@@ -108,7 +109,12 @@ def test_hardware_steps_choose_what_selection_chooses(tmp_path: Path, budget: fl
     new_profile = tmp_path / "nano-measured.csv"
     spec = DeviceSpec("nano-hw", "jetson-nano", budget, str(new_profile), None)
     ins = _instruction()
-    settings = AgentSettings(backend="replay", options={"profile_csv": PROFILE}, timeout_s=20)
+    settings = AgentSettings(
+        backend="replay",
+        options={"profile_csv": PROFILE},
+        timeout_s=20,
+        work_dir=str(tmp_path / "w"),
+    )
     with AgentLink(settings.argv(), timeout_s=20) as link:
         res = run_on_agent(link, spec, ins, settings)
     assert res["status"] == "selected", res["message"]
@@ -126,7 +132,12 @@ def test_hardware_steps_choose_what_selection_chooses(tmp_path: Path, budget: fl
 def test_hardware_round_reuses_profile_and_reports_selected(tmp_path: Path) -> None:
     spec = DeviceSpec("nano-hw", "jetson-nano", 4.5, PROFILE, None)
     ins = _instruction()
-    settings = AgentSettings(backend="replay", options={"profile_csv": PROFILE}, timeout_s=20)
+    settings = AgentSettings(
+        backend="replay",
+        options={"profile_csv": PROFILE},
+        timeout_s=20,
+        work_dir=str(tmp_path / "w"),
+    )
     with AgentLink(settings.argv(), timeout_s=20) as link:
         row = run_on_agent(link, spec, ins, settings)
     assert row["status"] == "selected" and row["time_s"] is None and row["energy_j"] is None
@@ -137,7 +148,12 @@ def test_hardware_round_reuses_profile_and_reports_selected(tmp_path: Path) -> N
 
 def test_hardware_round_infeasible_budget(tmp_path: Path) -> None:
     spec = DeviceSpec("nano-hw", "jetson-nano", 1.0, PROFILE, None)
-    settings = AgentSettings(backend="replay", options={"profile_csv": PROFILE}, timeout_s=20)
+    settings = AgentSettings(
+        backend="replay",
+        options={"profile_csv": PROFILE},
+        timeout_s=20,
+        work_dir=str(tmp_path / "w"),
+    )
     with AgentLink(settings.argv(), timeout_s=20) as link:
         row = run_on_agent(link, spec, _instruction(), settings)
     assert row["status"] == "infeasible" and row["batch_size"] is None

@@ -43,11 +43,14 @@ class Agent:
     """A running agent: send a request, read lines with a timeout (a reader thread never hangs
     the test), and collect every stdout line to check that only protocol lines appear there."""
 
-    def __init__(self, csv, timeout=TIMEOUT, env=None):
+    def __init__(self, csv, timeout=TIMEOUT, env=None, work_dir=None):
         env = dict(os.environ, PYTHONPATH=str(ROOT), **(env or {}))
         self.timeout = timeout
+        argv = [sys.executable, "-m", "fleet.agent", "--backend", "replay", "--profile-csv", csv]
+        if work_dir is not None:  # the agent's own directory: request paths must lie inside
+            argv += ["--work-dir", str(work_dir)]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "fleet.agent", "--backend", "replay", "--profile-csv", csv],
+            argv,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -102,7 +105,7 @@ class Agent:
 
 @pytest.fixture
 def agent(tmp_path):
-    a = Agent(replay_csv(tmp_path / "replay.csv"))
+    a = Agent(replay_csv(tmp_path / "replay.csv"), work_dir=tmp_path)
     try:
         yield a
     finally:

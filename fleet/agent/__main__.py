@@ -14,6 +14,7 @@ import os
 import sys
 from typing import List, Optional
 
+from .confine import ConfineError, Confinement, default_work_dir
 from .devices import DeviceError, add_backend_arguments, given_options, open_backend, options_for
 from .devices.guard import install_restore_handlers, start_prompt_restore
 from .protocol import Context, line_writer, restore_quietly, serve
@@ -26,6 +27,13 @@ def build_parser() -> argparse.ArgumentParser:
         description="powerfleet on-device agent: JSON-lines requests on stdin, answers on stdout.",
     )
     add_backend_arguments(p, default="cpu")
+    p.add_argument(
+        "--work-dir",
+        help="the agent's own directory (created 0700, ownership checked); every path a request "
+        "names must lie in it or in the backend's --state-dir (default: "
+        + default_work_dir()
+        + ")",
+    )
     p.add_argument(
         "--log-level", default="WARNING", help="stderr log level (DEBUG, INFO, WARNING...)"
     )
@@ -55,13 +63,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         options = backend_options(args)
         backend = open_backend(args.backend, **options)
-    except (DeviceError, OSError) as exc:
+        confine = Confinement.open(args.work_dir, getattr(backend, "state_dir", None))
+    except (DeviceError, ConfineError, OSError) as exc:
         sys.stderr.write("fleet.agent: error: {}\n".format(" ".join(str(exc).split())))
         return 2
     uninstall = install_restore_handlers(backend)
     # SIGTERM mid-step: clocks back within ms, not after the step (clients/agent_link escalates).
     stop_watch = start_prompt_restore(backend)
-    ctx = Context(backend, args.backend, line_writer(proto_out), options)
+    ctx = Context(backend, args.backend, line_writer(proto_out), options, confine)
     try:
         return serve(ctx, proto_in)
     except KeyboardInterrupt:

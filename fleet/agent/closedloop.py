@@ -12,7 +12,11 @@ promised (temperature, ageing and a different rail drift it upwards). So the loo
   profiled frequency, records a guard event and marks the point (and the faster ones at that batch
   size) infeasible for the rest of the run; over budget at the lowest clock stops training
   cleanly with status ``over-budget``;
-- records every stretch at one (batch, frequency, budget) as a segment, with its measured energy.
+- records every stretch at one (batch, frequency, budget) as a segment, with its measured energy;
+- with a ``DriftWatch`` (``driftwatch.py``, on by default in ``train_under_budget``) compares each
+  training step at the locked point with the LUT; a persistent deviation is a drift event, and at
+  the next segment boundary the loop re-probes a few neighbours with real training steps,
+  refreshes the table, writes the refreshed profile and re-selects on it.
 
 Ordering rule at a budget change: the clock may only go *down* before the batch switch. If the new
 point's frequency is higher than the running one, the running batch is first brought to its
@@ -29,8 +33,9 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .budget import BudgetSource
-from .choose import LutPoint, choose, fits, lowest_peak
+from .choose import ChooseError, LutPoint, choose, fits, lowest_peak, lut_from_rows
 from .devices.base import Backend, DeviceError
+from .driftwatch import DriftWatch, rows_from_points
 from .sampler import PowerSampler
 
 STATUS_OVER_BUDGET = "over-budget"
@@ -38,6 +43,8 @@ REASON_START = "start"
 REASON_BUDGET = "budget-change"
 REASON_SWITCH = "batch-switch"
 REASON_GUARD = "guard"
+REASON_REPROBE = "drift-reprobe"
+REASON_REFRESH = "drift-refresh"
 
 
 class ClosedLoopError(RuntimeError):
@@ -46,6 +53,10 @@ class ClosedLoopError(RuntimeError):
 
 def _label(w: Optional[float]) -> str:
     return "unlimited" if w is None else "{:g} W".format(w)
+
+
+def _watts(w: Optional[float]) -> str:
+    return "n/a" if w is None else "{:.3g} W".format(w)
 
 
 class ClosedLoop(object):
@@ -70,8 +81,10 @@ class ClosedLoop(object):
         clock: Callable[[], float] = time.monotonic,
         restore_on_exit: bool = True,
         log: Optional[Callable[[str], None]] = None,
+        drift: Optional[DriftWatch] = None,
     ) -> None:
         self.backend = backend
+        self.drift = drift
         self.points = list(points)
         self.efficiency = dict(efficiency)
         self.source = source
@@ -129,6 +142,11 @@ class ClosedLoop(object):
                 self._end = self.now()
                 if self.segments:
                     self.segments[-1]["end_s"] = self._end
+                if self.drift is not None:
+                    try:
+                        self.drift.finish(self._end)
+                    except (OSError, ValueError) as exc:
+                        self._note("drift: refreshed profile not written: {}".format(exc))
         set_workload = getattr(self.backend, "set_workload", None)
         if callable(set_workload):
             set_workload(None)
@@ -166,8 +184,12 @@ class ClosedLoop(object):
 
     def before_step(self) -> Tuple[int, bool]:
         """(batch size for the next step, whether to stop). Applies a pending batch switch."""
+        drift = self.drift
+        if drift is not None:
+            drift.step_started(self.now())
         if self._pending is None and self.stop_reason is None:
-            return self._batch, False  # the common case: no lock taken
+            if drift is None or not drift.active():
+                return self._batch, False  # the common case: no lock taken
         with self._mu:
             if self.stop_reason is not None:
                 return self._batch, True
@@ -182,7 +204,62 @@ class ClosedLoop(object):
                 t = self.now()
                 self._apply_point(p, t)
                 self._open_segment(t, REASON_SWITCH)
+            if drift is not None and drift.active():
+                self._drift_step()
+                if self.stop_reason is not None:
+                    return self._batch, True
             return self._batch, False
+
+    def after_step(self) -> None:
+        """The trainer finished a step: the drift watch times it (see ``driftwatch.py``)."""
+        if self.drift is None:
+            return
+        with self._mu:
+            event = self.drift.step_done(self.now(), (self._batch, self._freq), self._settle_until)
+            if event is not None:
+                self._note(
+                    "drift at {}@{:g} MHz: step {:.4g} s (LUT {:.4g} s), peak {} (LUT {})".format(
+                        event["batch_size"], event["freq_mhz"], event["measured_time_s"],
+                        event["expected_time_s"], _watts(event["measured_peak_w"]),
+                        _watts(event["expected_peak_w"]),
+                    )
+                )  # fmt: skip
+
+    def _drift_step(self) -> None:
+        """Run the refresh the drift watch began: the next re-probe point, or the refresh."""
+        drift = self.drift
+        by_key = dict(((p.batch_size, p.freq_mhz), p) for p in self.points)
+        key = drift.probe_point()
+        while key is not None:
+            p = by_key.get(key)
+            if p is not None and key not in self.infeasible and fits(p, self._budget):
+                if key != (self._batch, self._freq):
+                    t = self.now()
+                    self._apply_point(p, t)
+                    self._open_segment(t, REASON_REPROBE)
+                return
+            drift.skip_probe()  # the guard or a new budget ruled it out since
+            key = drift.probe_point()
+        if not drift.ready():
+            return
+        t = self.now()
+        rows = drift.refresh(t)
+        try:
+            self.points = lut_from_rows(rows, "refreshed profile")
+        except ChooseError as exc:
+            self._note("drift: refreshed table unusable, keeping the old one: {}".format(exc))
+        p = self._choose(self._budget)
+        if p is None:
+            self._stop(self._nothing_fits(self._budget))
+            return
+        if (p.batch_size, p.freq_mhz) != (self._batch, self._freq):
+            self._apply_point(p, t)
+        self._open_segment(t, REASON_REFRESH)
+        self._note(
+            "drift: profile refreshed ({} re-probe(s)); running {}@{:g} MHz".format(
+                len(drift.refreshes[-1]["reprobed"]), p.batch_size, p.freq_mhz
+            )
+        )
 
     # -- the watcher (sampler thread) -----------------------------------------------------------
     def _on_sample(self, t_abs: float, watts: Optional[float]) -> None:
@@ -194,6 +271,8 @@ class ClosedLoop(object):
                 self._follow_budget(t)
                 if watts is not None:
                     self._account(t, watts)
+                    if self.drift is not None:
+                        self.drift.on_sample(watts)
                     self._guard(t, watts)
             except DeviceError as exc:  # a refused lock: stop rather than run unguarded
                 self._stop("could not change the clock: {}".format(exc))
@@ -327,6 +406,8 @@ class ClosedLoop(object):
             if callable(wait):
                 wait()  # bounded; samples before the clock arrives never trip the guard
         self._freq = freq
+        if self.drift is not None:
+            self.drift.reset_unit()
         self.lock_log.append((t, freq))
         self._settle_until = self.now() + self.settle_s
         self._over_since = None
@@ -341,6 +422,8 @@ class ClosedLoop(object):
                 and last["budget_w"] == self._budget
             ):
                 return  # nothing changed: keep one segment
+        if self.drift is not None and self.drift.due():
+            self.drift.begin(self._budget, self.infeasible, self.max_batch)  # a boundary
         self.segments.append(
             {
                 "start_s": t,
@@ -383,6 +466,7 @@ class ClosedLoop(object):
     # -- results --------------------------------------------------------------------------------
     def summary(self) -> Dict[str, Any]:
         """Segments, guard events and the measured totals of the run (call after ``stop``)."""
+        drift = self.drift
         with self._mu:
             end = self._end if self._end is not None else self.now()
             segs = [dict(s) for s in self.segments]
@@ -405,6 +489,10 @@ class ClosedLoop(object):
                 "notes": list(self.notes),
                 "budget_source": self.source.describe(),
                 "objective": self.objective,
+                "drift_events": [dict(e) for e in drift.events] if drift else [],
+                "refreshes": [dict(r) for r in drift.refreshes] if drift else [],
+                "refreshed_profile": drift.out_path if drift and drift.refreshes else None,
+                "refreshed_profile_csv": drift.refreshed_csv if drift else None,
             }
 
 
@@ -422,6 +510,7 @@ def train_under_budget(
     guard_window_s: float = 0.2,
     sampler_hz: float = 20.0,
     log: Optional[Callable[[str], None]] = None,
+    drift: Optional[Dict[str, Any]] = None,
     **train_options: Any,
 ) -> Tuple[Any, Dict[str, Any]]:
     """Fine-tune under the closed loop; the device is restored on every way out.
@@ -430,10 +519,20 @@ def train_under_budget(
     ``train_options`` go to ``trainer.train_to_target`` (``batch_size``/``lr`` are the
     learning-rate reference pair there). Returns (TrainResult, ``ClosedLoop.summary()``) with the
     summary's ``status`` set to the trainer's unless the loop stopped the run.
+
+    ``drift``: the drift watch's settings (``driftwatch.DriftWatch`` keywords: ``rows`` and
+    ``comments`` of the profile, ``out_path`` for the refreshed profile, ``time_tol``,
+    ``power_tol``, ...; without ``rows``, rows of ``points``); None or ``{"off": True}``: no drift
+    watch. ``powerfleet train`` and the agent's ``train`` turn it on by default.
     """
     from .trainer import train_to_target
 
     n_train = _length(train_set)
+    watch = None  # type: Optional[DriftWatch]
+    opts = dict(drift or {"off": True})
+    if not opts.pop("off", False):
+        rows = opts.pop("rows", None) or rows_from_points(points)
+        watch = DriftWatch(rows, hz=sampler_hz, **opts)
     loop = ClosedLoop(
         backend,
         points,
@@ -444,6 +543,7 @@ def train_under_budget(
         hz=sampler_hz,
         max_batch=n_train,
         log=log,
+        drift=watch,
     )
     with loop:
         result = train_to_target(

@@ -25,6 +25,7 @@ import socket
 import time
 from typing import IO, Any, Callable, Dict, List, Optional, Tuple
 
+from .confine import Confinement
 from .devices import capabilities
 from .devices.base import Backend, DeviceError
 from .profile_io import ProfileFormatError
@@ -48,8 +49,12 @@ class Context(object):
         backend_kind: str,
         write_line: Callable[[Dict[str, Any]], None],
         options: Optional[Dict[str, Any]] = None,
+        confine: Optional[Confinement] = None,
     ) -> None:
         self.backend = backend
+        # the agent's own directories (``python -m fleet.agent`` always sets them); None only
+        # for in-process callers that choose their own paths (tests, the CLI's own process)
+        self.confine = confine
         self.backend_kind = backend_kind
         self.options = dict(options or {})  # how the backend was opened, reported by hello
         self.write_line = write_line
@@ -191,7 +196,8 @@ def handle_profile(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
     batch_sizes = _number_list(req, "batch_sizes", list(DEFAULT_BATCH_SIZES))
     if any(b != int(b) for b in batch_sizes):
         raise ProtocolError("'batch_sizes' must be integers, got {}".format(batch_sizes))
-    device = req.get("device") or capabilities(ctx.backend_kind).torch_device
+    notes = []  # type: List[str]
+    device = _torch_device(ctx, req, notes)  # like train: no CUDA in torch -> the CPU, noted
     out = req.get("out")
     if out is not None and (not isinstance(out, str) or not out):
         raise ProtocolError("'out' must be a file path")
@@ -223,6 +229,7 @@ def handle_profile(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
         "saved": result.grid_size - result.probes,
         "path": out,
         "metadata": result.metadata,
+        "notes": notes,
     }  # type: Dict[str, Any]
     if req.get("rows", True):
         response["rows"] = result.rows
@@ -364,6 +371,8 @@ def handle_request(ctx: Context, line: Any) -> Optional[Dict[str, Any]]:
             ),
         }
     try:
+        if ctx.confine is not None:  # every path a request names stays in the agent's dirs
+            req = ctx.confine.request(req)
         result = handler(ctx, req)
     except (KeyboardInterrupt, SystemExit):
         raise
@@ -498,6 +507,10 @@ _TRAIN_ARGS = [
     "efficiency",
     "objective",
     "guard_window_s",
+    "drift",
+    "drift_time_tol",
+    "drift_power_tol",
+    "refreshed_profile",
 ]
 
 
@@ -607,7 +620,30 @@ def _closed_loop_args(req: Dict[str, Any]) -> Optional[Dict[str, Any]]:
         "efficiency": efficiency,
         "objective": objective,
         "guard_window_s": float(_number(req, "guard_window_s", 0.2)),
+        "drift": _drift_args(req, prof),
     }
+
+
+def _drift_args(req: Dict[str, Any], prof: Any) -> Dict[str, Any]:
+    """The loop's drift watch (``driftwatch.py``): on unless ``drift`` is false; the profile's
+    rows and header are kept so the refreshed file is the same table, refreshed."""
+    if not _bool_arg(req, "drift", True):
+        return {"off": True}
+    out = {
+        "time_tol": float(_number(req, "drift_time_tol", 0.10)),
+        "power_tol": float(_number(req, "drift_power_tol", 0.08)),
+        "out_path": _path_arg(req, "refreshed_profile"),
+    }  # type: Dict[str, Any]
+    if not out["time_tol"] > 0 or not out["power_tol"] > 0:
+        raise ProtocolError("'drift_time_tol' and 'drift_power_tol' must be > 0")
+    if isinstance(prof, str):
+        from .profile_io import read_rows
+
+        _header, numbered, comments = read_rows(prof)
+        out["rows"], out["comments"] = [r for _, r in numbered], comments
+    else:
+        out["rows"] = [dict(r) for r in prof]
+    return out
 
 
 def _csv_rows(path: str) -> Any:
@@ -801,7 +837,7 @@ def _train_closed_loop(
             ctx.backend, model, train_set, test_set, loop_args["points"],
             loop_args["efficiency"], loop_args["source"], ref_batch, lr,
             objective=loop_args["objective"], guard_window_s=loop_args["guard_window_s"],
-            sampler_hz=hz, log=lambda m: log.warning("%s", m), **opts
+            sampler_hz=hz, log=lambda m: log.warning("%s", m), drift=loop_args["drift"], **opts
         )  # fmt: skip
     except ClosedLoopError as exc:
         raise ProtocolError(str(exc)) from None
@@ -825,7 +861,12 @@ def _train_closed_loop(
             "out_weights": out_weights,
             "segments": summary["segments"],
             "guard_events": summary["guard_events"],
-            "drift_events": [],
+            "drift_events": summary["drift_events"],
+            "refreshes": summary["refreshes"],
+            "refreshed_profile": summary["refreshed_profile"],
+            "refreshed_profile_csv": summary["refreshed_profile_csv"]
+            if summary["refreshes"]
+            else None,
             "loop_time_s": summary["time_s"],
             "loop_energy_j": summary["energy_j"],
             "loop_peak_power_w": summary["peak_power_w"],

@@ -644,6 +644,7 @@ def _run(
         state.wall_time_s = wall_now()
         return
 
+    step_done = getattr(controller, "after_step", None)
     next_progress = time.perf_counter() + progress_interval_s
     while True:
         # One training stretch: up to the next evaluation or the cap.
@@ -684,6 +685,8 @@ def _run(
                 state.pos += b
                 state.samples += b
                 state.steps += 1
+                if step_done is not None:
+                    step_done()  # the closed loop's drift watch times each step
                 if progress is not None and time.perf_counter() >= next_progress:
                     info = {"phase": "train"}  # type: Dict[str, Any]
                     if controller is not None:

@@ -62,6 +62,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--device", choices=("auto", "cpu", "cuda"), default="auto",
         help="torch device (auto: cuda on jetson/nvml when torch sees one, else cpu)",
     )  # fmt: skip
+    p.add_argument(
+        "--drift-time-tol", type=float, default=0.10, help="step-time deviation that is drift"
+    )
+    p.add_argument(
+        "--drift-power-tol", type=float, default=0.08, help="peak-power deviation that is drift"
+    )
+    p.add_argument("--no-drift", action="store_true", help="do not compare steps with the LUT")
+    p.add_argument(
+        "--refreshed-profile",
+        help="where a drift-refreshed profile goes (default: <out>/profile.refreshed.csv)",
+    )
     p.add_argument("--out", help="run folder: run.json, checkpoint, weights, profile")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.set_defaults(func=run)
@@ -130,6 +141,10 @@ def _check_args(args: argparse.Namespace) -> None:
         raise InputError(f"--sampler-hz must be >= 20 (the guard needs it), got {args.sampler_hz}")
     if not (math.isfinite(args.guard_window) and 0 <= args.guard_window <= 0.4):
         raise InputError(f"--guard-window must be in [0, 0.4] s, got {args.guard_window}")
+    for flag, tol in (("--drift-time-tol", args.drift_time_tol),
+                      ("--drift-power-tol", args.drift_power_tol)):  # fmt: skip
+        if not (math.isfinite(tol) and tol > 0):
+            raise InputError(f"{flag} must be > 0, got {tol}")
     for flag, path in (("--efficiency", args.efficiency), ("--profile", args.profile),
                        ("--weights", args.weights)):  # fmt: skip
         if path is not None and not os.path.isfile(path):
@@ -201,6 +216,7 @@ def run(args: argparse.Namespace) -> int:
                 optimizer=args.optimizer, eval_every_samples=args.eval_every,
                 max_samples=args.max_samples, seed=args.seed, device=device,
                 checkpoint_path=ckpt, task=task.kind, progress=progress,
+                drift=_drift_settings(args),
             )  # fmt: skip
         except (ClosedLoopError, TrainerError) as exc:
             raise InputError(str(exc)) from None
@@ -223,6 +239,25 @@ def run(args: argparse.Namespace) -> int:
     else:
         _print_human(out)
     return 0
+
+
+def _drift_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The closed loop's drift watch: the profile's rows and header, tolerances, output path."""
+    if args.no_drift:
+        return {"off": True}
+    out = args.refreshed_profile
+    if out is None and args.out:
+        out = os.path.join(args.out, "profile.refreshed.csv")
+    settings: dict[str, Any] = {
+        "out_path": out,
+        "time_tol": args.drift_time_tol,
+        "power_tol": args.drift_power_tol,
+    }
+    if args.profile:
+        from fleet.agent.drift import read_profile
+
+        settings["rows"], settings["comments"] = read_profile(args.profile)
+    return settings
 
 
 def _profile_first(args, backend, task, model, source, device) -> list[Any]:
@@ -265,7 +300,9 @@ def _report(result: Any, summary: dict[str, Any], args: argparse.Namespace, ckpt
         "over_budget_samples": summary["over_budget_samples"],
         "segments": summary["segments"],
         "guard_events": summary["guard_events"],
-        "drift_events": [],
+        "drift_events": summary["drift_events"],
+        "refreshes": summary["refreshes"],
+        "refreshed_profile": summary["refreshed_profile"],
         "batch_size": summary["batch_size"],
         "freq_mhz": summary["freq_mhz"],
         "objective": summary["objective"],

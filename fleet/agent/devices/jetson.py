@@ -22,6 +22,7 @@ Python 3.6 compatible, stdlib only (this runs on JetPack 4.6).
 import glob
 import logging
 import os
+import re
 import sys
 import threading
 import time
@@ -546,7 +547,30 @@ class JetsonBackend(Backend):
         kind = device_type(self.node.name, self.node.of_node, board)
         if kind:
             info["device"] = kind
+        # Provenance for the coordinator's profile store: empty where the board does not say.
+        info["l4t"] = l4t_release(self.sysfs_root)
+        try:
+            info["serial"] = _read_text(_under(self.sysfs_root, "proc/device-tree/serial-number"))
+        except (OSError, UnicodeDecodeError):
+            info["serial"] = ""
         return info
+
+
+def l4t_release(root: str) -> str:
+    """The L4T version from ``etc/nv_tegra_release`` under ``root`` ("32.7.1"), or ''.
+
+    The file's first line reads ``# R32 (release), REVISION: 7.1, GCID: ...``.
+    """
+    try:
+        with open(_under(root, "etc/nv_tegra_release"), "r") as fh:
+            line = fh.readline()
+    except (OSError, UnicodeDecodeError):
+        return ""
+    major = re.search(r"R(\d+)", line)
+    rev = re.search(r"REVISION:\s*([0-9.]+)", line)
+    if not major:
+        return ""
+    return major.group(1) + ("." + rev.group(1).rstrip(".") if rev else "")
 
 
 def device_type(node_name: str, of_node: str, board: str = "") -> str:
