@@ -266,13 +266,17 @@ def proxy_sensitivity(
     profiles_dir: Path,
     efficiency_dir: Path,
     budgets: tuple[float | None, ...],
+    efficiency_model: str | None = None,
 ) -> dict[str, object]:
     """Fig. 5/6: % extra time-to-accuracy when choosing with proxy P's r on target T.
 
     Entry [P][T] = time(choice with P's efficiency, costed on T) / time(choice with T's own) - 1.
+    ``efficiency_model``: the efficiency files' model name when it differs from the profile's
+    (the text analogue measures r on a CPU-scale transformer and costs it on the board's).
     """
     profile = load_profile(profiles_dir / f"{device}_{model}.csv")
-    effs = {d: load_efficiency(efficiency_dir / f"{model}_{d}.csv") for d in datasets}
+    em = efficiency_model or model
+    effs = {d: load_efficiency(efficiency_dir / f"{em}_{d}.csv") for d in datasets}
     index = SelectionIndex(profile)
     out: dict[str, object] = {"model": model, "device": device, "datasets": datasets}
     mats = {}

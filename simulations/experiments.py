@@ -62,11 +62,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--devices", default="nano,tx2nx")
     p.add_argument("--data-dir", help="prepared data (analogue; default $POWERFLEET_DATA)")
     p.add_argument("--workers", type=int, help="parallel training runs (analogue)")
+    p.add_argument(
+        "--task",
+        choices=["image", "text"],
+        default="image",
+        help="analogue: small_cnn on Fashion-MNIST/MNIST, or the CPU-scale char transformer",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.which == "analogue" and args.task == "text":
+        from simulations.analogue_text import run_cli
+
+        return run_cli(args)
     if args.which == "analogue":
         return run_analogue(args)
     if args.seeds < 1:

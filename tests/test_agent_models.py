@@ -108,7 +108,13 @@ def test_parse_shape_and_input_spec():
         input_spec("char_transformer", "3x32x32")
     with pytest.raises(ValueError, match="unknown model"):
         build_model("vgg16")
-    assert set(models.MODEL_NAMES) == {"resnet18", "mobilenetv2", "char_transformer", "small_cnn"}
+    assert set(models.MODEL_NAMES) == {
+        "resnet18",
+        "mobilenetv2",
+        "char_transformer",
+        "char_transformer_small",
+        "small_cnn",
+    }
 
 
 def test_seed_makes_weights_reproducible_without_leaking_global_state():

@@ -13,6 +13,9 @@ Models:
   as in the common CIFAR ports), width multiplier, ~2.24M params at 10 classes.
 - ``char_transformer``: 6 layers, 6 heads, 256-d embedding, sequence length 64, hand-written
   causal attention, next-character logits at every position.
+- ``char_transformer_small``: the same architecture scaled to fit a CPU (2 layers, 4 heads,
+  64-d embedding, sequence length 64): the offline text analogue trains it many times on 2 cores
+  (``simulations/analogue_text.py``), where the paper's 6-layer model would take hours.
 - ``small_cnn``: two conv layers; seconds on a laptop CPU, for demos and tests.
 """
 
@@ -352,6 +355,18 @@ def _build_char_transformer(classes: int, shape: Tuple[int, ...], **options: obj
     return CharTransformer(vocab_size=classes, seq_len=shape[0], **options)
 
 
+# the CPU-scale text model; options given by the caller (dropout, or other sizes) win
+SMALL_TRANSFORMER = {"n_layers": 2, "n_heads": 4, "d_model": 64}
+
+
+def _build_char_transformer_small(
+    classes: int, shape: Tuple[int, ...], **options: object
+) -> nn.Module:
+    merged = dict(SMALL_TRANSFORMER)
+    merged.update(options)
+    return CharTransformer(vocab_size=classes, seq_len=shape[0], **merged)
+
+
 def _build_small_cnn(classes: int, shape: Tuple[int, ...], **options: object) -> nn.Module:
     return SmallCNN(num_classes=classes, in_channels=shape[0], **options)
 
@@ -360,6 +375,9 @@ MODELS: Dict[str, ModelInfo] = {
     "resnet18": ModelInfo(_build_resnet18, "image", (3, 32, 32), 10),
     "mobilenetv2": ModelInfo(_build_mobilenetv2, "image", (3, 32, 32), 10),
     "char_transformer": ModelInfo(_build_char_transformer, "text", (64,), DEFAULT_VOCAB_SIZE),
+    "char_transformer_small": ModelInfo(
+        _build_char_transformer_small, "text", (64,), DEFAULT_VOCAB_SIZE
+    ),
     "small_cnn": ModelInfo(_build_small_cnn, "image", (3, 32, 32), 10),
 }
 
