@@ -66,10 +66,9 @@ def test_two_virtual_jetsons_one_deployment_round(tmp_path: Path, monkeypatch) -
         board.set_load(BATCH)
     board_profile(boards["nano-1"], tmp_path / "nano.csv")
     board_profile(boards["tx2-1"], tmp_path / "tx2.csv")
-    for name, seed in (("nano-1", 1), ("tx2-1", 2)):  # 0700, as the agent wants its work dir
-        (tmp_path / "work" / name).mkdir(parents=True, mode=0o700)
-    tiny_pt_data(tmp_path / "work" / "nano-1" / "nano.pt", seed=1)
-    tiny_pt_data(tmp_path / "work" / "tx2-1" / "tx2.pt", seed=2)
+    for name, file, seed in (("nano-1", "nano.pt", 1), ("tx2-1", "tx2.pt", 2)):
+        (tmp_path / "work" / name).mkdir(parents=True, mode=0o700)  # as the agent wants it
+        tiny_pt_data(tmp_path / "work" / name / file, seed=seed)
     (tmp_path / "eff.csv").write_text(f"batch_size,samples_to_accuracy\n{BATCH},4000\n")
     pretrained = build_model("small_cnn", input_shape="1x8x8", seed=7).state_dict()
     write_weights(pretrained, str(tmp_path / "w.pt"))
