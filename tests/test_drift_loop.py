@@ -17,7 +17,9 @@ from fleet.agent.closedloop import train_under_budget
 from fleet.agent.drift import read_profile
 from fleet.agent.models import build_model
 from tests.closedloop_helpers import FollowBackend, lut_rows, model_power
-from tests.test_closedloop import EFF, STEP_S, TEST, TRAIN, one_thread  # noqa: F401
+from tests.test_closedloop import EFF, STEP_S, TEST, TRAIN
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 DRIFT_W = 0.6  # 32 @ 800 MHz: 5.8 -> 6.4 W, +9.4 % over the LUT's 5.85 W; under 7 W
 DRIFT_STEP, BOUNDARY_STEP = 20, 80
