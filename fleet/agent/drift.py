@@ -26,11 +26,10 @@ docs/architecture.md (closed loop, drift).
 """
 
 import datetime
-import math
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .predict import carry_deviation
-from .profile_io import read_rows, write_rows
+from .profile_io import cell_number, read_rows, write_rows
 
 Row = Dict[str, Any]
 Key = Tuple[int, float]
@@ -41,16 +40,6 @@ DEFAULT_WINDOW_STEPS = 5
 KIND_TIME = "time"
 KIND_POWER = "power"
 KIND_BOTH = "both"
-
-
-def _num(value: Any) -> Optional[float]:
-    if value is None or value == "":
-        return None
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(out) or math.isinf(out) else out
 
 
 def _key(batch_size: Any, knob: Any) -> Key:
@@ -78,10 +67,10 @@ def expected_from_rows(rows: Sequence[Row]) -> Dict[Key, Tuple[float, Optional[f
     for r in rows:
         if not _ok(r):
             continue
-        t = _num(r.get("time_per_batch_s"))
+        t = cell_number(r.get("time_per_batch_s"))
         if t is None or t <= 0:
             continue
-        peak = _num(r.get("peak_power_w"))
+        peak = cell_number(r.get("peak_power_w"))
         out[_key(r["batch_size"], r["freq_mhz"])] = (t, peak if peak and peak > 0 else None)
     return out
 
@@ -166,12 +155,12 @@ class DriftDetector(object):
         self._seen += 1
         if self._seen <= self.skip_steps:
             return None
-        t = _num(step_time_s)
+        t = cell_number(step_time_s)
         if t is None or t <= 0:
             return None
         if not self._window:
             self._since = float(t_s)
-        self._window.append((float(t_s), t, _num(peak_w), _num(mean_w)))
+        self._window.append((float(t_s), t, cell_number(peak_w), cell_number(mean_w)))
         if not self._full(float(t_s)):
             return None
         exp = self.expected.get(key)
@@ -233,11 +222,14 @@ def corrected_row(old: Optional[Row], event: Dict[str, Any]) -> Row:
     row["batch_size"] = int(event["batch_size"])
     row["freq_mhz"] = event["freq_mhz"]
     row["time_per_batch_s"] = float(event["measured_time_s"])
-    peak, peak_exp = _num(event.get("measured_peak_w")), _num(event.get("expected_peak_w"))
+    peak, peak_exp = (
+        cell_number(event.get("measured_peak_w")),
+        cell_number(event.get("expected_peak_w")),
+    )
     if peak is not None:
         row["peak_power_w"] = peak
-    mean = _num(event.get("measured_mean_w"))
-    old_mean = _num(row.get("mean_power_w"))
+    mean = cell_number(event.get("measured_mean_w"))
+    old_mean = cell_number(row.get("mean_power_w"))
     if mean is not None:
         row["mean_power_w"] = mean
     elif old_mean is not None and peak is not None and peak_exp:
@@ -284,12 +276,12 @@ def pick_reprobes(
         if j + 1 < len(batches):
             cand.append((batches[j + 1], f))
         ratio = 1.0
-        p_m, p_e = _num(e.get("measured_peak_w")), _num(e.get("expected_peak_w"))
+        p_m, p_e = cell_number(e.get("measured_peak_w")), cell_number(e.get("expected_peak_w"))
         if p_m is not None and p_e:
             ratio = max(1.0, p_m / p_e)
         safe = []
         for key in cand:
-            peak = _num(table[key].get("peak_power_w"))
+            peak = cell_number(table[key].get("peak_power_w"))
             if budget_w is not None and (peak is None or peak * ratio * (1 + margin) > budget_w):
                 continue
             safe.append(key)
@@ -404,7 +396,7 @@ def refresh_comments(
 
 
 def _fmt_w(value: Any) -> str:
-    v = _num(value)
+    v = cell_number(value)
     return "n/a" if v is None else "{:.4g}".format(v)
 
 

@@ -28,6 +28,8 @@ from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .profile_io import cell_number
+
 Row = Dict[str, Any]
 QUANTITIES = ("time_per_batch_s", "peak_power_w", "mean_power_w")
 GAMMAS = np.linspace(-3.0, 3.0, 121)
@@ -330,16 +332,6 @@ def _rms(xs: Sequence[float]) -> Optional[float]:
 # Whole profiles
 
 
-def _num(value: Any) -> Optional[float]:
-    if value is None or value == "":
-        return None
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(out) else out
-
-
 def _ok(row: Row) -> bool:
     return str(row.get("status") or "ok").lower() == "ok"
 
@@ -366,7 +358,7 @@ def predict_profile(
     for q in QUANTITIES:
         vals = {}
         for key, r in measured.items():
-            value = _num(r.get(q))
+            value = cell_number(r.get(q))
             if _ok(r) and value is not None and value > 0:
                 vals[key] = value
         obs[q] = vals
@@ -578,7 +570,10 @@ def carry_deviation(
         new_keys.add(key)
         old = table.get(key)
         for q in QUANTITIES:
-            now, before = _num(u.get(q)), _num(old.get(q)) if old is not None else None
+            now, before = (
+                cell_number(u.get(q)),
+                cell_number(old.get(q)) if old is not None else None,
+            )
             if now is not None and before is not None and now > 0 and before > 0:
                 ratios.setdefault(q, []).append(
                     (bpos[key[0]], kpos[key[1]], math.log(now / before))
@@ -598,7 +593,7 @@ def carry_deviation(
             continue
         changed = False
         for q, pts in ratios.items():
-            value = _num(row.get(q))
+            value = cell_number(row.get(q))
             if value is None:
                 continue
             num = den = 0.0

@@ -14,9 +14,10 @@ time/power cells may be empty).
 
 import csv
 import io
+import math
 import os
 import tempfile
-from typing import IO, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import IO, Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 REQUIRED_COLUMNS = ("batch_size", "freq_mhz", "time_per_batch_s", "peak_power_w")
 OPTIONAL_COLUMNS = ("mean_power_w", "device", "model", "input_shape", "samples", "status")
@@ -232,3 +233,15 @@ def atomic_write(path: str, write: Callable[[IO], None]) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def cell_number(value: Any) -> Optional[float]:
+    """A profile cell as a finite number, or None (empty, not a number, NaN or infinite): how
+    in-memory rows (strings read from a CSV or numbers just measured) are read everywhere."""
+    if value is None or value == "":
+        return None
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return out if math.isfinite(out) else None

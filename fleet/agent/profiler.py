@@ -13,7 +13,6 @@ models are imported only when training actually runs. Python 3.6 + torch 1.10 co
 
 import datetime
 import gc
-import math
 import platform
 import socket
 import sys
@@ -21,7 +20,7 @@ import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from .devices.base import Backend, DeviceError
-from .profile_io import write_rows
+from .profile_io import cell_number, write_rows
 from .staircase import Measurement, staircase_plan
 
 Row = Dict[str, Any]
@@ -267,9 +266,9 @@ class _ReplayMeasurer:
         row = _row(
             b,
             f,
-            _float_or_none(get("time_per_batch_s")),
-            _float_or_none(get("peak_power_w")),
-            _float_or_none(get("mean_power_w")),
+            cell_number(get("time_per_batch_s")),
+            cell_number(get("peak_power_w")),
+            cell_number(get("mean_power_w")),
             _int_or_none(get("samples")),
             "ok",
         )
@@ -383,9 +382,9 @@ class _TrainingMeasurer:
             peak, mean, _energy, power_samples, _dur = stats
             if not power_samples:
                 # Not one sample landed in the window: an instant reading beats no reading.
-                peak = mean = _float_or_none(self.backend.read_power_w())
+                peak = mean = cell_number(self.backend.read_power_w())
                 power_samples = 0 if peak is None else 1
-        row = _row(b, f, elapsed / n, _float_or_none(peak), _float_or_none(mean), n, "ok")
+        row = _row(b, f, elapsed / n, cell_number(peak), cell_number(mean), n, "ok")
         row["power_samples"] = power_samples
         return row
 
@@ -503,14 +502,14 @@ def _current_freq(backend: Backend) -> float:
         fn = getattr(backend, attr, None)
         if callable(fn):
             try:
-                value = _float_or_none(fn())
+                value = cell_number(fn())
             except Exception:  # noqa: BLE001 - a clock we cannot read is simply unknown
                 value = None
             if value is not None:
                 return value
     desc = backend.describe()
     for key in ("current_freq_mhz", "freq_mhz", "cur_freq_mhz"):
-        value = _float_or_none(desc.get(key))
+        value = cell_number(desc.get(key))
         if value is not None:
             return value
     return 0.0
@@ -570,18 +569,8 @@ def _clean_freq(f: float) -> Any:
     return int(f) if f == int(f) else f
 
 
-def _float_or_none(value: Any) -> Optional[float]:
-    if value is None or value == "":
-        return None
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(out) else out
-
-
 def _int_or_none(value: Any) -> Optional[int]:
-    out = _float_or_none(value)
+    out = cell_number(value)
     return None if out is None else int(out)
 
 
