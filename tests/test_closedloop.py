@@ -258,7 +258,8 @@ def test_guard_steps_down_within_half_a_second_and_never_reselects():
 
     after_start(backend, 1.0, drift)
     # at 2.5 s the budget rises to 7 W: the excluded (32, 800) would win again
-    result, summary = run_loop(backend, ScheduleBudget(parse_schedule("0:6,2.5:7")), 4000)
+    # 8,000 samples: >= 250 steps of >= 15 ms, so the run is well past the 2.5 s step
+    result, summary = run_loop(backend, ScheduleBudget(parse_schedule("0:6,2.5:7")), 8000)
     events = summary["guard_events"]
     assert len(events) == 1
     ev = events[0]
