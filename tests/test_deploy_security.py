@@ -110,7 +110,7 @@ def test_loopback_by_real_resolution() -> None:
     assert security.loopback_ip("127.0.0.1") == "127.0.0.1"
     assert security.loopback_ip("::1") == "::1"
     assert security.loopback_ip("localhost") in ("127.0.0.1", "::1")
-    for host in ("127.attacker.example", "10.1.2.3", "0.0.0.0", "::", ""):
+    for host in ("127.attacker.example", "192.0.2.10", "0.0.0.0", "::", ""):
         assert security.loopback_ip(host) is None, host
     # Flower is handed the resolved literal, never the name
     link = deploy.superlink_command("localhost", 9091, insecure=True)
@@ -122,7 +122,7 @@ def test_loopback_by_real_resolution() -> None:
 
 
 def test_plaintext_refused_unless_insecure_and_loopback(tmp_path: Path) -> None:
-    for host in ("127.attacker.example", "10.1.2.3", "0.0.0.0"):
+    for host in ("127.attacker.example", "192.0.2.10", "0.0.0.0"):
         with pytest.raises(InputError, match=f"'{host}' does not resolve to loopback"):
             deploy.superlink_command(host, 9091, insecure=True)
         with pytest.raises(InputError, match=f"'{host}' does not resolve to loopback"):
@@ -156,7 +156,7 @@ def test_cli_refuses_plaintext_off_loopback_with_one_line(
     fleet = tmp_path / "fleet.toml"
     fleet.write_text(FLEET)
     cases = [
-        ["coordinator", "--fleet", str(fleet), "--host", "10.1.2.3", "--insecure"],
+        ["coordinator", "--fleet", str(fleet), "--host", "192.0.2.10", "--insecure"],
         ["coordinator", "--fleet", str(fleet), "--host", "127.attacker.example", "--insecure"],
         ["device", "--fleet", str(fleet), "--name", "tx2-b", "--insecure",
          "--superlink", "127.attacker.example:9091", "--work-dir", str(tmp_path / "w")],
