@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -127,3 +128,21 @@ def _rel(path: Path) -> str:
         return str(Path(path).resolve().relative_to(HERE.parent))
     except ValueError:
         return str(path)
+
+
+def efficiency_table(efficiency: dict[str, str], target: Callable[[str], float]) -> list[str]:
+    """Markdown rows: samples to the target per batch size (mean over seeds) and r = N / max N,
+    one row per dataset; the image and the text analogue reports share it."""
+    from fleet.efficiency import load_efficiency
+
+    effs = {name: load_efficiency(path) for name, path in efficiency.items()}
+    bs = sorted({b for e in effs.values() for b in e.batch_sizes})
+    lines = [
+        "| dataset (target acc.) | " + " | ".join(f"b={b}" for b in bs) + " |",
+        "|---" * (1 + len(bs)) + "|",
+    ]
+    for name, e in effs.items():
+        r = e.ratios() if e.reached else {}
+        cells = [f"{e.samples[b]:,.0f} (r={r[b]:.2f})" if b in r else "not reached" for b in bs]
+        lines.append(f"| {name} ({target(name):g}) | " + " | ".join(cells) + " |")
+    return lines

@@ -321,7 +321,6 @@ def proxy_choices(
 
 def report_markdown(res: dict[str, object], out_dir: Path) -> str:
     """docs/analogue/text/report.md: the configuration, r per dataset, Fig. 5/6 and a summary."""
-    from fleet.efficiency import load_efficiency
     from fleet.reportmd import sensitivity_section
 
     cfg = TextAnalogueConfig(
@@ -374,16 +373,9 @@ def report_markdown(res: dict[str, object], out_dir: Path) -> str:
         "## Samples to target accuracy per batch size (mean over seeds) and r = N/max N",
         "",
     ]
-    effs = {name: load_efficiency(path) for name, path in res["efficiency"].items()}  # type: ignore[union-attr]
-    bs = sorted({b for e in effs.values() for b in e.batch_sizes})
-    lines += [
-        "| dataset (target acc.) | " + " | ".join(f"b={b}" for b in bs) + " |",
-        "|---" * (1 + len(bs)) + "|",
-    ]
-    for name, e in effs.items():
-        r = e.ratios() if e.reached else {}
-        cells = [f"{e.samples[b]:,.0f} (r={r[b]:.2f})" if b in r else "not reached" for b in bs]
-        lines.append(f"| {name} ({cfg.target(name):g}) | " + " | ".join(cells) + " |")
+    from simulations.analogue import efficiency_table
+
+    lines += efficiency_table(res["efficiency"], cfg.target)  # type: ignore[arg-type]
     lines += ["", *summary_table(res, cfg.names[0]), ""]
     lines += [
         "## Every dataset as the proxy for every other (Fig. 5/6)",

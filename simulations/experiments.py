@@ -216,9 +216,8 @@ def summarise(rows: list[dict]) -> dict:
 
 def run_analogue(args: argparse.Namespace) -> int:
     """Pre-train, estimate on every dataset with real training, then the sensitivity study."""
-    from fleet.efficiency import load_efficiency
     from fleet.reportmd import sensitivity_section
-    from simulations.analogue import TARGETS, run_study
+    from simulations.analogue import TARGETS, efficiency_table, run_study
 
     out = Path(args.out if args.out != "docs/paper-report" else "docs/analogue")
     seeds = args.seeds if args.seeds != 5 else 3
@@ -241,16 +240,7 @@ def run_analogue(args: argparse.Namespace) -> int:
         "## Samples to target accuracy per batch size (mean over seeds) and r = N/max N",
         "",
     ]
-    effs = {name: load_efficiency(path) for name, path in res["efficiency"].items()}
-    bs = sorted({b for e in effs.values() for b in e.batch_sizes})
-    lines += [
-        "| dataset (target acc.) | " + " | ".join(f"b={b}" for b in bs) + " |",
-        "|---" * (1 + len(bs)) + "|",
-    ]
-    for name, e in effs.items():
-        r = e.ratios() if e.reached else {}
-        cells = [f"{e.samples[b]:,.0f} (r={r[b]:.2f})" if b in r else "not reached" for b in bs]
-        lines.append(f"| {name} ({TARGETS[name]:g}) | " + " | ".join(cells) + " |")
+    lines += efficiency_table(res["efficiency"], TARGETS.__getitem__)
     lines += [
         "",
         "## Extra time-to-accuracy (%) choosing with the row's r, training on the "
