@@ -678,6 +678,58 @@ def ratio_errors(values: dict[tuple, float], cells: Sequence[Cell]) -> dict[tupl
     return {k: float(np.mean(v)) for k, v in errs.items()}
 
 
+def line_floor(x: Sequence[float], t: Sequence[float], w: Sequence[float]) -> float:
+    """Least ``sum(w_k |a + c x_k - t_k|)`` over a, c >= 0: the weighted L1 distance of the
+    points (x_k, t_k) from the nearest line with non-negative intercept and slope.
+
+    A two-variable linear program: its optimum is a vertex, where two constraints are tight —
+    the line passes through two points, or through one point with a = 0 or c = 0 — so trying
+    every vertex is exact.
+    """
+    pts = list(zip(x, t, strict=True))
+    cands: list[tuple[float, float]] = []
+    for i, (xi, ti) in enumerate(pts):
+        cands += [(ti, 0.0), (0.0, ti / xi)]
+        for xj, tj in pts[i + 1 :]:
+            if xi != xj:
+                c = (tj - ti) / (xj - xi)
+                cands.append((ti - c * xi, c))
+    ok = [(a, c) for a, c in cands if a >= -1e-9 and c >= -1e-9]
+    return min(
+        sum(wk * abs(a + c * xk - tk) for xk, tk, wk in zip(x, t, w, strict=True)) for a, c in ok
+    )
+
+
+def baseline_floors(cells: Sequence[Cell]) -> dict[tuple, float]:
+    """The least mean |ref/ours ratio error| any model of this class can reach, per (model,
+    board, ref), with "ours" held at the paper's times.
+
+    B1 and B2 each run one batch size at the baselines' clock caps, the same over the three
+    budgets, and a step takes a part that follows the clock plus a part that does not, so a
+    baseline's times over the budgets lie on ``t = a + c / f_cap`` with a, c >= 0. The ratio
+    error of a cell is ``|t_model - t_paper| / ours``, so the least reachable error is the
+    weighted L1 distance of the paper's column from that line (``line_floor``). A column that
+    is not on such a line (Table 3's Dickens B2) sets a floor no fit can go under.
+    """
+    paper = {c.key: c.time_s for c in cells}
+    sums: dict[tuple, list[float]] = {}
+    for model, boards in BOARDS_OF.items():
+        for board in boards:
+            budgets = list(BUDGETS)
+            x = [1.0 / CAPS_MHZ[board][b] for b in budgets]
+            for ds in DATASETS[model][1:]:
+                ours = [paper.get((model, board, ds, b, "ours")) for b in budgets]
+                for ref in ("b1", "b2"):
+                    t = [paper.get((model, board, ds, b, ref)) for b in budgets]
+                    if None in ours or None in t:
+                        continue
+                    w = [1.0 / o for o in ours]
+                    acc = sums.setdefault((model, board, ref), [0.0, 0.0])
+                    acc[0] += line_floor(x, t, w)
+                    acc[1] += len(budgets)
+    return {k: total / n for k, (total, n) in sums.items()}
+
+
 def leave_one_out(
     fit: Fit, cells: Sequence[Cell], progress: Callable[[int, int], None] | None = None
 ) -> dict[tuple, float]:
@@ -863,10 +915,26 @@ def _summary(cells, fitted, loo, project, before) -> list[str]:
         "|---|---|---|" + "---:|" * len(cols),
     ]
     errs = [ratio_errors(v, cells) for _, v in cols]
+    floors = baseline_floors(cells)
+    lines[2] += " floor |"
+    lines[3] += "---:|"
     for key in sorted(errs[-1]):
         model, board, ref = key
         vals = " | ".join(f"{e.get(key, float('nan')):.3f}" for e in errs)
-        lines.append(f"| {model} | {board} | {ref.upper()}/ours | {vals} |")
+        lines.append(f"| {model} | {board} | {ref.upper()}/ours | {vals} | {floors[key]:.3f} |")
+    lines += [
+        "",
+        "`floor`: the least error any model of this class can reach with ours as in the paper "
+        "(`calibrate.baseline_floors`): a baseline runs one batch size at the clock caps, so its "
+        "three times lie on t = a + c / f_cap (a, c >= 0); the floor is the paper column's "
+        "distance from the nearest such line. Table 3's Dickens B2 column is far from one "
+        "(4.5 W -> 7 W gains 1,337 s, 7 W -> none 5,074 s; one batch gains 3x more on the "
+        "first step), which alone puts the transformer's B2/ours floor above the 0.10 goal. A fit "
+        "can go under it only by moving ours off the paper: weighting the transformer's ratios "
+        "up (x4 to x9) reaches 0.08-0.10, but only with Austen's and Dickens's b=4 needing a "
+        "third of the samples Shakespeare's does, a proxy the paper's Fig. 6 says picks the "
+        "targets' best configuration; the physical fit is kept.",
+    ]
     lines += ["", "Relative error of the cell times (mean |err|, max |err|):", ""]
     for name, vals in cols:
         rel = [abs(vals[c.key] / c.time_s - 1) for c in cells if c.key in vals]

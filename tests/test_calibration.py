@@ -21,15 +21,11 @@ SIM = ROOT / "simulations"
 
 #: Goal of issue 13: mean |ratio error| of B1/ours and B2/ours per model and board.
 GOAL = 0.10
-#: Cells the fit cannot reach under the physical model, with the bound they do meet (see the
-#: calibration section of docs/paper-report/report.md for the reason).
-EXCEPTIONS: dict[tuple[str, str, str], float] = {
-    # Table 3's B2 column is not one batch size's clock scaling: Dickens B2 gains 1,337 s from
-    # 4.5 to 7 W but 5,074 s from 7 W to no limit, while a fixed batch with time a + c/f gains
-    # at least 3x more on the first step (1/307.2 - 1/614.4 vs 1/614.4 - 1/921.6 MHz^-1). The
-    # fit settles at ~0.14 (Dickens 7 W and none ~0.2 each); the bound holds it there.
-    ("transformer", "nano", "b2"): 0.15,
-}
+#: Where the paper's own column puts the floor (``calibrate.baseline_floors``) above the goal:
+#: Table 3's Dickens B2 column is off every one-batch clock line (floor 0.103 with ours at the
+#: paper's times). The fit settles at ~0.14; fits weighted to go under 0.10 do so only with
+#: target efficiency curves unlike the proxy's (docs/paper-report/report.md, calibration).
+EXCEPTIONS: dict[tuple[str, str, str], float] = {("transformer", "nano", "b2"): 0.15}
 
 
 @pytest.fixture(scope="module")
@@ -60,6 +56,8 @@ def test_ratio_errors_meet_the_goal(grid_rows):
     }
     for key, err in errs.items():
         assert err <= EXCEPTIONS.get(key, GOAL), (key, round(err, 3))
+    floors = calibrate.baseline_floors(cells)
+    assert set(EXCEPTIONS) == {k for k, v in floors.items() if v > GOAL}
 
 
 def test_no_method_beats_the_oracle(grid_rows):
@@ -138,3 +136,35 @@ def test_paper_cells_transcription():
     assert cells[(*t, "b1")] / cells[(*t, "ours")] == pytest.approx(1.71, abs=0.01)
     d = ("transformer", "nano", "dickens", 7.0)
     assert cells[(*d, "b2")] / cells[(*d, "ours")] == pytest.approx(2.14, abs=0.01)
+
+
+def test_line_floor_is_the_brute_force_minimum():
+    """The vertex enumeration equals a dense search over intercept and slope (both >= 0)."""
+    rng = np.random.default_rng(7)
+    x = np.array([1 / 307.2, 1 / 614.4, 1 / 921.6])
+    a_grid = np.linspace(0.0, 20000.0, 801)
+    c_grid = np.linspace(0.0, 6.0e6, 801)
+    A, C = np.meshgrid(a_grid, c_grid, indexing="ij")
+    for _ in range(5):
+        t = rng.uniform(3000.0, 15000.0, 3)
+        w = 1.0 / rng.uniform(3000.0, 10000.0, 3)
+        dense = sum(wk * np.abs(A + C * xk - tk) for xk, tk, wk in zip(x, t, w, strict=True)).min()
+        exact = calibrate.line_floor(list(x), list(t), list(w))
+        assert exact <= dense + 1e-9
+        assert exact == pytest.approx(dense, rel=0.01)  # the grid is 7,500 s·MHz coarse
+    # points on such a line have no floor
+    assert calibrate.line_floor(list(x), [500 + 4e6 * v for v in x], [1.0] * 3) < 1e-9
+
+
+def test_table3_dickens_b2_is_off_any_one_batch_line():
+    """By hand: on the Nano's caps a line through 4.5 W and no limit puts 7 W at (t1 + 3 t3) / 4;
+    Dickens B2 (14278, ?, 7867) gives 9475 against the paper's 12941, a ratio error of
+    3466 / 6043 on that cell alone, and Austen's closest line misses by 171 / 3982."""
+    floors = calibrate.baseline_floors(calibrate.load_cells())
+    dickens = (12941 - (14278 + 3 * 7867) / 4) / 6043
+    austen = (6081 - (9425 + 3 * 5193) / 4) / 3982
+    assert floors[("transformer", "nano", "b2")] == pytest.approx(
+        (dickens + abs(austen)) / 6, rel=1e-6
+    )
+    assert floors[("transformer", "nano", "b2")] > GOAL
+    assert all(v < 0.02 for k, v in floors.items() if k != ("transformer", "nano", "b2"))
