@@ -219,12 +219,44 @@ def choose_deadline(
     budget (the loop's budget of record, which may trail the schedule by one power sample;
     None there means unlimited). None when no allowed point fits.
     """
+    starts, k, later = _look_ahead(points, efficiency, schedule, clock_s, exclude, max_batch)
+    now_budget = schedule[k][1] if budget_w is _SCHEDULED else budget_w
+    candidates = feasible_rates(points, efficiency, now_budget, exclude, max_batch)
+    return choose_among(candidates, starts, k, clock_s, done, deadline_s, later)
+
+
+def finish_at(
+    point: LutPoint,
+    points: Sequence[LutPoint],
+    efficiency: Dict[int, float],
+    schedule: Sequence[Tuple[float, Optional[float]]],
+    clock_s: float,
+    done: float,
+    exclude: Optional[Set[Tuple[int, float]]] = None,
+    max_batch: Optional[int] = None,
+) -> Tuple[float, float]:
+    """(finish, energy) predicted for running ``point`` from now, with the same look-ahead: the
+    closed loop's check that the running point still meets the deadline."""
+    n = efficiency.get(point.batch_size)
+    if not n:
+        return _INF, _INF
+    starts, k, later = _look_ahead(points, efficiency, schedule, clock_s, exclude, max_batch)
+    return finish(starts, k, clock_s, done, rate_of(point, n), later)
+
+
+def _look_ahead(
+    points: Sequence[LutPoint],
+    efficiency: Dict[int, float],
+    schedule: Sequence[Tuple[float, Optional[float]]],
+    clock_s: float,
+    exclude: Optional[Set[Tuple[int, float]]],
+    max_batch: Optional[int],
+) -> Tuple[List[float], int, List[Optional[Rate]]]:
+    """The step starts, the running step and the fastest rate of every later step."""
     starts = [float(t) for t, _ in schedule]
     k = step_at(starts, clock_s)
-    now_budget = schedule[k][1] if budget_w is _SCHEDULED else budget_w
     later = [
         None if j <= k else fastest_rate(points, efficiency, w, exclude, max_batch)
         for j, (_, w) in enumerate(schedule)
-    ]
-    candidates = feasible_rates(points, efficiency, now_budget, exclude, max_batch)
-    return choose_among(candidates, starts, k, clock_s, done, deadline_s, later)
+    ]  # type: List[Optional[Rate]]
+    return starts, k, later
