@@ -23,7 +23,7 @@ from fleet.efficiency import Efficiency
 from fleet.fleetconfig import BudgetStep
 from fleet.profile import load_profile
 from simulations.virtual_jetson import build_board
-from tests.hardware_helpers import BATCH, MHZ, deadline_profile
+from tests.hardware_helpers import BATCH, MHZ, check_clocks_follow, deadline_profile
 
 ROOT = Path(__file__).resolve().parents[1]
 N = 24000.0  # shipped samples-to-accuracy at b=16 (the run's max_samples too)
@@ -100,7 +100,7 @@ def test_deadline_on_the_board_follows_the_schedule_and_the_remaining_work(tmp_p
     # left then (the host's choice at that step, clock and fraction done).
     drop = [s for s in segs if s["reason"] == "budget-change"]
     assert len(drop) == 1 and drop[0]["budget_w"] == 3.0 and 1.9 < drop[0]["start_s"] < 2.6
-    assert 0 < drop[0]["done"] < 1
+    assert 0 <= drop[0]["done"] < 1  # 0: the first step (warm-up, an evaluation) still running
     for s in segs[1:]:
         assert s["reason"] in ("budget-change", "deadline"), s
         want, _late, _f = host_choice(prof, s["start_s"], s["done"])
@@ -109,18 +109,8 @@ def test_deadline_on_the_board_follows_the_schedule_and_the_remaining_work(tmp_p
 
     # The sysfs clock follows the segments (away from the switches), from the first lock on.
     pinned = [(t, mx) for t, mn, mx in seen if mn == mx]
-    t0 = pinned[0][0]
     assert pinned[0][1] == 614.4 * MHZ
-    bounds = [s["start_s"] for s in segs[1:]]
-    checked = 0
-    for t, mx in pinned:
-        x = t - t0
-        if x > result["time_s"] - 0.3 or any(abs(x - b) < 0.4 for b in bounds):
-            continue
-        seg = [s for s in segs if s["start_s"] <= x][-1]
-        assert mx == seg["freq_mhz"] * MHZ, (x, mx, seg)
-        checked += 1
-    assert checked > 20
+    assert check_clocks_follow(pinned, segs, result["time_s"]) > 20
 
     # The budget is never exceeded: no guard action, every segment's mean power within it.
     assert result["guard_events"] == []

@@ -27,6 +27,7 @@ from tests.hardware_helpers import (
     ONE_THREAD,
     ClockLog,
     board_profile,
+    check_clocks_follow,
     deadline_profile,
     tiny_pt_data,
 )
@@ -233,18 +234,20 @@ def test_the_deadline_objective_reaches_the_board_and_its_loop_keeps_it(tmp_path
         choose_step(table, schedule, 0, 0.0, 0.0, 7.5)[2]
     )
     drop = next(s for s in segs if s["reason"] == "budget-change")
-    assert drop["budget_w"] == 3.0 and 1.9 < drop["start_s"] < 2.6
-    assert (drop["batch_size"], drop["freq_mhz"]) == host(1, drop["start_s"], drop["done"])
+    assert drop["budget_w"] == 3.0 and 1.9 < drop["start_s"] < 2.6 and drop["freq_mhz"] <= 384
+    # every re-selection (the drop; a fall behind, e.g. after a slow first step) is the
+    # deadline point for the work and time left then; drift re-probes come on top
+    for s in segs[1:]:
+        if s["reason"] in ("budget-change", "deadline"):
+            k = int(s["start_s"] >= 2.0)
+            assert (s["batch_size"], s["freq_mhz"]) == host(k, s["start_s"], s["done"]), s
     # the row carries the board's segments; the clock followed them on the board
-    assert [(s["budget_w"], s["freq_mhz"]) for s in row["segments"]][:2] == [
-        (5.0, 614.4),
-        (3.0, drop["freq_mhz"]),
+    assert [(s["budget_w"], s["freq_mhz"], s["reason"]) for s in row["segments"]] == [
+        (s["budget_w"], s["freq_mhz"], s["reason"]) for s in segs
     ]
     pinned = log.pinned()
-    t0 = pinned[0][0]
     assert pinned[0][1] == 614.4 * MHZ
-    assert all(mx == 614.4 * MHZ for t, mx in pinned if t < t0 + 1.8)
-    assert all(mx <= 384.0 * MHZ for t, mx in pinned if t > t0 + 2.6)
+    assert check_clocks_follow(pinned, segs, out["loop_time_s"]) > 20
     assert row["guard_events"] == []
     assert row["peak_power_w"] is not None and row["peak_power_w"] <= 5.0 * 1.05
     assert after == original
