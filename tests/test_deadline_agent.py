@@ -256,3 +256,28 @@ def test_a_board_slower_than_its_lut_falls_behind_and_runs_its_fastest_point():
     d1 = segs[1]["done"]
     assert summary["done_fraction"] == pytest.approx(d1 + (result.samples - d1 * 4000) / 4400)
     assert board.locked is None
+
+
+@pytest.mark.parametrize(
+    "extra, words",
+    [
+        ({"objective": "deadline"}, "objective deadline needs 'deadline_s'"),
+        ({"objective": "deadline", "deadline_s": 0}, "positive number of seconds"),
+        ({"objective": "deadline", "deadline_s": "soon"}, "expected a number of seconds"),
+        ({"objective": "time", "deadline_s": 30}, "'deadline_s' is only for objective deadline"),
+        ({"objective": "fastest"}, "must be time, energy or deadline"),
+    ],
+)
+def test_the_agent_refuses_bad_deadline_arguments_in_one_line(extra, words):
+    from fleet.agent.protocol import ProtocolError, _closed_loop_args
+
+    req = {"cmd": "train", "budget_w": "5", "profile": lut_rows(), "efficiency": {"16": 4000}}
+    with pytest.raises(ProtocolError, match=words):
+        _closed_loop_args(dict(req, **extra))
+    ok = _closed_loop_args(dict(req, objective="deadline", deadline_s=30))
+    assert (ok["objective"], ok["deadline_s"]) == ("deadline", 30.0)
+    timeless = [
+        {k: r[k] for k in ("batch_size", "freq_mhz", "time_per_batch_s")} for r in lut_rows()
+    ]
+    with pytest.raises(ProtocolError, match="time-only"):
+        _closed_loop_args(dict(req, profile=timeless, objective="deadline", deadline_s=30))
