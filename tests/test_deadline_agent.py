@@ -7,6 +7,7 @@ real training on a board whose power follows the clock (tests/closedloop_helpers
 """
 
 import math
+import threading
 import time
 
 import pytest
@@ -14,7 +15,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fleet.agent.budget import FixedBudget
+from fleet.agent.budget import FileBudget, FixedBudget
 from fleet.agent.choose import LutPoint, choose, lut_from_rows
 from fleet.agent.closedloop import ClosedLoop, ClosedLoopError, train_under_budget
 from fleet.agent.deadline import choose_deadline
@@ -24,6 +25,22 @@ from fleet.efficiency import Efficiency
 from fleet.fleetconfig import BudgetStep
 from fleet.profile import Point
 from tests.closedloop_helpers import FollowBackend, lut_rows
+
+
+def after_start_s(board, delay_s, action):
+    """Run ``action`` ``delay_s`` after the loop's first lock (a daemon thread)."""
+
+    def wait_then_act():
+        end = time.monotonic() + 60
+        while not board.lock_log and time.monotonic() < end:
+            time.sleep(0.005)
+        time.sleep(max(0.0, board.lock_log[0][0] + delay_s - time.monotonic()))
+        action()
+
+    th = threading.Thread(target=wait_then_act, daemon=True)
+    th.start()
+    return th
+
 
 BATCHES = (4, 8, 16, 32)
 FREQS = (307.2, 460.8, 614.4, 921.6)
@@ -214,27 +231,98 @@ def test_a_time_only_profile_cannot_serve_the_deadline():
         )  # fmt: skip
 
 
+EFF = {8: 4000.0, 16: 4000.0, 32: 4400.0}
+
+
+def slow(x, gen):
+    """A board-like step (15 ms; the LUT says 5-15 ms)."""
+    time.sleep(0.015)
+    return x
+
+
+def train_deadline(board, source, deadline_s, max_samples=4000):
+    g = torch.Generator().manual_seed(1)
+    train = (torch.randn(512, 1, 8, 8, generator=g), torch.randint(0, 2, (512,), generator=g))
+    test = (torch.randn(64, 1, 8, 8, generator=g), torch.randint(0, 2, (64,), generator=g))
+    model = build_model("small_cnn", num_classes=2, input_shape="1x8x8", seed=0, width=4)
+    return train_under_budget(
+        board, model, train, test, lut_from_rows(lut_rows()), EFF, source, 16, 1e-3,
+        objective="deadline", deadline_s=deadline_s, target_accuracy=1.0,
+        max_samples=max_samples, eval_every_samples=max_samples, augment=slow,
+    )  # fmt: skip
+
+
+def point_of(seg):
+    return seg["batch_size"], seg["freq_mhz"]
+
+
+def picked(got):
+    return got[0].point.batch_size, got[0].point.freq_mhz
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_a_live_budget_file_re_selects_for_the_work_and_time_left(tmp_path):
+    """6 W, then the file says 4.2 W: the new point is the deadline point for the remaining
+    work and time with the current budget assumed to hold (no look-ahead for a live file)."""
+    budget = tmp_path / "budget"
+    budget.write_text("6\n")
+    board = FollowBackend()
+    after_start_s(board, 1.2, lambda: budget.write_text("4.2\n"))
+    _result, summary = train_deadline(board, FileBudget(str(budget), reread_s=0.05), 30.0, 3200)
+    segs = summary["segments"]
+    points = lut_from_rows(lut_rows())
+    assert point_of(segs[0]) == picked(choose_deadline(points, EFF, [(0.0, 6.0)], 0, 0, 30.0))
+    drop = [s for s in segs if s["budget_w"] == 4.2]
+    assert drop and drop[0]["reason"] == "budget-change" and 0 <= drop[0]["done"] < 1
+    for s in segs[1:]:
+        want = choose_deadline(points, EFF, [(0.0, s["budget_w"])], s["start_s"], s["done"], 30.0)
+        assert point_of(s) == picked(want) and not want[1]
+    assert point_of(segs[0]) == (16, 800.0) and point_of(drop[0]) == (16, 600.0)
+    assert summary["late"] is False and summary["behind_at_s"] is None
+    assert summary["guard_events"] == [] and board.locked is None
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_after_a_guard_step_down_the_deadline_re_selects_with_the_rail_margin():
+    """The rail runs 1.5 W hot from 1 s: the guard steps 16@600 down to 16@400 and rules out
+    the faster clocks at b=16; the loop's deadline re-selection then keeps the measured excess
+    (5.5 W read at a 4.05 W point) under the budget, so it does not try 8@800 or 32@600 (in
+    the profile under 5 W, over it on this rail): one guard event, no cascade."""
+    board = FollowBackend()
+    after_start_s(board, 1.0, lambda: setattr(board, "drift_w", 1.5))
+    _result, summary = train_deadline(board, FixedBudget(5.0), 30.0, 3200)
+    segs, events = summary["segments"], summary["guard_events"]
+    points = lut_from_rows(lut_rows())
+    assert point_of(segs[0]) == (16, 600.0)  # least energy under 5 W meeting 30 s
+    assert len(events) == 1, events
+    first = events[0]
+    assert (first["batch_size"], first["from_mhz"], first["to_mhz"]) == (16, 600.0, 400.0)
+    excess = first["measured_w"] - 4.05
+    excluded = {(16, 600.0), (16, 800.0)}
+    done_then = [s for s in segs if s["start_s"] <= first["t_s"]][-1]["done"]
+    want = choose_deadline(
+        points, EFF, [(0.0, 5.0 - excess)], first["t_s"], done_then, 30.0, 5.0 - excess, excluded
+    )
+    assert picked(want) == (16, 400.0) == point_of(segs[-1])  # the guard's point, kept
+    for s in segs:
+        if s["reason"] == "deadline":  # a later re-selection keeps the same margin
+            got = choose_deadline(
+                points, EFF, [(0.0, 5.0 - excess)], s["start_s"], s["done"], 30.0,
+                5.0 - excess, excluded,
+            )  # fmt: skip
+            assert point_of(s) == picked(got)
+    assert summary["rail_excess_w"] == pytest.approx(excess)
+    assert board.locked is None
+
+
 @pytest.mark.usefixtures("one_torch_thread")
 def test_a_board_slower_than_its_lut_falls_behind_and_runs_its_fastest_point():
     """Steps take 15 ms (the LUT says 8 ms): 16@800, the least-energy point meeting 2.5 s at the
     start, falls behind; the loop re-selects for the remaining work (32@800, the fastest) and
     records when it fell behind; the budget is never exceeded."""
-    points, n = lut_from_rows(lut_rows()), {8: 4000.0, 16: 4000.0, 32: 4400.0}
-    g = torch.Generator().manual_seed(1)
-    train = (torch.randn(512, 1, 8, 8, generator=g), torch.randint(0, 2, (512,), generator=g))
-    test = (torch.randn(64, 1, 8, 8, generator=g), torch.randint(0, 2, (64,), generator=g))
-    model = build_model("small_cnn", num_classes=2, input_shape="1x8x8", seed=0, width=4)
-
-    def slow(x, gen):
-        time.sleep(0.015)
-        return x
-
+    points, n = lut_from_rows(lut_rows()), EFF
     board = FollowBackend()
-    result, summary = train_under_budget(
-        board, model, train, test, points, n, FixedBudget(6.0), 16, 1e-3,
-        objective="deadline", deadline_s=2.5, target_accuracy=1.0, max_samples=4000,
-        eval_every_samples=4000, augment=slow,
-    )  # fmt: skip
+    result, summary = train_deadline(board, FixedBudget(6.0), 2.5)
     segs = summary["segments"]
     assert (segs[0]["batch_size"], segs[0]["freq_mhz"], segs[0]["done"]) == (16, 800.0, 0.0)
     assert summary["late"] is False and summary["predicted_finish_s"] == pytest.approx(2.1)

@@ -160,8 +160,14 @@ class ClosedLoop(object):
         self.last_finish_s = None  # type: Optional[float]  # the latest prediction
         self.behind_at_s = None  # type: Optional[float]
         self._reselect = False  # a guard step-down asks the deadline for a new point
+        # how much hotter than its profile peak the rail measured at a guard event: deadline
+        # re-selections keep that much under the budget (until a drift refresh re-measures)
+        self.rail_excess_w = 0.0
         self._next_check = 0.0
-        self._schedule = list(source.steps) if isinstance(source, ScheduleBudget) else None  # type: Optional[List[Tuple[float, Optional[float]]]]
+        schedule = None  # type: Optional[List[Tuple[float, Optional[float]]]]
+        if isinstance(source, ScheduleBudget):
+            schedule = list(source.steps)  # known ahead: the deadline looks ahead over it
+        self._schedule = schedule
         self.sampler = PowerSampler(backend.read_power_w, hz=hz, on_sample=self._on_sample)
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -300,6 +306,7 @@ class ClosedLoop(object):
             return
         t = self.now()
         rows = drift.refresh(t)
+        self.rail_excess_w = 0.0  # the refreshed table has measured the rail
         try:
             self.points = lut_from_rows(rows, "refreshed profile")
         except ChooseError as exc:
@@ -406,6 +413,9 @@ class ClosedLoop(object):
             self._pending = None
         if self.deadline_s is not None:
             self._reselect = True  # at the step boundary: the deadline point without these
+            over = self._point(b, f)
+            if over is not None and over.peak_power_w == over.peak_power_w:  # not NaN
+                self.rail_excess_w = max(self.rail_excess_w, watts - over.peak_power_w)
         self._open_segment(t, REASON_GUARD)
         self._note(
             "guard: {:.2f} W over {} at {:g} MHz (batch {}); stepped down to {:g} MHz".format(
@@ -414,17 +424,33 @@ class ClosedLoop(object):
         )
 
     # -- helpers (hold self._mu) -----------------------------------------------------------------
-    def _choose(self, budget: Optional[float], t: Optional[float] = None) -> Optional[LutPoint]:
+    def _choose(
+        self, budget: Optional[float], t: Optional[float] = None, margin_only: bool = False
+    ) -> Optional[LutPoint]:
+        """Eq. 4 (time, energy) or the deadline point at ``t``. After a guard event the
+        deadline keeps the rail's measured excess under the budget; when nothing fits that
+        way, the plain budget (the guard watches), unless ``margin_only``: then None."""
         if self.deadline_s is None:
             return choose(
                 self.points, self.efficiency, budget, self.objective, self.infeasible,
                 self.max_batch,
             )  # fmt: skip
         now = self.now() if t is None else t
-        got = choose_deadline(
-            self.points, self.efficiency, self._schedule or [(0.0, budget)], now, self.done,
-            self.deadline_s, budget, self.infeasible, self.max_batch,
-        )  # fmt: skip
+        schedule = self._schedule or [(0.0, budget)]
+        got = None
+        if self.rail_excess_w > 0:  # the rail runs hotter than the profile: keep the margin
+            got = choose_deadline(
+                self.points, self.efficiency, [(at, self._derate(w)) for at, w in schedule],
+                now, self.done, self.deadline_s, self._derate(budget), self.infeasible,
+                self.max_batch,
+            )  # fmt: skip
+            if got is None and margin_only:
+                return None
+        if got is None:
+            got = choose_deadline(
+                self.points, self.efficiency, schedule, now, self.done, self.deadline_s, budget,
+                self.infeasible, self.max_batch,
+            )  # fmt: skip
         if got is None:
             return None
         rate, late, f, e = got
@@ -457,25 +483,35 @@ class ClosedLoop(object):
         ):
             return
         self._next_check = t + BEHIND_CHECK_S
-        p = next(
-            (q for q in self.points if (q.batch_size, q.freq_mhz) == (self._batch, self._freq)),
-            None,
-        )
+        p = self._point(self._batch, self._freq)
         if p is None:
             return
+        schedule = self._schedule or [(0.0, self._budget)]
+        if self.rail_excess_w > 0:
+            schedule = [(at, self._derate(w)) for at, w in schedule]
         f, _ = finish_at(
-            p, self.points, self.efficiency, self._schedule or [(0.0, self._budget)], t,
-            self.done, self.infeasible, self.max_batch,
+            p, self.points, self.efficiency, schedule, t, self.done, self.infeasible,
+            self.max_batch,
         )  # fmt: skip
         self.last_finish_s = f
         if f <= self.deadline_s * (1.0 + REL_TOL):
             return
         self._reselect_for_deadline(t, REASON_DEADLINE)
 
+    def _derate(self, budget: Optional[float]) -> Optional[float]:
+        return None if budget is None else max(budget - self.rail_excess_w, 1e-9)
+
+    def _point(self, batch: int, freq: float) -> Optional[LutPoint]:
+        return next((q for q in self.points if (q.batch_size, q.freq_mhz) == (batch, freq)), None)
+
     def _reselect_for_deadline(self, t: float, reason: str) -> None:
-        """At a step boundary: run the deadline point for the remaining work and time."""
-        p = self._choose(self._budget, t)
+        """At a step boundary: run the deadline point for the remaining work and time. When
+        nothing fits once the rail's excess is kept under the budget, the running point (the
+        guard's, or the one the budget change chose) stays."""
+        p = self._choose(self._budget, t, margin_only=True)
         if p is None:
+            if self.rail_excess_w > 0:
+                return
             self._stop(self._nothing_fits(self._budget))
             return
         if (p.batch_size, p.freq_mhz) != (self._batch, self._freq):
@@ -618,6 +654,7 @@ class ClosedLoop(object):
                 "last_predicted_finish_s": _finite(self.last_finish_s),
                 "late": self.late if self.deadline_s is not None else None,
                 "behind_at_s": self.behind_at_s,
+                "rail_excess_w": self.rail_excess_w if self.deadline_s is not None else None,
                 "drift_events": [dict(e) for e in drift.events] if drift else [],
                 "refreshes": [dict(r) for r in drift.refreshes] if drift else [],
                 "refreshed_profile": drift.out_path if drift and drift.refreshes else None,
