@@ -21,8 +21,9 @@ promised (temperature, ageing and a different rail drift it upwards). So the loo
   the deadline point (``deadline.py``) for the *remaining* work and time: the loop counts the
   fraction of the target done (each step adds ``batch / N(batch)``, so progress carries across
   batch switches), looks ahead over a known schedule (a live file: the current budget is
-  assumed to hold), re-selects after a guard step-down, and after every step checks the running
-  point still finishes in time; when it does not, it re-selects, and if no point meets the
+  assumed to hold), re-selects after a guard step-down (keeping the rail's measured excess over
+  the profile under the budget, so it does not try points the rail would push over), and after
+  every step checks the running point still finishes in time; when it does not, it re-selects, and if no point meets the
   deadline any more it runs its fastest point and records when it fell behind.
 
 Ordering rule at a budget change: the clock may only go *down* before the batch switch. If the new
