@@ -23,8 +23,9 @@ promised (temperature, ageing and a different rail drift it upwards). So the loo
   batch switches), looks ahead over a known schedule (a live file: the current budget is
   assumed to hold), re-selects after a guard step-down (keeping the rail's measured excess over
   the profile under the budget, so it does not try points the rail would push over), and after
-  every step checks the running point still finishes in time; when it does not, it re-selects, and if no point meets the
-  deadline any more it runs its fastest point and records when it fell behind.
+  every step checks the running point still finishes in time; when it does not, it re-selects,
+  and if no point meets the deadline any more it runs its fastest point and records when it
+  fell behind.
 
 Ordering rule at a budget change: the clock may only go *down* before the batch switch. If the new
 point's frequency is higher than the running one, the running batch is first brought to its
