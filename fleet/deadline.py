@@ -19,8 +19,12 @@ Progress carries across a change of batch size as the fraction of the target rea
 the virtual clock (``fleet.virtual_clock``).
 
 Everything here is pure (points, efficiency, budget or schedule, deadline -> choice), so the
-direct engine, the Flower client, a real board and the what-if sweep call the same code; the
-objective registry's ``deadline`` entry (``fleet.objectives``) plugs it into the device round.
+direct engine, the Flower client and the what-if sweep call the same code; the objective
+registry's ``deadline`` entry (``fleet.objectives``) plugs it into the device round. The
+arithmetic itself (``Rate``, the plan's ``finish``, the per-step choice ``choose_among``) is the
+agent's (``fleet/agent/deadline.py``, Python 3.6), which the board's closed loop runs at every
+re-selection; this module adds the host's ``RateTable`` (a budget query is a binary search, which
+the 1,000-device what-if sweep needs) and the fleet's planning.
 The fleet-level part is ``plan_deadline``: given every device's fastest predicted finish, the
 deadline is the slowest of them (what the coordinator does in the planning exchange).
 """
