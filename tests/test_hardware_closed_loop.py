@@ -251,3 +251,20 @@ def test_the_deadline_objective_reaches_the_board_and_its_loop_keeps_it(tmp_path
     assert row["guard_events"] == []
     assert row["peak_power_w"] is not None and row["peak_power_w"] <= 5.0 * 1.05
     assert after == original
+
+
+def test_a_board_late_from_the_start_makes_a_late_row_with_its_note():
+    """The agent's reply says its deadline plan missed from the start (``late``): a reached
+    target is then a ``late`` row, with the board's note; ``late`` false keeps ``ok``."""
+    from clients.hardware_client import fill_from_train
+    from fleet.device_round import DeviceResult
+
+    spec = DeviceSpec("nano-1", "jetson-nano", 5.0, "p.csv", "d.pt")
+    note = "deadline: predicted finish 9.0 s misses the 7.5 s deadline; running the fastest point"
+    reply = {"status": "reached", "late": True, "notes": [note], "time_s": 8.0, "segments": []}
+    res = DeviceResult.for_device(spec, "eff.csv")
+    fill_from_train(res, reply, 0.9)
+    assert (res.status, res.message, res.time_s) == ("late", note, 8.0)
+    res = DeviceResult.for_device(spec, "eff.csv")
+    fill_from_train(res, dict(reply, late=False, notes=[]), 0.9)
+    assert (res.status, res.message) == ("ok", "")
