@@ -238,7 +238,9 @@ class AgentRunner:
 
 def budget_args(rnd: Round, settings: AgentSettings) -> dict[str, Any]:
     """The closed loop's inputs: the budget (live file, else schedule, else fixed), the aligned
-    profile's rows and the shipped efficiency, and the objective when the board's chooser has it.
+    profile's rows and the shipped efficiency, and the objective when the board's chooser has it
+    (``deadline`` with the round's ``deadline_s``, from ``[run]`` or the planning exchange: the
+    board then keeps every re-selection on the deadline, ``fleet/agent/deadline.py``).
     """
     args: dict[str, Any] = {}
     if settings.budget_file:
@@ -258,13 +260,19 @@ def budget_args(rnd: Round, settings: AgentSettings) -> dict[str, Any]:
         for p in rnd.profile.points
     ]
     args["efficiency"] = {str(b): _finite(n) for b, n in rnd.shipped.samples.items()}
-    if rnd.run.objective in BOARD_OBJECTIVES:
-        args["objective"] = rnd.run.objective
+    objective = rnd.run.objective
+    if objective == "deadline":
+        deadline = rnd.context.get("deadline_s")  # run_device refuses a deadline run without
+        if deadline is not None:
+            args["objective"], args["deadline_s"] = objective, float(deadline)
+    elif objective in BOARD_OBJECTIVES:
+        args["objective"] = objective
     return args
 
 
-# The objectives the board's own chooser knows (fleet/agent/choose.py); others keep its default.
-BOARD_OBJECTIVES = ("time", "energy")
+# The objectives the board's closed loop knows (fleet/agent/closedloop.py); others keep its
+# default (time).
+BOARD_OBJECTIVES = ("time", "energy", "deadline")
 
 
 def train_extras(run: RunSettings) -> dict[str, Any]:
@@ -312,11 +320,12 @@ def fill_from_train(res: DeviceResult, out: dict[str, Any], target: float) -> No
     if first is not None:
         res.batch_size, res.freq_mhz = first.batch_size, first.freq_mhz
     status = out.get("status")
+    late = out.get("late") is True  # the board's deadline plan missed from the start
     if status == "over-budget":
         res.status = "over-budget"
         res.message = str(out.get("stop_reason") or "the guard ran out of clocks under the budget")
     elif status == "reached" or (status is None and out.get("reached")):
-        res.status, res.message = "ok", ""
+        res.status, res.message = ("late" if late else "ok"), ""
     else:
         res.status = "not reached"
         res.message = f"target {target:g} not reached within {out.get('samples')} samples"

@@ -19,8 +19,12 @@ Progress carries across a change of batch size as the fraction of the target rea
 the virtual clock (``fleet.virtual_clock``).
 
 Everything here is pure (points, efficiency, budget or schedule, deadline -> choice), so the
-direct engine, the Flower client, a real board and the what-if sweep call the same code; the
-objective registry's ``deadline`` entry (``fleet.objectives``) plugs it into the device round.
+direct engine, the Flower client and the what-if sweep call the same code; the objective
+registry's ``deadline`` entry (``fleet.objectives``) plugs it into the device round. The
+arithmetic itself (``Rate``, the plan's ``finish``, the per-step choice ``choose_among``) is the
+agent's (``fleet/agent/deadline.py``, Python 3.6), which the board's closed loop runs at every
+re-selection; this module adds the host's ``RateTable`` (a budget query is a binary search, which
+the 1,000-device what-if sweep needs) and the fleet's planning.
 The fleet-level part is ``plan_deadline``: given every device's fastest predicted finish, the
 deadline is the slowest of them (what the coordinator does in the planning exchange).
 """
@@ -32,30 +36,18 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from fleet.agent.deadline import REL_TOL as _REL_TOL
+from fleet.agent.deadline import Rate, choose_among, rate_of
+from fleet.agent.deadline import finish as finish_from
 from fleet.efficiency import Efficiency
 from fleet.errors import InputError
 from fleet.fleetconfig import BudgetStep, DeviceSpec
 from fleet.profile import Point, Profile, check_budget
 from fleet.selection import Choice, align, make_choice
 
-# A predicted finish this close to the deadline meets it (float noise of summed segments).
-_REL_TOL = 1e-9
-
-
-@dataclass(frozen=True)
-class Rate:
-    """A point costed for the whole work: seconds and joules to go from 0 to the target."""
-
-    point: Point
-    samples: float  # shipped samples-to-accuracy at this batch size
-    full_time_s: float
-    full_energy_j: float
-
-    def key(self) -> tuple[float, float, float, int]:
-        """The time objective's order (``fleet.selection._tie_key``): time, peak, f, b."""
-        p = self.point
-        peak = p.peak_power_w if not math.isnan(p.peak_power_w) else math.inf
-        return (self.full_time_s, peak, p.freq_mhz, p.batch_size)
+# ``Rate`` (a point costed for the whole work), the plan's ``finish`` and the per-step choice
+# (``choose_among``) are the agent's (fleet/agent/deadline.py): the board's closed loop makes
+# the same choice with the same code. This module adds the host's fast table and planning.
 
 
 @dataclass(frozen=True)
@@ -119,8 +111,7 @@ def rates(points: Sequence[Point], eff: Efficiency) -> RateTable:
         n = reached.get(p.batch_size)
         if n is None:
             continue
-        t = p.time_per_batch_s / p.batch_size * n
-        out.append(Rate(p, n, t, p.mean_power_w * t))
+        out.append(rate_of(p, n))
     if len(_TABLES) >= 256:
         _TABLES.clear()
     table = _TABLES[key] = RateTable(out)
@@ -167,22 +158,11 @@ def finish(
     ``later[j]`` None means step j admits no point: the device pauses (no work, no power).
     Finish is ``inf`` when the schedule ends paused before the target.
     """
-    t, d, e = clock_s, done, 0.0
-    for j in range(k, len(steps)):
-        end = steps[j + 1].at_s if j + 1 < len(steps) else math.inf
-        t = max(t, steps[j].at_s)
-        rate = first if j == k else later[j]
-        if rate is None:
-            t = end
-            continue
-        need = (1.0 - d) * rate.full_time_s
-        run = min(need, end - t)
-        e += rate.point.mean_power_w * run
-        d += run / rate.full_time_s
-        t += run
-        if d >= 1.0 - 1e-12:
-            return t, e
-    return math.inf, e
+    return finish_from(_starts(steps), k, clock_s, done, first, later)
+
+
+def _starts(steps: Sequence[BudgetStep]) -> list[float]:
+    return [s.at_s for s in steps]
 
 
 def choose_step(
@@ -204,23 +184,7 @@ def choose_step(
         return None
     if later is None:
         later = fastest_per_step(all_rates, steps)
-    limit = deadline_s * (1.0 + _REL_TOL)
-    best_ok: tuple | None = None
-    best_any: tuple | None = None
-    for r in fits:
-        f, e = finish(steps, k, clock_s, done, r, later)
-        tie = r.key()[1:]
-        if f <= limit:
-            key = (e, f, *tie)
-            if best_ok is None or key < best_ok[0]:
-                best_ok = (key, r, f, e)
-        key = (f, *tie)
-        if best_any is None or key < best_any[0]:
-            best_any = (key, r, f, e)
-    if best_ok is not None:
-        return best_ok[1], False, best_ok[2], best_ok[3]
-    assert best_any is not None
-    return best_any[1], True, best_any[2], best_any[3]
+    return choose_among(fits, _starts(steps), k, clock_s, done, deadline_s, later)
 
 
 def fastest_per_step(all_rates: RateTable, steps: Sequence[BudgetStep]) -> list[Rate | None]:

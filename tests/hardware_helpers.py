@@ -37,6 +37,39 @@ def board_profile(board, path: Path, device_type: str = "") -> Path:
     return path
 
 
+def deadline_profile(board, path: Path) -> Path:
+    """Like ``board_profile`` but with steps ~ f^-0.3 (a memory-bound workload): energy per
+    sample is then least at a middle clock, so the deadline objective has a real trade-off
+    (the least-energy point is slow, the fastest costs more). The LUT's scale (4 ms a step at
+    the top clock) keeps a 24,000-sample target within seconds of prediction."""
+    top = max(board.freqs_hz)
+    rows = [
+        f"{BATCH},{hz / MHZ:g},{0.004 * (top / hz) ** 0.3:.6f},"
+        f"{board.model_power_w(hz, BATCH) * 1.02:.4f},{board.model_power_w(hz, BATCH):.4f}"
+        for hz in board.freqs_hz
+    ]
+    header = "batch_size,freq_mhz,time_per_batch_s,peak_power_w,mean_power_w"
+    path.write_text(header + "\n" + "\n".join(rows) + "\n")
+    return path
+
+
+def check_clocks_follow(pinned: list[tuple[float, int]], segments: list[dict], end_s: float) -> int:
+    """Every locked-clock sample (monotonic time, Hz) equals the clock of the loop segment
+    running then, away (0.4 s) from the switches; the loop's 0 s is the first lock. Returns how
+    many samples were checked."""
+    t0 = pinned[0][0]
+    bounds = [s["start_s"] for s in segments[1:]]
+    checked = 0
+    for t, hz in pinned:
+        x = t - t0
+        if x > end_s - 0.3 or any(abs(x - b) < 0.4 for b in bounds):
+            continue
+        seg = [s for s in segments if s["start_s"] <= x][-1]
+        assert hz == seg["freq_mhz"] * MHZ, (x, hz, seg)
+        checked += 1
+    return checked
+
+
 def tiny_pt_data(path: Path, n: int = 640, seed: int = 0) -> Path:
     """{"train": (x, y), "test": (x, y)}: 1x8x8 noise, 2 classes (nothing to learn: runs long)."""
     g = torch.Generator().manual_seed(seed)

@@ -151,3 +151,38 @@ def test_nothing_fits_is_one_line_exit_2(inputs, capsys):
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "no profiled point fits the 1.5 W budget" in err and "1.95 W" in err
+
+
+@pytest.mark.parametrize(
+    "extra, words",
+    [
+        (["--objective", "deadline"], "--objective deadline needs --deadline-s"),
+        (["--objective", "deadline", "--deadline-s", "0"], "--deadline-s must be a positive"),
+        (["--objective", "deadline", "--deadline-s", "-5"], "--deadline-s must be a positive"),
+        (["--objective", "deadline", "--deadline-s", "nan"], "--deadline-s must be a positive"),
+        (["--deadline-s", "30"], "--deadline-s is only for --objective deadline"),
+    ],
+)
+def test_bad_deadlines_are_one_line_exit_2(inputs, capsys, extra, words):
+    code = main(base_args(inputs) + ["--profile", inputs["profile"], "--budget-w", "5", *extra])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert words in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_deadline_on_a_time_only_profile_is_one_line_exit_2(inputs, capsys):
+    prof = inputs["tmp"] / "time-only.csv"
+    prof.write_text(
+        "batch_size,freq_mhz,time_per_batch_s\n"
+        + "".join(
+            f"{r['batch_size']},{r['freq_mhz']},{r['time_per_batch_s']}\n" for r in lut_rows()
+        )
+    )
+    code = main(
+        base_args(inputs)
+        + ["--profile", str(prof), "--budget-w", "none", "--objective", "deadline",
+           "--deadline-s", "30"]
+    )  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "time-only" in err and str(prof) in err

@@ -21,17 +21,30 @@ from clients.hardware_client import run_on_agent
 from fleet.efficiency import Efficiency
 from fleet.fleetconfig import DeviceSpec, RunSettings, parse_schedule
 from simulations.virtual_jetson import build_board, wait_for
-from tests.hardware_helpers import BATCH, MHZ, ONE_THREAD, ClockLog, board_profile, tiny_pt_data
+from tests.hardware_helpers import (
+    BATCH,
+    MHZ,
+    ONE_THREAD,
+    ClockLog,
+    board_profile,
+    check_clocks_follow,
+    deadline_profile,
+    tiny_pt_data,
+)
 
 
-def instruction(max_samples: int, eval_every: int) -> records.TrainInstruction:
+def instruction(
+    max_samples: int, eval_every: int, samples: float = 4000.0, **run_keys: object
+) -> records.TrainInstruction:
     """Train small_cnn at b=16 towards an unreachable target (1.0): the round runs to
-    ``max_samples``, long enough for a budget change to show on the board."""
+    ``max_samples``, long enough for a budget change to show on the board. ``run_keys``:
+    ``objective`` and more ``[run]`` keys (``deadline_s``)."""
+    objective = str(run_keys.pop("objective", "time"))
     run = RunSettings(
-        "hw", "small_cnn", "eff.csv", 1.0, lr_ref_batch=BATCH, lr_ref=1e-3,
-        extra={"max_samples": max_samples, "eval_every_samples": eval_every},
+        "hw", "small_cnn", "eff.csv", 1.0, objective=objective, lr_ref_batch=BATCH, lr_ref=1e-3,
+        extra={"max_samples": max_samples, "eval_every_samples": eval_every, **run_keys},
     )  # fmt: skip
-    return records.TrainInstruction(Efficiency({BATCH: 4000.0}, source="eff.csv"), run)
+    return records.TrainInstruction(Efficiency({BATCH: samples}, source="eff.csv"), run)
 
 
 def jetson_settings(board, state) -> AgentSettings:
@@ -47,10 +60,28 @@ def jetson_settings(board, state) -> AgentSettings:
     )
 
 
-def run_round(spec: DeviceSpec, ins: records.TrainInstruction, settings: AgentSettings) -> dict:
+class RecordingLink(AgentLink):
+    """The real link, keeping every reply (the agent's own train summary, before the row)."""
+
+    def __init__(self, *args: object, **kw: object) -> None:
+        super().__init__(*args, **kw)
+        self.replies: list[tuple[str, dict]] = []
+
+    def request(self, cmd: str, **kw: object) -> dict:
+        out = super().request(cmd, **kw)
+        self.replies.append((cmd, out))
+        return out
+
+
+def run_round(
+    spec: DeviceSpec, ins: records.TrainInstruction, settings: AgentSettings, replies=None
+) -> dict:
     """``run_on_agent`` against a live ``python -m fleet.agent`` (one torch thread)."""
-    with AgentLink(settings.argv(), timeout_s=30, env=ONE_THREAD) as link:
-        return run_on_agent(link, spec, ins, settings)
+    with RecordingLink(settings.argv(), timeout_s=30, env=ONE_THREAD) as link:
+        row = run_on_agent(link, spec, ins, settings)
+    if replies is not None:
+        replies.extend(link.replies)
+    return row
 
 
 @pytest.mark.integration
@@ -164,3 +195,76 @@ def test_a_live_budget_file_named_in_the_node_config_drives_the_board(tmp_path):
     assert row["status"] == "not reached", row["message"]
     segs = [(s["budget_w"], s["freq_mhz"]) for s in row["segments"]]
     assert segs == [(5.0, 921.6), (3.0, 384.0)]
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(180)
+def test_the_deadline_objective_reaches_the_board_and_its_loop_keeps_it(tmp_path):
+    """``objective = "deadline"`` with the round's ``deadline_s``: the hardware client sends
+    both to the agent, whose closed loop starts on the host's planned deadline point and, at
+    the 5 W -> 3 W drop, runs the deadline point for the work and time left (the host's
+    ``choose_step`` at that clock and fraction done); the clocks follow, restored after."""
+    from fleet.deadline import choose_step, rates
+    from fleet.profile import load_profile
+
+    board = build_board(tmp_path / "board", "nano", workload="small_cnn")
+    original = board.bounds()
+    board.set_load(BATCH)
+    prof = deadline_profile(board, tmp_path / "profile.csv")
+    data = tiny_pt_data(tmp_path / "data.pt")
+    schedule = parse_schedule("0:5,2:3")
+    spec = DeviceSpec("nano-1", "jetson-nano", 5.0, str(prof), str(data), schedule)
+    ins = instruction(24000, 24000, 24000.0, objective="deadline", deadline_s=7.5)
+    table = rates(load_profile(str(prof)).points, ins.efficiency)  # before a drift refresh
+    replies: list = []
+    with board.kernel(process=True, lag_s=0.02), ClockLog(board) as log:
+        row = run_round(spec, ins, jetson_settings(board, tmp_path / "state"), replies)
+        after = board.bounds()
+    assert row["status"] == "not reached", row["message"]  # target 1.0: runs to max_samples
+    out = next(o for cmd, o in replies if cmd == "train")
+    assert (out["objective"], out["deadline_s"], out["late"]) == ("deadline", 7.5, False)
+
+    def host(k: int, clock_s: float, done: float) -> tuple[int, float]:
+        got = choose_step(table, schedule, k, clock_s, done, 7.5)
+        return got[0].point.batch_size, got[0].point.freq_mhz
+
+    segs = out["segments"]
+    assert (segs[0]["batch_size"], segs[0]["freq_mhz"]) == host(0, 0.0, 0.0) == (BATCH, 614.4)
+    assert out["predicted_finish_s"] == pytest.approx(
+        choose_step(table, schedule, 0, 0.0, 0.0, 7.5)[2]
+    )
+    drop = next(s for s in segs if s["reason"] == "budget-change")
+    assert drop["budget_w"] == 3.0 and 1.9 < drop["start_s"] < 2.6 and drop["freq_mhz"] <= 384
+    # every re-selection (the drop; a fall behind, e.g. after a slow first step) is the
+    # deadline point for the work and time left then; drift re-probes come on top
+    for s in segs[1:]:
+        if s["reason"] in ("budget-change", "deadline"):
+            k = int(s["start_s"] >= 2.0)
+            assert (s["batch_size"], s["freq_mhz"]) == host(k, s["start_s"], s["done"]), s
+    # the row carries the board's segments; the clock followed them on the board
+    assert [(s["budget_w"], s["freq_mhz"], s["reason"]) for s in row["segments"]] == [
+        (s["budget_w"], s["freq_mhz"], s["reason"]) for s in segs
+    ]
+    pinned = log.pinned()
+    assert pinned[0][1] == 614.4 * MHZ
+    assert check_clocks_follow(pinned, segs, out["loop_time_s"]) > 20
+    assert row["guard_events"] == []
+    assert row["peak_power_w"] is not None and row["peak_power_w"] <= 5.0 * 1.05
+    assert after == original
+
+
+def test_a_board_late_from_the_start_makes_a_late_row_with_its_note():
+    """The agent's reply says its deadline plan missed from the start (``late``): a reached
+    target is then a ``late`` row, with the board's note; ``late`` false keeps ``ok``."""
+    from clients.hardware_client import fill_from_train
+    from fleet.device_round import DeviceResult
+
+    spec = DeviceSpec("nano-1", "jetson-nano", 5.0, "p.csv", "d.pt")
+    note = "deadline: predicted finish 9.0 s misses the 7.5 s deadline; running the fastest point"
+    reply = {"status": "reached", "late": True, "notes": [note], "time_s": 8.0, "segments": []}
+    res = DeviceResult.for_device(spec, "eff.csv")
+    fill_from_train(res, reply, 0.9)
+    assert (res.status, res.message, res.time_s) == ("late", note, 8.0)
+    res = DeviceResult.for_device(spec, "eff.csv")
+    fill_from_train(res, dict(reply, late=False, notes=[]), 0.9)
+    assert (res.status, res.message) == ("ok", "")

@@ -16,7 +16,16 @@ promised (temperature, ageing and a different rail drift it upwards). So the loo
 - with a ``DriftWatch`` (``driftwatch.py``, on by default in ``train_under_budget``) compares each
   training step at the locked point with the LUT; a persistent deviation is a drift event, and at
   the next segment boundary the loop re-probes a few neighbours with real training steps,
-  refreshes the table, writes the refreshed profile and re-selects on it.
+  refreshes the table, writes the refreshed profile and re-selects on it;
+- with ``objective = "deadline"`` (and ``deadline_s``, seconds from ``start()``) every choice is
+  the deadline point (``deadline.py``) for the *remaining* work and time: the loop counts the
+  fraction of the target done (each step adds ``batch / N(batch)``, so progress carries across
+  batch switches), looks ahead over a known schedule (a live file: the current budget is
+  assumed to hold), re-selects after a guard step-down (keeping the rail's measured excess over
+  the profile under the budget, so it does not try points the rail would push over), and after
+  every step checks the running point still finishes in time; when it does not, it re-selects,
+  and if no point meets the deadline any more it runs its fastest point and records when it
+  fell behind.
 
 Ordering rule at a budget change: the clock may only go *down* before the batch switch. If the new
 point's frequency is higher than the running one, the running batch is first brought to its
@@ -28,12 +37,14 @@ Times are seconds since ``start()`` on the monotonic clock; the schedule is read
 scale. See ``docs/architecture.md`` (closed loop). Python 3.6 compatible, stdlib only.
 """
 
+import math
 import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from .budget import BudgetSource
+from .budget import BudgetSource, ScheduleBudget
 from .choose import ChooseError, LutPoint, choose, fits, lowest_peak, lut_from_rows
+from .deadline import REL_TOL, check_deadline_s, check_power, choose_deadline, finish_at
 from .devices.base import Backend, DeviceError
 from .driftwatch import DriftWatch, rows_from_points
 from .sampler import PowerSampler
@@ -45,6 +56,9 @@ REASON_SWITCH = "batch-switch"
 REASON_GUARD = "guard"
 REASON_REPROBE = "drift-reprobe"
 REASON_REFRESH = "drift-refresh"
+REASON_DEADLINE = "deadline"  # the running point stopped meeting the deadline: re-selected
+LOOP_OBJECTIVES = ("time", "energy", "deadline")
+BEHIND_CHECK_S = 0.25  # how often the deadline objective re-prices the running point
 
 
 class ClosedLoopError(RuntimeError):
@@ -53,6 +67,10 @@ class ClosedLoopError(RuntimeError):
 
 def _label(w: Optional[float]) -> str:
     return "unlimited" if w is None else "{:g} W".format(w)
+
+
+def _finite(v: Optional[float]) -> Optional[float]:
+    return v if v is not None and math.isfinite(v) else None
 
 
 def _watts(w: Optional[float]) -> str:
@@ -82,7 +100,25 @@ class ClosedLoop(object):
         restore_on_exit: bool = True,
         log: Optional[Callable[[str], None]] = None,
         drift: Optional[DriftWatch] = None,
+        deadline_s: Optional[float] = None,
     ) -> None:
+        if objective not in LOOP_OBJECTIVES:
+            raise ClosedLoopError(
+                "objective must be one of {}, got {!r}".format(
+                    ", ".join(LOOP_OBJECTIVES), objective
+                )
+            )
+        self.deadline_s = None  # type: Optional[float]
+        try:
+            if objective == "deadline":
+                if deadline_s is None:
+                    raise ChooseError("the deadline objective needs deadline_s (seconds)")
+                self.deadline_s = check_deadline_s(deadline_s)
+                check_power(points)
+            elif deadline_s is not None:
+                raise ChooseError("deadline_s is only for the deadline objective")
+        except ChooseError as exc:
+            raise ClosedLoopError(str(exc)) from None
         self.backend = backend
         self.drift = drift
         self.points = list(points)
@@ -118,6 +154,22 @@ class ClosedLoop(object):
         self._power_seen = False
         self.power_samples = 0
         self.over_samples = 0
+        # deadline objective: progress, the plan at the start, and when it fell behind
+        self.done = 0.0  # fraction of the target reached (shipped samples-to-accuracy)
+        self.late = False  # no point met the deadline at the start: ran the fastest
+        self.predicted_finish_s = None  # type: Optional[float]  # planned at the start
+        self.predicted_energy_j = None  # type: Optional[float]
+        self.last_finish_s = None  # type: Optional[float]  # the latest prediction
+        self.behind_at_s = None  # type: Optional[float]
+        self._reselect = False  # a guard step-down asks the deadline for a new point
+        # how much hotter than its profile peak the rail measured at a guard event: deadline
+        # re-selections keep that much under the budget (until a drift refresh re-measures)
+        self.rail_excess_w = 0.0
+        self._next_check = 0.0
+        schedule = None  # type: Optional[List[Tuple[float, Optional[float]]]]
+        if isinstance(source, ScheduleBudget):
+            schedule = list(source.steps)  # known ahead: the deadline looks ahead over it
+        self._schedule = schedule
         self.sampler = PowerSampler(backend.read_power_w, hz=hz, on_sample=self._on_sample)
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -126,7 +178,7 @@ class ClosedLoop(object):
         with self._mu:
             self._t0 = self._clock()
             self._budget = self.source.budget_at(0.0)
-            p = self._choose(self._budget)
+            p = self._choose(self._budget, 0.0)
             if p is None:
                 raise ClosedLoopError(self._nothing_fits(self._budget))
             self._apply_point(p, 0.0)
@@ -187,7 +239,7 @@ class ClosedLoop(object):
         drift = self.drift
         if drift is not None:
             drift.step_started(self.now())
-        if self._pending is None and self.stop_reason is None:
+        if self._pending is None and self.stop_reason is None and not self._reselect:
             if drift is None or not drift.active():
                 return self._batch, False  # the common case: no lock taken
         with self._mu:
@@ -204,6 +256,11 @@ class ClosedLoop(object):
                 t = self.now()
                 self._apply_point(p, t)
                 self._open_segment(t, REASON_SWITCH)
+            if self._reselect and p is None:
+                self._reselect = False
+                self._reselect_for_deadline(self.now(), REASON_DEADLINE)
+                if self.stop_reason is not None:
+                    return self._batch, True
             if drift is not None and drift.active():
                 self._drift_step()
                 if self.stop_reason is not None:
@@ -211,7 +268,14 @@ class ClosedLoop(object):
             return self._batch, False
 
     def after_step(self) -> None:
-        """The trainer finished a step: the drift watch times it (see ``driftwatch.py``)."""
+        """The trainer finished a step: count it towards the target (deadline objective), and
+        the drift watch times it (see ``driftwatch.py``)."""
+        if self.deadline_s is not None:
+            with self._mu:
+                n = self.efficiency.get(self._batch)
+                if n:
+                    self.done += self._batch / n
+                self._check_behind(self.now())
         if self.drift is None:
             return
         with self._mu:
@@ -244,11 +308,12 @@ class ClosedLoop(object):
             return
         t = self.now()
         rows = drift.refresh(t)
+        self.rail_excess_w = 0.0  # the refreshed table has measured the rail
         try:
             self.points = lut_from_rows(rows, "refreshed profile")
         except ChooseError as exc:
             self._note("drift: refreshed table unusable, keeping the old one: {}".format(exc))
-        p = self._choose(self._budget)
+        p = self._choose(self._budget, t)
         if p is None:
             self._stop(self._nothing_fits(self._budget))
             return
@@ -283,7 +348,7 @@ class ClosedLoop(object):
             return
         self._budget = budget
         self._over_since = None
-        p = self._choose(budget)
+        p = self._choose(budget, t)
         if p is None:
             self._stop(self._nothing_fits(budget))
             lowest = self._choose_for_batch(self._batch, budget, self._freq)
@@ -348,6 +413,11 @@ class ClosedLoop(object):
             (self._pending.batch_size, self._pending.freq_mhz) in self.infeasible
         ):
             self._pending = None
+        if self.deadline_s is not None:
+            self._reselect = True  # at the step boundary: the deadline point without these
+            over = self._point(b, f)
+            if over is not None and over.peak_power_w == over.peak_power_w:  # not NaN
+                self.rail_excess_w = max(self.rail_excess_w, watts - over.peak_power_w)
         self._open_segment(t, REASON_GUARD)
         self._note(
             "guard: {:.2f} W over {} at {:g} MHz (batch {}); stepped down to {:g} MHz".format(
@@ -356,10 +426,99 @@ class ClosedLoop(object):
         )
 
     # -- helpers (hold self._mu) -----------------------------------------------------------------
-    def _choose(self, budget: Optional[float]) -> Optional[LutPoint]:
-        return choose(
-            self.points, self.efficiency, budget, self.objective, self.infeasible, self.max_batch
-        )
+    def _choose(
+        self, budget: Optional[float], t: Optional[float] = None, margin_only: bool = False
+    ) -> Optional[LutPoint]:
+        """Eq. 4 (time, energy) or the deadline point at ``t``. After a guard event the
+        deadline keeps the rail's measured excess under the budget; when nothing fits that
+        way, the plain budget (the guard watches), unless ``margin_only``: then None."""
+        if self.deadline_s is None:
+            return choose(
+                self.points, self.efficiency, budget, self.objective, self.infeasible,
+                self.max_batch,
+            )  # fmt: skip
+        now = self.now() if t is None else t
+        schedule = self._schedule or [(0.0, budget)]
+        got = None
+        if self.rail_excess_w > 0:  # the rail runs hotter than the profile: keep the margin
+            got = choose_deadline(
+                self.points, self.efficiency, [(at, self._derate(w)) for at, w in schedule],
+                now, self.done, self.deadline_s, self._derate(budget), self.infeasible,
+                self.max_batch,
+            )  # fmt: skip
+            if got is None and margin_only:
+                return None
+        if got is None:
+            got = choose_deadline(
+                self.points, self.efficiency, schedule, now, self.done, self.deadline_s, budget,
+                self.infeasible, self.max_batch,
+            )  # fmt: skip
+        if got is None:
+            return None
+        rate, late, f, e = got
+        self.last_finish_s = f
+        if not self.segments:  # the start: the plan the round was promised
+            self.late, self.predicted_finish_s, self.predicted_energy_j = late, f, e
+            if late:
+                self._note(
+                    "deadline: predicted finish {:.1f} s misses the {:g} s deadline; running "
+                    "the fastest point".format(f, self.deadline_s)
+                )
+        elif late and not self.late and self.behind_at_s is None:
+            self.behind_at_s = now
+            self._note(
+                "deadline: fell behind the {:g} s deadline at {:.1f} s ({:.1%} done); running "
+                "the fastest point".format(self.deadline_s, now, self.done)
+            )
+        return rate.point
+
+    def _check_behind(self, t: float) -> None:
+        """Does the running point still finish by the deadline (from here, at the LUT's rate,
+        with the look-ahead)? If not, re-select now, at the step boundary."""
+        if (
+            t < self._next_check
+            or self.late
+            or self.behind_at_s is not None
+            or self._pending is not None
+            or self.stop_reason is not None
+            or (self.drift is not None and self.drift.active())
+        ):
+            return
+        self._next_check = t + BEHIND_CHECK_S
+        p = self._point(self._batch, self._freq)
+        if p is None:
+            return
+        schedule = self._schedule or [(0.0, self._budget)]
+        if self.rail_excess_w > 0:
+            schedule = [(at, self._derate(w)) for at, w in schedule]
+        f, _ = finish_at(
+            p, self.points, self.efficiency, schedule, t, self.done, self.infeasible,
+            self.max_batch,
+        )  # fmt: skip
+        self.last_finish_s = f
+        if f <= self.deadline_s * (1.0 + REL_TOL):
+            return
+        self._reselect_for_deadline(t, REASON_DEADLINE)
+
+    def _derate(self, budget: Optional[float]) -> Optional[float]:
+        return None if budget is None else max(budget - self.rail_excess_w, 1e-9)
+
+    def _point(self, batch: int, freq: float) -> Optional[LutPoint]:
+        return next((q for q in self.points if (q.batch_size, q.freq_mhz) == (batch, freq)), None)
+
+    def _reselect_for_deadline(self, t: float, reason: str) -> None:
+        """At a step boundary: run the deadline point for the remaining work and time. When
+        nothing fits once the rail's excess is kept under the budget, the running point (the
+        guard's, or the one the budget change chose) stays."""
+        p = self._choose(self._budget, t, margin_only=True)
+        if p is None:
+            if self.rail_excess_w > 0:
+                return
+            self._stop(self._nothing_fits(self._budget))
+            return
+        if (p.batch_size, p.freq_mhz) != (self._batch, self._freq):
+            self._apply_point(p, t)
+            self._open_segment(t, reason)
 
     def _choose_for_batch(
         self, batch: int, budget: Optional[float], below_mhz: float
@@ -424,17 +583,18 @@ class ClosedLoop(object):
                 return  # nothing changed: keep one segment
         if self.drift is not None and self.drift.due():
             self.drift.begin(self._budget, self.infeasible, self.max_batch)  # a boundary
-        self.segments.append(
-            {
-                "start_s": t,
-                "end_s": t,
-                "batch_size": self._batch,
-                "freq_mhz": self._freq,
-                "budget_w": self._budget,
-                "reason": reason,
-                "energy_j": 0.0,
-            }
-        )
+        seg = {
+            "start_s": t,
+            "end_s": t,
+            "batch_size": self._batch,
+            "freq_mhz": self._freq,
+            "budget_w": self._budget,
+            "reason": reason,
+            "energy_j": 0.0,
+        }  # type: Dict[str, Any]
+        if self.deadline_s is not None:
+            seg["done"] = self.done  # the fraction of the target reached when it began
+        self.segments.append(seg)
 
     def _account(self, t: float, watts: float) -> None:
         self.power_samples += 1
@@ -489,6 +649,14 @@ class ClosedLoop(object):
                 "notes": list(self.notes),
                 "budget_source": self.source.describe(),
                 "objective": self.objective,
+                "deadline_s": self.deadline_s,
+                "done_fraction": self.done if self.deadline_s is not None else None,
+                "predicted_finish_s": _finite(self.predicted_finish_s),  # inf: never finishes
+                "predicted_energy_j": _finite(self.predicted_energy_j),
+                "last_predicted_finish_s": _finite(self.last_finish_s),
+                "late": self.late if self.deadline_s is not None else None,
+                "behind_at_s": self.behind_at_s,
+                "rail_excess_w": self.rail_excess_w if self.deadline_s is not None else None,
                 "drift_events": [dict(e) for e in drift.events] if drift else [],
                 "refreshes": [dict(r) for r in drift.refreshes] if drift else [],
                 "refreshed_profile": drift.out_path if drift and drift.refreshes else None,
@@ -511,6 +679,7 @@ def train_under_budget(
     sampler_hz: float = 20.0,
     log: Optional[Callable[[str], None]] = None,
     drift: Optional[Dict[str, Any]] = None,
+    deadline_s: Optional[float] = None,
     **train_options: Any,
 ) -> Tuple[Any, Dict[str, Any]]:
     """Fine-tune under the closed loop; the device is restored on every way out.
@@ -544,6 +713,7 @@ def train_under_budget(
         max_batch=n_train,
         log=log,
         drift=watch,
+        deadline_s=deadline_s,
     )
     with loop:
         result = train_to_target(

@@ -506,6 +506,7 @@ _TRAIN_ARGS = [
     "profile",
     "efficiency",
     "objective",
+    "deadline_s",
     "guard_window_s",
     "drift",
     "drift_time_tol",
@@ -575,7 +576,7 @@ def _closed_loop_args(req: Dict[str, Any]) -> Optional[Dict[str, Any]]:
 
     keys = ("budget_w", "budget_schedule", "budget_file")
     if all(req.get(k) is None for k in keys):
-        for k in ("profile", "efficiency", "objective", "guard_window_s"):
+        for k in ("profile", "efficiency", "objective", "deadline_s", "guard_window_s"):
             if req.get(k) is not None:
                 raise ProtocolError(
                     "'{}' needs a budget (budget_w, budget_schedule or budget_file)".format(k)
@@ -612,16 +613,41 @@ def _closed_loop_args(req: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     except (BudgetError, ChooseError) as exc:
         raise ProtocolError(str(exc)) from None
     objective = str(req.get("objective") or "time")
-    if objective not in ("time", "energy"):
-        raise ProtocolError("'objective' must be time or energy, got {!r}".format(objective))
+    if objective not in ("time", "energy", "deadline"):
+        raise ProtocolError(
+            "'objective' must be time, energy or deadline, got {!r}".format(objective)
+        )
+    deadline_s = _deadline_arg(req, objective, points)
     return {
         "source": source,
         "points": points,
         "efficiency": efficiency,
         "objective": objective,
+        "deadline_s": deadline_s,
         "guard_window_s": float(_number(req, "guard_window_s", 0.2)),
         "drift": _drift_args(req, prof),
     }
+
+
+def _deadline_arg(req: Dict[str, Any], objective: str, points: List[Any]) -> Optional[float]:
+    """``deadline_s`` (seconds from the loop's start): required by, and only for, the deadline
+    objective, which also needs the profile's power (``deadline.py``)."""
+    from .choose import ChooseError
+    from .deadline import check_deadline_s, check_power
+
+    raw = req.get("deadline_s")
+    if objective != "deadline":
+        if raw is not None:
+            raise ProtocolError("'deadline_s' is only for objective deadline")
+        return None
+    if raw is None:
+        raise ProtocolError("objective deadline needs 'deadline_s' (seconds from the start)")
+    try:
+        deadline_s = check_deadline_s(raw, "'deadline_s'")
+        check_power(points, "profile")
+    except ChooseError as exc:
+        raise ProtocolError(str(exc)) from None
+    return deadline_s
 
 
 def _drift_args(req: Dict[str, Any], prof: Any) -> Dict[str, Any]:
@@ -684,10 +710,12 @@ def handle_train(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
     Closed loop (``closedloop.py``): with ``budget_w`` (watts or "none"), ``budget_schedule``
     ("0:7,600:4.5") or ``budget_file`` plus ``profile`` (rows or a CSV path) and ``efficiency``
     ({batch: samples}, {"batch_sizes", "samples_to_accuracy"} lists, or a CSV path), optional
-    ``objective`` (time|energy) and ``guard_window_s``: the agent selects, locks, follows the
-    budget and guards the rail; ``batch_size``/``lr`` are the learning-rate reference pair. The
-    response adds ``segments``, ``guard_events``, ``drift_events``, ``loop_time_s``,
-    ``loop_energy_j`` and ``notes``; ``status`` may be ``over-budget`` (checkpoint kept).
+    ``objective`` (time|energy|deadline, the last with ``deadline_s``) and ``guard_window_s``:
+    the agent selects, locks, follows the budget and guards the rail; ``batch_size``/``lr`` are
+    the learning-rate reference pair. The response adds ``segments``, ``guard_events``,
+    ``drift_events``, ``loop_time_s``, ``loop_energy_j`` and ``notes``, and for the deadline
+    ``predicted_finish_s``, ``late`` and ``behind_at_s``; ``status`` may be ``over-budget``
+    (checkpoint kept).
     """
     from .models import MODELS, build_model, canonical_name
     from .trainer import TrainerError, atomic_torch_save, torch_load_cpu, train_to_target
@@ -837,7 +865,8 @@ def _train_closed_loop(
             ctx.backend, model, train_set, test_set, loop_args["points"],
             loop_args["efficiency"], loop_args["source"], ref_batch, lr,
             objective=loop_args["objective"], guard_window_s=loop_args["guard_window_s"],
-            sampler_hz=hz, log=lambda m: log.warning("%s", m), drift=loop_args["drift"], **opts
+            deadline_s=loop_args["deadline_s"], sampler_hz=hz,
+            log=lambda m: log.warning("%s", m), drift=loop_args["drift"], **opts
         )  # fmt: skip
     except ClosedLoopError as exc:
         raise ProtocolError(str(exc)) from None
@@ -871,6 +900,13 @@ def _train_closed_loop(
             "loop_energy_j": summary["energy_j"],
             "loop_peak_power_w": summary["peak_power_w"],
             "stop_reason": summary["stop_reason"],
+            "objective": summary["objective"],
+            "deadline_s": summary["deadline_s"],
+            "predicted_finish_s": summary["predicted_finish_s"],
+            "predicted_energy_j": summary["predicted_energy_j"],
+            "late": summary["late"],
+            "behind_at_s": summary["behind_at_s"],
+            "done_fraction": summary["done_fraction"],
             "notes": notes + summary["notes"],
         }
     )

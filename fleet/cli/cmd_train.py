@@ -47,7 +47,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     budget.add_argument("--budget-w", help="fixed budget in watts (or 'none')")
     budget.add_argument("--budget-schedule", help="SECONDS:WATTS steps, e.g. '0:7,600:4.5'")
     budget.add_argument("--budget-file", help="file holding the budget, re-read every second")
-    p.add_argument("--objective", choices=("time", "energy"), default="time")
+    p.add_argument("--objective", choices=("time", "energy", "deadline"), default="time")
+    p.add_argument(
+        "--deadline-s",
+        type=float,
+        help="deadline objective: finish within this many seconds of the loop's start on the "
+        "least predicted energy (the fastest point, 'late', when nothing can)",
+    )
     p.add_argument("--target-accuracy", type=float, default=0.9)
     p.add_argument("--max-samples", type=int, help="stop here if the target is not met")
     p.add_argument("--eval-every", type=int, help="samples between evaluations (default: epoch)")
@@ -113,6 +119,17 @@ def _lut_from_profile(path: str) -> list[Any]:
     ]
 
 
+def _check_power(points: list[Any], source: str) -> None:
+    """The deadline objective prices energy: a time-only profile cannot serve it."""
+    from fleet.agent.choose import ChooseError
+    from fleet.agent.deadline import check_power
+
+    try:
+        check_power(points, source)
+    except ChooseError as exc:
+        raise InputError(str(exc)) from None
+
+
 def _numbers(raw: str, flag: str) -> list[int]:
     try:
         out = [int(x) for x in raw.split(",") if x.strip()]
@@ -145,6 +162,15 @@ def _check_args(args: argparse.Namespace) -> None:
                       ("--drift-power-tol", args.drift_power_tol)):  # fmt: skip
         if not (math.isfinite(tol) and tol > 0):
             raise InputError(f"{flag} must be > 0, got {tol}")
+    if args.objective == "deadline":
+        if args.deadline_s is None:
+            raise InputError("--objective deadline needs --deadline-s SECONDS")
+        if not (math.isfinite(args.deadline_s) and args.deadline_s > 0):
+            raise InputError(
+                f"--deadline-s must be a positive number of seconds, got {args.deadline_s}"
+            )
+    elif args.deadline_s is not None:
+        raise InputError("--deadline-s is only for --objective deadline")
     for flag, path in (("--efficiency", args.efficiency), ("--profile", args.profile),
                        ("--weights", args.weights)):  # fmt: skip
         if path is not None and not os.path.isfile(path):
@@ -176,6 +202,8 @@ def run(args: argparse.Namespace) -> int:
     source = _budget_source(args)
     efficiency = _efficiency(args.efficiency)
     points = _lut_from_profile(args.profile) if args.profile else None
+    if points is not None and args.objective == "deadline":
+        _check_power(points, args.profile)
     options = backend_options(args)
     task = load_task(args.dataset, args.data_dir, args.subset, args.seed)
     model = build_for(task, args.model, args.seed, args.weights)
@@ -193,6 +221,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         if points is None:
             points = _profile_first(args, backend, task, model, source, device)
+            if args.objective == "deadline":
+                _check_power(points, "the profile just measured")
         last: dict[str, Any] = {}
 
         def progress(done: int, total: int, info: dict[str, Any]) -> None:
@@ -216,7 +246,7 @@ def run(args: argparse.Namespace) -> int:
                 optimizer=args.optimizer, eval_every_samples=args.eval_every,
                 max_samples=args.max_samples, seed=args.seed, device=device,
                 checkpoint_path=ckpt, task=task.kind, progress=progress,
-                drift=_drift_settings(args),
+                drift=_drift_settings(args), deadline_s=args.deadline_s,
             )  # fmt: skip
         except (ClosedLoopError, TrainerError) as exc:
             raise InputError(str(exc)) from None
@@ -306,6 +336,12 @@ def _report(result: Any, summary: dict[str, Any], args: argparse.Namespace, ckpt
         "batch_size": summary["batch_size"],
         "freq_mhz": summary["freq_mhz"],
         "objective": summary["objective"],
+        "deadline_s": summary["deadline_s"],
+        "predicted_finish_s": summary["predicted_finish_s"],
+        "predicted_energy_j": summary["predicted_energy_j"],
+        "late": summary["late"],
+        "behind_at_s": summary["behind_at_s"],
+        "done_fraction": summary["done_fraction"],
         "budget": summary["budget_source"],
         "stop_reason": summary["stop_reason"],
         "notes": summary["notes"],
@@ -363,5 +399,14 @@ def _print_human(out: dict[str, Any]) -> None:
         f"status {out['status']}: {out['samples']} samples, accuracy {out['accuracy']:.4f}, "
         f"{out['time_s']:.1f} s, {energy}, peak {peak}"
     )
+    if out["deadline_s"] is not None:
+        verdict = "late (no point could meet it)" if out["late"] else "planned on time"
+        if out["behind_at_s"] is not None:
+            verdict += f"; fell behind at {out['behind_at_s']:.1f} s"
+        finish = out["predicted_finish_s"]
+        console.print(
+            f"deadline {out['deadline_s']:g} s: predicted finish "
+            f"{'n/a' if finish is None else f'{finish:.1f} s'}, {verdict}"
+        )
     if out["stop_reason"]:
         print(f"powerfleet train: {out['stop_reason']}", file=sys.stderr)

@@ -1,0 +1,122 @@
+"""`powerfleet train --objective deadline` on the virtual Jetson: a 5 W -> 3 W schedule.
+
+The board emulator (simulations/virtual_jetson.py) runs its kernel stand-in in a separate
+process; `powerfleet train` runs in another; this test polls the devfreq files meanwhile. Every
+choice the closed loop made is checked against the host's ``fleet.deadline.choose_step`` at the
+same step, clock and fraction done, and the clocks on the board against the segments.
+"""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fleet.agent.choose import choose, lut_from_rows
+from fleet.deadline import choose_step, rates
+from fleet.efficiency import Efficiency
+from fleet.fleetconfig import BudgetStep
+from fleet.profile import load_profile
+from simulations.virtual_jetson import build_board
+from tests.hardware_helpers import BATCH, MHZ, check_clocks_follow, deadline_profile
+
+ROOT = Path(__file__).resolve().parents[1]
+N = 24000.0  # shipped samples-to-accuracy at b=16 (the run's max_samples too)
+DEADLINE_S = 7.5
+STEPS = [BudgetStep(0.0, 5.0), BudgetStep(2.0, 3.0)]
+
+
+def host_choice(prof, clock_s, done):
+    """The host's deadline choice at this clock and progress (the step running then)."""
+    table = rates(load_profile(str(prof)).points, Efficiency({BATCH: N}, source="eff"))
+    k = 1 if clock_s >= STEPS[1].at_s else 0
+    rate, late, finish, _energy = choose_step(table, STEPS, k, clock_s, done, DEADLINE_S)
+    return (rate.point.batch_size, rate.point.freq_mhz), late, finish
+
+
+@pytest.mark.timeout(180)
+def test_deadline_on_the_board_follows_the_schedule_and_the_remaining_work(tmp_path):
+    board = build_board(tmp_path / "board", "nano", workload="small_cnn")
+    original = board.bounds()
+    board.set_load(BATCH)
+    prof = deadline_profile(board, tmp_path / "profile.csv")
+    eff = tmp_path / "eff.csv"
+    eff.write_text(f"batch_size,samples_to_accuracy\n{BATCH},{N:g}\n")
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 256, (640, 8, 8)).astype(np.uint8)
+    y = rng.integers(0, 2, 640)
+    data = tmp_path / "tiny.npz"
+    np.savez(data, x_train=x[:512], y_train=y[:512], x_test=x[512:], y_test=y[512:])
+    state = tmp_path / "state"
+    cmd = [
+        sys.executable, "-m", "fleet", "train", "--backend", "jetson",
+        "--sysfs-root", str(board.root), "--state-dir", str(state), "--model", "small_cnn",
+        "--dataset", str(data), "--efficiency", str(eff), "--profile", str(prof),
+        "--budget-schedule", "0:5,2:3", "--objective", "deadline", "--deadline-s",
+        str(DEADLINE_S), "--max-samples", f"{N:.0f}", "--eval-every", f"{N:.0f}",
+        "--target-accuracy", "1.0", "--lr-ref-batch", str(BATCH), "--no-drift", "--json",
+    ]  # fmt: skip
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    seen = []  # (time, min_freq, max_freq)
+    with board.kernel(process=True, lag_s=0.02):
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        )
+        try:
+            while proc.poll() is None:
+                c = board.clocks()
+                seen.append((time.monotonic(), c["min_freq"], c["max_freq"]))
+                time.sleep(0.02)
+            out, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        after = board.bounds()
+    assert proc.returncode == 0, err
+    result = json.loads(out)
+    assert (result["objective"], result["deadline_s"]) == ("deadline", DEADLINE_S)
+    segs = result["segments"]
+
+    # The start: the deadline point, priced with the look-ahead (5 W for 2 s, then the fastest
+    # point under 3 W) -- neither the fastest point nor the least-energy one.
+    first, late, finish = host_choice(prof, 0.0, 0.0)
+    assert (segs[0]["batch_size"], segs[0]["freq_mhz"], segs[0]["reason"]) == (*first, "start")
+    assert first == (BATCH, 614.4) and late is False
+    assert result["late"] is False
+    assert result["predicted_finish_s"] == pytest.approx(finish) and finish <= DEADLINE_S
+    with open(prof, newline="") as fh:
+        lut = lut_from_rows(list(csv.DictReader(fh)))
+    fastest = choose(lut, {BATCH: N}, 5.0, "time")
+    least = choose(lut, {BATCH: N}, 5.0, "energy")
+    assert first != (BATCH, fastest.freq_mhz) and first != (BATCH, least.freq_mhz)
+
+    # At the drop, and at any later re-selection: the deadline point for the work and the time
+    # left then (the host's choice at that step, clock and fraction done).
+    drop = [s for s in segs if s["reason"] == "budget-change"]
+    assert len(drop) == 1 and drop[0]["budget_w"] == 3.0 and 1.9 < drop[0]["start_s"] < 2.6
+    assert 0 <= drop[0]["done"] < 1  # 0: the first step (warm-up, an evaluation) still running
+    for s in segs[1:]:
+        assert s["reason"] in ("budget-change", "deadline"), s
+        want, _late, _f = host_choice(prof, s["start_s"], s["done"])
+        assert (s["batch_size"], s["freq_mhz"]) == want, s
+    assert all(s["freq_mhz"] <= 384.0 for s in segs if s["budget_w"] == 3.0)  # fits 3 W
+
+    # The sysfs clock follows the segments (away from the switches), from the first lock on.
+    pinned = [(t, mx) for t, mn, mx in seen if mn == mx]
+    assert pinned[0][1] == 614.4 * MHZ
+    assert check_clocks_follow(pinned, segs, result["time_s"]) > 20
+
+    # The budget is never exceeded: no guard action, every segment's mean power within it.
+    assert result["guard_events"] == []
+    for s in segs:
+        span = s["end_s"] - s["start_s"]
+        if span > 0.3:
+            assert s["energy_j"] / span <= s["budget_w"], s
+    assert after == original
+    assert not state.exists() or not any(state.iterdir())
