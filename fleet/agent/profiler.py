@@ -76,7 +76,8 @@ def profile_grid(
     default a quarter of the grid) and fills the rest with ``source=predicted`` rows.
     ``idle_s``: before the sweep, with the clocks as found and nothing running, the rail is read
     for this long and its mean written as ``idle_power_w`` (what the board draws while it waits
-    for a round to end); a backend without a power reading, a replay, or 0 leaves it absent.
+    for a round to end); a backend without a power reading, or 0, leaves it absent, and a replay
+    passes on the recorded profile's value.
     """
     bs = _check_batch_sizes(batch_sizes)
     if int(steps) < 1:
@@ -110,7 +111,9 @@ def profile_grid(
     total = len(bs) * len(points)
     rows = []  # type: List[Row]
     idle = None  # type: Optional[float]
-    if not replay and power_available and float(idle_s) > 0:
+    if replay:  # a replay measures nothing: it passes on what the recorded board idled at
+        idle = cell_number(getattr(backend, "idle_power_w", None))
+    elif power_available and float(idle_s) > 0:
         idle = measure_idle(backend, float(idle_s), float(sampler_hz))
 
     measurer = None  # type: Any
@@ -177,7 +180,8 @@ def profile_grid(
     metadata["grid_freqs"] = ",".join("{:g}".format(f) for f in points)
     if idle is not None:
         metadata["idle_power_w"] = round(idle, 4)
-        metadata["idle_window_s"] = float(idle_s)
+        if not replay:
+            metadata["idle_window_s"] = float(idle_s)
     probes = len(rows)
     if design is not None:
         rows = _fill_predicted(rows, bs, points, metadata)
