@@ -32,6 +32,11 @@ from fleet.roundenergy import round_energy, round_totals
 WAIT_COLUMNS = ("idle_power_w", "idle_wait_j")
 
 
+def runner_row(row: dict[str, object]) -> dict[str, object]:
+    """A report row as its runner reported it: without what write_report added (the waits)."""
+    return {k: v for k, v in row.items() if k not in WAIT_COLUMNS}
+
+
 def _finite(values: list[object]) -> list[float]:
     return [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
 
