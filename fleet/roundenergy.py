@@ -15,7 +15,7 @@ is counted in ``idle_unknown``, so a total never silently looks complete.
 
 The one place this is computed: the round report (``fleet.report``), the what-if sweep and the
 deadline comparison (``fleet.whatif``) all call :func:`round_energy`.
-(docs/architecture.md, round report.)
+(docs/architecture.md, "Run directory".)
 """
 
 from __future__ import annotations
