@@ -71,6 +71,7 @@ def main() -> None:
         t_ref, ref = timed(lambda o=objective: per_device_sweep(fleet, values, o))
         for s, r in zip(shared, ref, strict=True):
             assert s.energy_j == r["energy_j"] and s.round_time_s == r["round_time_s"]
+            assert s.round_energy_j == r["round_energy_j"]
             assert s.infeasible == r["infeasible"] and s.late == r["late"]
         t_dist, _ = timed(lambda o=objective: sweep(distinct, scales, True, o))
         results.append(

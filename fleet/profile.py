@@ -63,6 +63,17 @@ class Profile:
         return sorted({p.freq_mhz for p in self.points})
 
     @property
+    def idle_power_w(self) -> float | None:
+        """Board power with the GPU idle (the ``idle_power_w`` column), or None if not known:
+        what the device draws while it waits for the round to end (``fleet.roundenergy``)."""
+        raw = self.metadata.get("idle_power_w")
+        try:
+            value = float(raw) if raw else math.nan
+        except ValueError:
+            return None
+        return value if math.isfinite(value) and value > 0 else None
+
+    @property
     def has_power(self) -> bool:
         return any(not math.isnan(p.peak_power_w) for p in self.points)
 
@@ -207,12 +218,24 @@ def _num(
     return v
 
 
+def _idle(path: str, lineno: int, raw: str, metadata: dict[str, str]) -> None:
+    """``idle_power_w``: one positive wattage for the whole profile (repeated on every row)."""
+    value = _num(path, lineno, "idle_power_w", raw, low=0, high=MAX_POWER_W)
+    first = metadata.setdefault("idle_power_w", raw)
+    if float(first) != value:
+        raise InputError(
+            f"{path}: line {lineno}: idle_power_w={printable(raw)} differs from "
+            f"{printable(first)} above; expected one value on every row"
+        )
+
+
 def load_profile(path: str | Path) -> Profile:
     """Read and validate a profile CSV; every problem is one InputError naming file/line/field.
 
     Physically impossible rows are refused, not repaired: batch sizes <= 0, negative clocks,
     step times under a microsecond, powers <= 0, mean power above the peak, non-finite numbers,
-    and two rows for the same (batch_size, freq_mhz). ``freq_mhz = 0`` is what a backend without
+    two rows for the same (batch_size, freq_mhz), and an ``idle_power_w`` that is not one
+    positive wattage on every row that sets it. ``freq_mhz = 0`` is what a backend without
     a clock knob (the CPU) writes; it is accepted only when no row of the file has a clock.
     """
     path = str(path)
@@ -252,6 +275,8 @@ def load_profile(path: str | Path) -> Profile:
         for meta in ("device", "model", "input_shape", "source"):
             if row.get(meta):
                 metadata.setdefault(meta, row[meta])
+        if row.get("idle_power_w"):
+            _idle(path, lineno, row["idle_power_w"], metadata)
         if row.get("samples"):
             _num(path, lineno, "samples", row["samples"], integer=True, low=0)
         status = (row.get("status") or "ok").lower()

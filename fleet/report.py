@@ -7,7 +7,10 @@ the only reader) and lays out the per-device table people see (``device_table``)
 Each metric is aggregated the way it is used: energy adds up across the fleet, a round lasts
 as long as its slowest device (max) while the median says how a typical device fared, accuracy
 is weighted by the samples each device trained on. Devices that could not train (infeasible
-budget) stay in the table with their reason; they do not count toward time or energy.
+budget) stay in the table with their reason; they do not count toward time or training energy.
+Round energy (``fleet.roundenergy``) adds what every device draws idle while it waits for the
+round to end (a device that could not train waits the whole round): each row carries its
+``idle_power_w`` and ``idle_wait_j``, the totals ``round_energy_j`` beside ``energy_j``.
 """
 
 from __future__ import annotations
@@ -23,6 +26,15 @@ from fleet.agent.profile_io import atomic_write_text
 from fleet.baselines import BASELINES, speedup_column
 from fleet.device_round import TRAINED, row_columns
 from fleet.errors import InputError
+from fleet.roundenergy import round_energy, round_totals
+
+#: What write_report adds to every row (after the device's own columns).
+WAIT_COLUMNS = ("idle_power_w", "idle_wait_j")
+
+
+def runner_row(row: dict[str, object]) -> dict[str, object]:
+    """A report row as its runner reported it: without what write_report added (the waits)."""
+    return {k: v for k, v in row.items() if k not in WAIT_COLUMNS}
 
 
 def _finite(values: list[object]) -> list[float]:
@@ -43,11 +55,15 @@ def fleet_totals(rows: list[dict[str, object]]) -> dict[str, object]:
     statuses: dict[str, int] = {}
     for r in rows:
         statuses[str(r.get("status"))] = statuses.get(str(r.get("status")), 0) + 1
+    rnd = round_totals(rows)
     totals: dict[str, object] = {
         "devices": len(rows),
         "status_counts": statuses,
         "trained": len(ok),
-        "energy_j": sum(energy),
+        "energy_j": sum(energy),  # training only
+        "idle_wait_j": rnd["idle_wait_j"],
+        "round_energy_j": rnd["round_energy_j"],  # training + every device's idle waiting
+        "idle_unknown": rnd["idle_unknown"],
         "round_time_s": max(times) if times else None,
         "median_time_s": statistics.median(times) if times else None,
         "accuracy_weighted": (sum(a * w for a, w in acc_w) / wsum) if wsum else None,
@@ -86,13 +102,20 @@ def json_safe(obj: object) -> object:
 def write_report(
     run_dir: str | Path, rows: list[dict[str, object]], meta: dict[str, object]
 ) -> dict[str, object]:
-    """Write report.json (meta, devices, fleet) and devices.csv; return the report object."""
+    """Write report.json (meta, devices, fleet) and devices.csv; return the report object.
+
+    Each device row gains its idle power and idle waiting (``fleet.roundenergy``)."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    waits, _ = round_energy(rows)
+    rows = [
+        {**r, "idle_power_w": w["idle_power_w"], "idle_wait_j": w["idle_wait_j"]}
+        for r, w in zip(rows, waits, strict=True)
+    ]
     report = {**meta, "devices": rows, "fleet": fleet_totals(rows)}
     report = json_safe(report)  # type: ignore[assignment]
     atomic_write_text(str(run_dir / "report.json"), json.dumps(report, indent=2) + "\n")
-    columns = row_columns()
+    columns = row_columns() + list(WAIT_COLUMNS)
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
     w.writeheader()
@@ -143,7 +166,7 @@ def device_table(rows: list[dict[str, object]]) -> tuple[list[str], list[list[st
     Markdown report); a baseline in the registry adds its "x <name>" column here and there.
     """
     headers = ["device", "type", "budget", "status", "b", "f (MHz)", "peak W", "time s"]
-    headers += ["energy kJ", "accuracy"] + [f"× {n.upper()}" for n in BASELINES]
+    headers += ["energy kJ", "idle wait kJ", "accuracy"] + [f"× {n.upper()}" for n in BASELINES]
     body = []
     for d in rows:
         body.append(
@@ -157,6 +180,7 @@ def device_table(rows: list[dict[str, object]]) -> tuple[list[str], list[list[st
                 _num(d.get("peak_power_w"), ".2f"),
                 _num(d.get("time_s"), ",.0f"),
                 _num(_kj(d.get("energy_j")), ".1f"),
+                _num(_kj(d.get("idle_wait_j")), ".2f"),
                 _num(d.get("accuracy"), ".3f"),
                 *(_num(d.get(speedup_column(n)), ".2f") for n in BASELINES),
             ]

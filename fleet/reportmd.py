@@ -233,7 +233,11 @@ def run_markdown(report: dict, run_dir: Path) -> str:
         "## Fleet totals",
         "",
         f"- devices: {f['devices']} ({counts})",
-        f"- energy: {_num(_kj(f.get('energy_j')), ',.1f')} kJ (sum over devices that trained)",
+        f"- training energy: {_num(_kj(f.get('energy_j')), ',.1f')} kJ (sum over devices that "
+        "trained)",
+        f"- round energy: {_num(_kj(f.get('round_energy_j')), ',.1f')} kJ (training plus every "
+        f"device's idle power x its wait until the round ends: "
+        f"{_num(_kj(f.get('idle_wait_j')), ',.1f')} kJ idle; {_unknown(f)})",
         f"- round time: {_num(f.get('round_time_s'), ',.0f')} s (slowest device); median "
         f"{_num(f.get('median_time_s'), ',.0f')} s",
         f"- accuracy (weighted by samples): {_num(f.get('accuracy_weighted'), '.3f')}",
@@ -289,6 +293,14 @@ def segments_section(devs: list[dict]) -> list[str]:
 
 def _num(v: object, spec: str) -> str:
     return format(v, spec) if isinstance(v, (int, float)) and math.isfinite(v) else "—"
+
+
+def _unknown(f: dict) -> str:
+    """How many devices' waiting is not charged (no idle power in their profile)."""
+    n = f.get("idle_unknown")
+    if n is None:  # a report written before round energy existed
+        return "idle power not recorded"
+    return "idle power known for every device" if not n else f"{n} without idle power, not charged"
 
 
 def _source_of(d: dict) -> str:

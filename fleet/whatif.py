@@ -31,6 +31,7 @@ from fleet.device_round import TRAINED
 from fleet.efficiency import Efficiency
 from fleet.errors import InputError
 from fleet.fleetconfig import BudgetStep, DeviceSpec, Fleet, RunSettings
+from fleet.roundenergy import round_energy, round_totals
 from fleet.selection import align
 from fleet.virtual_clock import cached_efficiency, cached_profile, simulate_device
 
@@ -88,10 +89,13 @@ class FleetRound:
 
 
 def totals(rows: Sequence[dict[str, object]]) -> dict[str, object]:
-    """Round time (slowest device that trained, late ones included), fleet energy, counts."""
+    """Round time (slowest device that trained, late ones included), fleet energy (training
+    only) and round energy (training plus every device's idle waiting, ``fleet.roundenergy``),
+    counts."""
     done = [r for r in rows if r.get("status") in TRAINED]
     times = [float(r["time_s"]) for r in done if _finite(r.get("time_s"))]
     energy = [float(r["energy_j"]) for r in done if _finite(r.get("energy_j"))]
+    rnd = round_totals(rows)
     return {
         "devices": len(rows),
         "trained": len(done),
@@ -100,6 +104,9 @@ def totals(rows: Sequence[dict[str, object]]) -> dict[str, object]:
         "not_trained": len(rows) - len(done),
         "round_time_s": max(times) if times else None,
         "energy_j": sum(energy),
+        "idle_wait_j": rnd["idle_wait_j"],
+        "round_energy_j": rnd["round_energy_j"],
+        "idle_unknown": rnd["idle_unknown"],
     }
 
 
@@ -159,17 +166,24 @@ def simulate_fleet(
 def deadline_vs_time(time_rows: Sequence[dict], deadline_rows: Sequence[dict]) -> dict:
     """The fleet report's comparison: the deadline objective beside the time objective.
 
-    Per device (matched by name): time under each, the slow-down factor (deadline / time) and
-    the energy saved (J and % of the time objective's). Fleet: round time and energy of both.
+    Per device (matched by name): time under each, the slow-down factor (deadline / time), the
+    training energy saved (J and % of the time objective's) and the saving with each round's
+    idle waiting included (``round_saved_j``: None where the idle power is unknown). Fleet:
+    round time, training energy and round energy of both.
     """
-    by_name = {r["device"]: r for r in time_rows}
+    time_waits, deadline_waits = round_energy(time_rows)[0], round_energy(deadline_rows)[0]
+    by_name = {r["device"]: (r, w) for r, w in zip(time_rows, time_waits, strict=True)}
     devices = []
-    for d in deadline_rows:
-        t = by_name.get(d["device"])
+    for d, d_wait in zip(deadline_rows, deadline_waits, strict=True):
+        t, t_wait = by_name.get(d["device"], (None, None))
         if t is None or t.get("status") not in TRAINED or d.get("status") not in TRAINED:
             continue
         t_time, d_time = float(t["time_s"]), float(d["time_s"])
         t_e, d_e = float(t["energy_j"]), float(d["energy_j"])
+        t_idle, d_idle = t_wait["idle_wait_j"], d_wait["idle_wait_j"]  # type: ignore[index]
+        t_round = None if t_idle is None else t_e + t_idle
+        d_round = None if d_idle is None else d_e + d_idle
+        round_saved = None if t_round is None or d_round is None else t_round - d_round
         devices.append(
             {
                 "device": d["device"],
@@ -181,18 +195,29 @@ def deadline_vs_time(time_rows: Sequence[dict], deadline_rows: Sequence[dict]) -
                 "deadline_objective_j": d_e,
                 "saved_j": t_e - d_e,
                 "saved_pct": 100.0 * (t_e - d_e) / t_e if t_e > 0 else None,
+                "time_objective_round_j": t_round,
+                "deadline_objective_round_j": d_round,
+                "round_saved_j": round_saved,
+                "round_saved_pct": (
+                    100.0 * round_saved / t_round if round_saved is not None and t_round else None
+                ),
             }
         )
     tt, dt = totals(list(time_rows)), totals(list(deadline_rows))
-    saved = None
-    if tt["energy_j"]:
-        saved = 100.0 * (tt["energy_j"] - dt["energy_j"]) / tt["energy_j"]  # type: ignore[operator]
     return {
         "time": tt,
         "deadline": dt,
-        "energy_saved_pct": saved,
+        "energy_saved_pct": _saved_pct(tt["energy_j"], dt["energy_j"]),
+        "round_energy_saved_pct": _saved_pct(tt["round_energy_j"], dt["round_energy_j"]),
         "devices": devices,
     }
+
+
+def _saved_pct(ref: object, got: object) -> float | None:
+    """How much less ``got`` is than ``ref``, in % of ``ref`` (None without a reference)."""
+    if not _finite(ref) or not ref or not _finite(got):
+        return None
+    return 100.0 * (ref - got) / ref  # type: ignore[operator]
 
 
 def deadline_round(fleet: Fleet, progress: Progress | None = None) -> tuple[list[dict], dict]:
@@ -254,11 +279,13 @@ class WhatIfStep:
     objective: str
     deadline_s: float | None
     round_time_s: float | None
-    energy_j: float
+    energy_j: float  # training energy
     trained: int
     late: int
     infeasible: int
     not_trained: int
+    round_energy_j: float  # training + every device's idle waiting (fleet.roundenergy)
+    idle_unknown: int  # devices whose waiting is not charged (no idle power known)
 
 
 def sweep(
@@ -284,6 +311,8 @@ def sweep(
                 t["late"],  # type: ignore[arg-type]
                 t["infeasible"],  # type: ignore[arg-type]
                 t["not_trained"],  # type: ignore[arg-type]
+                t["round_energy_j"],  # type: ignore[arg-type]
+                t["idle_unknown"],  # type: ignore[arg-type]
             )
         )
         if progress:

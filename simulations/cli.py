@@ -76,7 +76,9 @@ def show(report: dict) -> None:
     f = report["fleet"]
     counts = ", ".join(f"{k}: {v}" for k, v in f["status_counts"].items())
     console.print(
-        f"fleet: {f['devices']} devices ({counts}); energy {fmt(f['energy_j'])} J; round time "
+        f"fleet: {f['devices']} devices ({counts}); training energy {fmt(f['energy_j'])} J, "
+        f"round energy {fmt(f.get('round_energy_j'))} J (idle waiting included; "
+        f"{f.get('idle_unknown', '?')} devices without idle power); round time "
         f"{fmt(f['round_time_s'])} s (median {fmt(f['median_time_s'])} s); weighted accuracy "
         f"{fmt(f['accuracy_weighted'])}; median speed-up {speedup_summary(f)}; budget violations: "
         f"{len(f['budget_violations'])}",

@@ -59,6 +59,7 @@ PROFILE_COLUMNS = (
     "input_shape",
     "samples",
     "source",
+    "idle_power_w",
 )
 EFFICIENCY_COLUMNS = (
     "batch_size",
@@ -559,7 +560,8 @@ def write_profile(device: Device | str, model: Workload | str, path: str | Path)
         f"Constants: {_calibration_note()}",
         f"Regenerate: {REGENERATE_COMMAND}",
         "Power is board input (W); peak_power_w = mean_power_w x peak factor; times are one "
-        "training step (s).",
+        "training step (s); idle_power_w is the board's idle power (the model's idle_w), what "
+        "it draws while it waits for a round to end.",
         f"samples = {NOMINAL_TIMED_STEPS} is the nominal step count a real profiler would time; "
         "none were timed.",
     ]
@@ -575,6 +577,7 @@ def write_profile(device: Device | str, model: Workload | str, path: str | Path)
             wl.input_shape,
             str(NOMINAL_TIMED_STEPS),
             "modeled",
+            _format(dev.idle_w),
         )
         for r in rows
     )

@@ -19,7 +19,9 @@ already believes; this emulator instead behaves like the kernel a board owner me
 Control (load, drift, noise, lag) goes through one JSON file,
 ``<root>/.virtual_jetson/control.json``, so a test steers a kernel running in another process
 exactly as one in a thread: ``board.set_load(64)``, ``board.set_load(None)`` (idle),
-``board.set_drift(add_w=0.8)``, ``board.set_drift(scale=1.2)``, ``board.set_noise(0.05)``.
+``board.set_drift(add_w=0.8)``, ``board.set_drift(scale=1.2)``, ``board.set_noise(0.05)``;
+``load_while_pinned=True`` runs the load only while the clock is pinned, so the board idles at
+its owner's clocks (where the profiler reads the idle rail before its sweep).
 
 Target clock: with min == max the clock is pinned there; with a range, the governor is modeled
 as "busy -> max, idle -> min" (nvhost_podgov under a training load sits at the top).
@@ -251,6 +253,9 @@ def build_board(
 DEFAULTS: dict[str, Any] = {
     "workload": "small_cnn",
     "load": None,  # batch size running now, or None for idle
+    # True: ``load`` runs only while the GPU clock is pinned (min == max), as the profiler and
+    # the trainer lock before they run; at the owner's clocks the board is idle (idle rail)
+    "load_while_pinned": False,
     "drift_add_w": 0.0,  # added to the modeled power (W)
     "drift_scale": 1.0,  # multiplies the modeled power
     "noise_w": 0.0,  # standard deviation of Gaussian noise on each reading (W)
@@ -346,6 +351,11 @@ class VirtualBoard:
     def model_power_w(self, freq_hz: int, load: int | None = None) -> float:
         """Noise- and drift-free power the kernel reports at ``freq_hz`` for ``load``."""
         return modeled_power_w(self.spec, self.control()["workload"], load, freq_hz)
+
+    def idle_power_w(self) -> float:
+        """What the idle board reports at its owner's clocks (the governor idles at min):
+        the device model's ``idle_w`` plus the clocked-but-idle GPU share."""
+        return self.model_power_w(int(self.read("min_freq")), None)
 
     def status(self) -> dict[str, Any]:
         try:
@@ -459,13 +469,16 @@ def run_kernel(root: str | Path, stop: threading.Event | None = None) -> None:
         except (OSError, ValueError):
             pass
         _tick_bounds(node, table, st)
-        target = st.eff_max if ctl["load"] is not None else st.eff_min
+        load = ctl["load"]
+        if ctl["load_while_pinned"] and st.eff_min != st.eff_max:
+            load = None  # nothing runs at the owner's clocks: the board idles
+        target = st.eff_max if load is not None else st.eff_min
         if target != st.target:
             st.target, st.target_since = target, now
         switch = st.cur != st.target and now - st.target_since >= float(ctl["lag_s"])
         if switch:
             st.cur = st.target
-        watts = modeled_power_w(spec, ctl["workload"], ctl["load"], st.cur)
+        watts = modeled_power_w(spec, ctl["workload"], load, st.cur)
         watts = watts * float(ctl["drift_scale"]) + float(ctl["drift_add_w"])
         if ctl["noise_w"]:
             watts += rng.gauss(0.0, float(ctl["noise_w"]))

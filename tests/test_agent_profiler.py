@@ -147,6 +147,7 @@ def test_cpu_profile_time_only_writes_valid_csv(tmp_path):
     write_profile(str(out), result.rows, result.metadata)
     header, rows, comments = read_rows(str(out))
     assert header[:4] == ["batch_size", "freq_mhz", "time_per_batch_s", "peak_power_w"]
+    assert "idle_power_w" not in header  # no rail: no idle power to report
     assert [row["batch_size"] for _, row in rows] == ["4", "8"]
     for _, row in rows:
         assert row["peak_power_w"] == "" and row["mean_power_w"] == ""
@@ -177,6 +178,7 @@ def test_power_is_sampled_over_the_timed_window_and_frequencies_restored():
     assert gpu.locks == [100.0, 300.0]
     assert gpu.current == gpu.original and gpu.restores >= 1
     assert result.metadata["device"] == "Fake Board"
+    assert result.metadata["idle_power_w"] == 6.5  # the rail read before the sweep
     assert no_sampler_threads()
 
 
@@ -209,6 +211,20 @@ def test_replayed_profile_rewrites_to_the_same_numbers(tmp_path):
         assert float(a["freq_mhz"]) == float(b["freq_mhz"])
     assert {b["status"] for _, b in again if b["batch_size"] == "128"} == {"unavailable"}
     assert "source=replayed" in comments
+
+
+def test_replay_passes_on_the_recorded_idle_power(tmp_path):
+    from tests.conftest import ROOT
+
+    modeled = str(ROOT / "simulations/profiles/nano_small_cnn.csv")  # idle_power_w = 1.25
+    result = profile_grid(ReplayBackend(modeled), "small_cnn", None, [4, 8])
+    out = tmp_path / "replayed.csv"
+    write_profile(str(out), result.rows, result.metadata)
+    _, rows, comments = read_rows(str(out))
+    assert {row["idle_power_w"] for _, row in rows} == {"1.25"}
+    assert not any(c.startswith("idle_window_s") for c in comments)  # nothing was measured
+    bare = synthetic_profile(tmp_path / "nano.csv")
+    assert "idle_power_w" not in profile_grid(ReplayBackend(bare), "resnet18", None, [4]).metadata
 
 
 def test_out_of_memory_is_recorded_and_profiling_continues(tmp_path):

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from fleet.agent.sampler import PowerSampler, WindowStats, stats_from_samples
+from fleet.agent.sampler import PowerSampler, WindowStats, idle_power, stats_from_samples
 
 
 def wait_for(predicate, timeout=3.0):
@@ -145,3 +145,29 @@ def test_overhead_is_reported_and_small():
 def test_rejects_non_positive_rate():
     with pytest.raises(ValueError, match="> 0 Hz"):
         PowerSampler(lambda: 1.0, hz=0)
+
+
+def test_idle_power_reads_the_rail_over_its_window_skipping_failed_reads():
+    """4 Hz for 1.25 s on a fake clock: reads at 0, 0.25, ..., 1.25 s. The first raises, the
+    second is None (both skipped); 2, 2, 4, 4 W remain: trapezoids 0.25 x (2 + 3 + 4) = 2.25 J
+    over 0.75 s, so the idle power is 3.0 W."""
+    now = [0.0]
+
+    def sleep(s):
+        now[0] += s
+
+    readings = iter([OSError("i2c"), None, 2.0, 2.0, 4.0, 4.0])
+
+    def read():
+        value = next(readings)
+        if isinstance(value, Exception):
+            raise value
+        return value
+
+    stats = idle_power(read, seconds=1.25, hz=4, clock=lambda: now[0], sleep=sleep)
+    assert stats.n_samples == 4 and stats.duration_s == 0.75
+    assert stats.mean_w == 3.0 and stats.peak_w == 4.0
+    assert (
+        idle_power(lambda: None, seconds=0.5, hz=4, clock=lambda: now[0], sleep=sleep).n_samples
+        == 0
+    )

@@ -30,6 +30,7 @@ PROFILE_COLUMNS = [
     "input_shape",
     "samples",
     "source",
+    "idle_power_w",
 ]
 EFFICIENCY_COLUMNS = [
     "batch_size",
@@ -154,6 +155,7 @@ def test_profile_schema_and_rows(device, model):
         assert peak > mean, "peak is the highest sample, the mean cannot exceed it"
         assert r["device"] == dev_name and r["model"] == model and r["input_shape"] == shape
         assert r["source"] == "modeled"
+        assert float(r["idle_power_w"]) == devicemodel.DEVICES[device].idle_w
         assert (b, f) not in seen
         seen.add((b, f))
     assert seen == {(b, f) for b in batches for f in freqs}, "full batch x frequency grid"

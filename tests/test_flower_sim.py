@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from fleet.fleetconfig import load_fleet
-from fleet.report import json_safe
+from fleet.report import json_safe, runner_row
 from fleet.virtual_clock import cached_efficiency, simulate_device
 from simulations.flower_engine import run_flower
 
@@ -66,7 +66,7 @@ def test_run_flower_matches_direct_replay(tmp_path: Path) -> None:
     assert list(rows) == [d.name for d in fleet.devices]
     for spec in fleet.devices:
         expected = simulate_device(spec, shipped, fleet.run).to_dict()
-        assert rows[spec.name] == json_safe(expected), spec.name
+        assert runner_row(rows[spec.name]) == json_safe(expected), spec.name
 
     assert rows["nano-starved"]["status"] == "infeasible"
     assert "1.5" in rows["nano-starved"]["message"]

@@ -191,3 +191,13 @@ def test_a_full_grid_passes_through_unchanged():
     assert pred.predicted == 0 and pred.methods == {}
     assert [r["time_per_batch_s"] for r in pred.rows] == [r["time_per_batch_s"] for r in rows]
     assert {r["source"] for r in pred.rows} == {"measured"}
+
+
+def test_predicted_rows_carry_the_probes_idle_power():
+    """idle_power_w is one value per profile: the predicted rows repeat the probes' column."""
+    probes = rows_at(design_probes(BATCHES, NANO), physical)
+    for r in probes:
+        r["idle_power_w"] = 1.25
+    pred = predict_profile(probes, BATCHES, NANO)
+    assert pred.predicted > 0
+    assert {r["idle_power_w"] for r in pred.rows} == {1.25}

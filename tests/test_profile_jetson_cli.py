@@ -92,3 +92,26 @@ def test_missing_devfreq_node_is_one_line(tmp_path):
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "devfreq" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "x.csv").exists()
+
+
+def test_profile_measures_the_idle_rail_before_the_sweep(tmp_path):
+    """The board runs its load only while the profiler pins a clock (``load_while_pinned``), so
+    before the sweep, at the owner's clocks, the rail is the model's idle power: the profile's
+    ``idle_power_w`` must be that (the device model's idle_w plus the idle GPU's share at the
+    lowest clock, 1.273 W on a Nano), not a training point's power."""
+    board = build_board(tmp_path / "root", "nano", workload="small_cnn")
+    out = tmp_path / "profile.csv"
+    with board.kernel(process=True, load=LOAD, load_while_pinned=True, lag_s=0.05):
+        r = profile_board(board, out, "--freqs", "921.6")
+    assert r.returncode == 0, r.stderr
+    idle = board.idle_power_w()
+    assert idle == pytest.approx(board.spec.device.idle_w, abs=0.05)  # 1.25 W + 23 mW
+    assert json.loads(r.stdout)["idle_power_w"] == pytest.approx(idle, abs=0.002)
+    prof = load_profile(out)
+    assert prof.idle_power_w == pytest.approx(idle, abs=0.002)
+    # the sweep itself still measured the training load at the pinned clock
+    for p in prof.points:
+        assert p.mean_power_w == pytest.approx(
+            board.model_power_w(round(p.freq_mhz * 1e6), LOAD), abs=0.003
+        )
+    assert "idle_window_s=1" in out.read_text()

@@ -387,7 +387,7 @@ def predict_profile(
         values[q], methods[q], errors[q] = _predict_quantity(q, obs[q], wanted_b, fs, todo)
     meta = {}
     for r in rows:
-        for col in ("device", "model", "input_shape"):
+        for col in ("device", "model", "input_shape", "idle_power_w"):
             if r.get(col) not in (None, "") and col not in meta:
                 meta[col] = r[col]
     out = []  # type: List[Row]

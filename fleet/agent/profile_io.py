@@ -7,9 +7,10 @@ top of these rows. Keeping one reader/writer means the format cannot drift betwe
 Format (docs/architecture.md, "Profile CSV"): one row per measured operating point, ``#``
 comment lines allowed, extra columns allowed. Required: ``batch_size``, ``freq_mhz``,
 ``time_per_batch_s``, ``peak_power_w``.
-Optional: ``mean_power_w``, ``device``, ``model``, ``input_shape``, ``samples``, and ``status``
+Optional: ``mean_power_w``, ``device``, ``model``, ``input_shape``, ``samples``, ``status``
 (``ok`` by default; anything else, e.g. ``oom``, marks a point that could not run, whose
-time/power cells may be empty).
+time/power cells may be empty), and ``idle_power_w`` (the board's power with the GPU idle, the
+same on every row; what the device draws while it waits for a round to end).
 """
 
 import csv
@@ -20,7 +21,9 @@ import tempfile
 from typing import IO, Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 REQUIRED_COLUMNS = ("batch_size", "freq_mhz", "time_per_batch_s", "peak_power_w")
-OPTIONAL_COLUMNS = ("mean_power_w", "device", "model", "input_shape", "samples", "status")
+OPTIONAL_COLUMNS = (
+    "mean_power_w", "device", "model", "input_shape", "samples", "status", "idle_power_w",
+)  # fmt: skip
 CANONICAL_ORDER = REQUIRED_COLUMNS + OPTIONAL_COLUMNS
 
 

@@ -27,7 +27,8 @@ Row = Dict[str, Any]
 ProgressFn = Callable[[int, int, Optional[Row]], None]
 
 DEFAULT_BATCH_SIZES = (4, 8, 16, 32, 64, 128)
-COLUMN_METADATA = ("device", "model", "input_shape")  # repeated on every row of the CSV
+COLUMN_METADATA = ("device", "model", "input_shape", "idle_power_w")  # on every row of the CSV
+IDLE_WINDOW_S = 1.0  # how long the idle rail is read before the sweep
 
 ProfileResult = NamedTuple(
     "ProfileResult",
@@ -58,6 +59,7 @@ def profile_grid(
     seed: int = 0,
     predict: bool = False,
     max_probes: Optional[int] = None,
+    idle_s: float = IDLE_WINDOW_S,
 ) -> ProfileResult:
     """Profile ``model_name`` on ``backend``: the full grid, or the staircase under ``budget_w``.
 
@@ -72,6 +74,10 @@ def profile_grid(
     grid size (an upper bound) and a last call with ``done == total`` marks the end.
     ``predict`` probes only the design of ``predict.design_probes`` (at most ``max_probes``,
     default a quarter of the grid) and fills the rest with ``source=predicted`` rows.
+    ``idle_s``: before the sweep, with the clocks as found and nothing running, the rail is read
+    for this long and its mean written as ``idle_power_w`` (what the board draws while it waits
+    for a round to end); a backend without a power reading, or 0, leaves it absent, and a replay
+    passes on the recorded profile's value.
     """
     bs = _check_batch_sizes(batch_sizes)
     if int(steps) < 1:
@@ -104,6 +110,11 @@ def profile_grid(
         )
     total = len(bs) * len(points)
     rows = []  # type: List[Row]
+    idle = None  # type: Optional[float]
+    if replay:  # a replay measures nothing: it passes on what the recorded board idled at
+        idle = cell_number(getattr(backend, "idle_power_w", None))
+    elif power_available and float(idle_s) > 0:
+        idle = measure_idle(backend, float(idle_s), float(sampler_hz))
 
     measurer = None  # type: Any
     try:
@@ -167,6 +178,10 @@ def profile_grid(
     # What the profile was meant to cover, so a reader can tell what it never measured.
     metadata["grid_batch_sizes"] = ",".join(str(b) for b in bs)
     metadata["grid_freqs"] = ",".join("{:g}".format(f) for f in points)
+    if idle is not None:
+        metadata["idle_power_w"] = round(idle, 4)
+        if not replay:
+            metadata["idle_window_s"] = float(idle_s)
     probes = len(rows)
     if design is not None:
         rows = _fill_predicted(rows, bs, points, metadata)
@@ -404,6 +419,16 @@ class _TrainingMeasurer:
         gc.collect()
         if self.device.startswith("cuda"):
             self.torch.cuda.empty_cache()
+
+
+def measure_idle(backend: Backend, seconds: float, hz: float) -> Optional[float]:
+    """The board's idle power: the rail read for ``seconds`` before anything is locked or run
+    (clocks as the owner left them, the GPU idle), or None if the rail gave no reading."""
+    from .sampler import idle_power
+
+    stats = idle_power(backend.read_power_w, seconds, hz)
+    mean = cell_number(stats.mean_w)
+    return mean if mean is not None and mean > 0 else None
 
 
 def settle(backend: Backend) -> bool:

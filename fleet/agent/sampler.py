@@ -68,6 +68,38 @@ def stats_from_samples(times: Sequence[float], watts: Sequence[Optional[float]])
     return WindowStats(peak, mean, energy, n, duration)
 
 
+def idle_power(
+    read_fn: Callable[[], Optional[float]],
+    seconds: float = 1.0,
+    hz: float = 20.0,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> WindowStats:
+    """The rail over ``seconds`` with nothing running: what the board draws while it waits.
+
+    Read in the caller's thread (no training runs beside it, so there is nothing to keep pace
+    with); a failed or None reading is skipped. The time-weighted ``mean_w`` is the idle power;
+    ``n_samples == 0`` means the rail gave nothing (no idle power to report).
+    """
+    if not hz > 0:
+        raise ValueError("sampling rate must be > 0 Hz, got {}".format(hz))
+    times = []  # type: List[float]
+    watts = []  # type: List[Optional[float]]
+    end = clock() + max(float(seconds), 0.0)
+    while True:
+        t0 = clock()
+        try:
+            value = read_fn()
+        except Exception:  # noqa: BLE001 - one failed read is a skipped sample, as in the sampler
+            value = None
+        times.append((t0 + clock()) / 2.0)
+        watts.append(None if value is None else float(value))
+        if clock() >= end:
+            break
+        sleep(1.0 / hz)
+    return stats_from_samples(times, watts)
+
+
 def _thread_cpu_fn() -> Optional[Callable[[], float]]:
     """A function giving the calling thread's CPU seconds, or None where none exists."""
     fn = getattr(time, "thread_time", None)  # 3.7+

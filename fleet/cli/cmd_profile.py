@@ -197,6 +197,7 @@ def run(args: argparse.Namespace) -> int:
         "plan": result.metadata.get("plan"),
         "budget_w": budget,
         "predicted": sum(1 for r in result.rows if r.get("source") == "predicted"),
+        "idle_power_w": result.metadata.get("idle_power_w"),  # None: no power reading
     }
     if args.json:
         emit_json(summary)

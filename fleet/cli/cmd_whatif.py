@@ -56,17 +56,29 @@ def run(args: argparse.Namespace) -> int:
         )
         return 0
     unit = "× budget" if args.scale else "budget W"
+    unknown = max(s.idle_unknown for s in steps)
     on_front = {s.value for s in front}
     console.print(
         table(
             f"What-if: {fleet.run.name} ({len(fleet.devices)} devices, objective "
             f"{steps[0].objective})",
-            [unit, "round s", "energy kJ", "trained", "late", "infeasible", "deadline s", "front"],
+            [
+                unit,
+                "round s",
+                "fleet energy kJ",
+                "round energy kJ",
+                "trained",
+                "late",
+                "infeasible",
+                "deadline s",
+                "front",
+            ],  # fmt: skip
             [
                 [
                     s.value,
                     s.round_time_s,
                     s.energy_j / 1000,
+                    s.round_energy_j / 1000,
                     s.trained,
                     s.late,
                     s.infeasible,
@@ -76,6 +88,12 @@ def run(args: argparse.Namespace) -> int:
                 for s in steps
             ],
         )
+    )
+    console.print(
+        "fleet energy: training only; round energy: training plus every device's idle power "
+        "while it waits for the round to end"
+        + (f" ({unknown} devices without idle power not charged)" if unknown else ""),
+        highlight=False,
     )
     if args.plot:
         console.print(f"front plot: {args.plot}")

@@ -56,12 +56,16 @@ class ReplayBackend(Backend):
         self._points = {}  # type: Dict[Tuple[int, float], Optional[Measurement]]
         freqs = set()
         self._device = ""
+        # the recorded board's idle power (a profile's idle_power_w), passed on by the profiler
+        self.idle_power_w = None  # type: Optional[float]
         for lineno, row in rows:
             batch = _num(profile_csv, lineno, row, "batch_size", True)
             freq = _num(profile_csv, lineno, row, "freq_mhz", True)
             assert batch is not None and freq is not None
             freqs.add(freq)
             self._device = self._device or row.get("device", "")
+            if self.idle_power_w is None:
+                self.idle_power_w = _num(profile_csv, lineno, row, "idle_power_w", False)
             status = (row.get("status") or "ok").strip().lower()
             if status != "ok":
                 self._points[(int(batch), freq)] = None
