@@ -132,6 +132,30 @@ def test_time_window_needs_the_deviation_to_last_that_long():
     assert fired[0]["t_s"] == pytest.approx(10.0)  # not before 10 s at the point
 
 
+def test_refreshed_rows_never_have_mean_above_peak():
+    """Window medians of peak and mean can cross by noise (a measured mean 2e-5 W over the
+    measured peak): the refreshed row keeps mean <= peak, so the written profile loads."""
+    rows = grid()
+    old = {(r["batch_size"], r["freq_mhz"]): r for r in rows}
+    peak = 1.2 * old[(16, 300)]["peak_power_w"]
+    event = {
+        "t_s": 5.0,
+        "batch_size": 16,
+        "freq_mhz": 300,
+        "expected_time_s": old[(16, 300)]["time_per_batch_s"],
+        "measured_time_s": old[(16, 300)]["time_per_batch_s"],
+        "expected_peak_w": old[(16, 300)]["peak_power_w"],
+        "measured_peak_w": peak,
+        "measured_mean_w": peak + 2e-5,
+        "kind": "power",
+    }
+    out = refresh_rows(rows, [event])
+    for r in out:
+        assert r["mean_power_w"] <= r["peak_power_w"], r
+    fixed = {(int(r["batch_size"]), float(r["freq_mhz"])): r for r in out}[(16, 300.0)]
+    assert fixed["mean_power_w"] == fixed["peak_power_w"] == pytest.approx(peak)
+
+
 def test_refresh_carries_deviation_as_computed_by_hand():
     rows = grid()
     old = {(r["batch_size"], r["freq_mhz"]): r for r in rows}
