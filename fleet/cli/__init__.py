@@ -17,7 +17,8 @@ from typing import List, Optional
 from fleet.agent.devices.base import DeviceError
 from fleet.errors import InfeasibleError, InputError
 
-# The built-in commands: name -> one-line summary; the code is ``fleet/cli/cmd_<name>.py``.
+# The built-in commands: name -> one-line summary; the code is ``fleet/cli/cmd_<name>.py`` (a
+# hyphen in the name is an underscore in the module's).
 # Static on purpose: ``build_parser`` imports only the module of the command being run, so a
 # board's ``powerfleet select`` does not pay for torch, rich progress bars or Flower. Order is the
 # order shown in --help. A new command is one line here plus its module.
@@ -35,6 +36,7 @@ COMMANDS = [
     ("predict", "fill a sparse profile: predict time and power at the points not probed"),
     ("profiles", "list the coordinator's profile store"),
     ("whatif", "sweep the fleet budget: round time, energy and infeasible devices per step"),
+    ("budget-feed", "play a power trace (solar panel, battery) into a live budget file"),
 ]
 
 
@@ -80,7 +82,7 @@ def build_parser(argv: Optional[Sequence[str]] = None) -> argparse.ArgumentParse
     builtin = _builtin()
     chosen = _command_in(argv)
     if chosen in builtin:
-        importlib.import_module(f"fleet.cli.cmd_{chosen}").register(sub)
+        importlib.import_module(f"fleet.cli.cmd_{chosen.replace('-', '_')}").register(sub)
         return parser
     plugins = _plugins()
     for ep in plugins:

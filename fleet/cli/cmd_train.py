@@ -47,6 +47,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     budget.add_argument("--budget-w", help="fixed budget in watts (or 'none')")
     budget.add_argument("--budget-schedule", help="SECONDS:WATTS steps, e.g. '0:7,600:4.5'")
     budget.add_argument("--budget-file", help="file holding the budget, re-read every second")
+    budget.add_argument(
+        "--budget-trace",
+        help="power trace CSV (time_s, available_w): its budget schedule, as a fleet file's "
+        "budget_trace gives (see also `powerfleet budget-feed` for a live file)",
+    )
+    p.add_argument(
+        "--budget-dwell-s", type=float, help="--budget-trace: least time between rises (60 s)"
+    )
     p.add_argument("--objective", choices=("time", "energy", "deadline"), default="time")
     p.add_argument(
         "--deadline-s",
@@ -90,9 +98,18 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _budget_source(args: argparse.Namespace) -> Any:
     from fleet.agent.budget import BudgetError, make_source
 
+    schedule = args.budget_schedule
+    if args.budget_trace is not None:
+        from fleet.budgettrace import DEFAULT_DWELL_S, schedule_from_trace
+        from fleet.fleetconfig import format_schedule
+
+        dwell = DEFAULT_DWELL_S if args.budget_dwell_s is None else args.budget_dwell_s
+        schedule = format_schedule(schedule_from_trace(args.budget_trace, dwell, "--budget-trace"))
+    elif args.budget_dwell_s is not None:
+        raise InputError("--budget-dwell-s: only with --budget-trace")
     try:
         return make_source(
-            args.budget_w, args.budget_schedule, args.budget_file,
+            args.budget_w, schedule, args.budget_file,
             warn=lambda m: note(COMMAND, "warning: " + m),
         )  # fmt: skip
     except BudgetError as exc:
