@@ -7,11 +7,15 @@ node's ``data`` names, and a recorder that samples the devfreq files over time.
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from fleet.agent import tensorfile
@@ -20,6 +24,9 @@ MHZ = 1_000_000
 BATCH = 16
 # The agent's environment: one torch thread (several on a loaded 2-core machine crawl).
 ONE_THREAD = dict(os.environ, OMP_NUM_THREADS="1")
+ROOT = Path(__file__).resolve().parents[1]
+# `python -m fleet ...` from this checkout, one torch thread
+TRAIN_ENV = dict(ONE_THREAD, PYTHONPATH=str(ROOT))
 
 
 def board_profile(board, path: Path, device_type: str = "") -> Path:
@@ -109,3 +116,50 @@ class ClockLog:
     def pinned(self) -> list[tuple[float, int]]:
         """(time, clock) of every sample where the clock was locked (min == max)."""
         return [(t, mx) for t, mn, mx in self.seen if mn == mx]
+
+
+def tiny_npz(path: Path, seed: int = 0) -> Path:
+    """A prepared-dataset file for ``powerfleet train --dataset``: 8x8 noise, 2 classes."""
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, 256, (640, 8, 8)).astype(np.uint8)
+    y = rng.integers(0, 2, 640)
+    np.savez(path, x_train=x[:512], y_train=y[:512], x_test=x[512:], y_test=y[512:])
+    return path
+
+
+def train_cmd(board, state: Path, data: Path, eff: Path, prof: Path) -> list[str]:
+    """The start of a ``powerfleet train --backend jetson`` command on the virtual board (the
+    budget, objective and sample counts are the test's)."""
+    return [
+        sys.executable, "-m", "fleet", "train", "--backend", "jetson",
+        "--sysfs-root", str(board.root), "--state-dir", str(state), "--model", "small_cnn",
+        "--dataset", str(data), "--efficiency", str(eff), "--profile", str(prof),
+        "--target-accuracy", "1.0", "--lr-ref-batch", str(BATCH), "--json",
+    ]  # fmt: skip
+
+
+def run_watching_clocks(board, cmd: list[str], during=None):
+    """Run ``cmd`` under the board's kernel stand-in while sampling its clocks every 20 ms.
+
+    Returns (seen [(monotonic t, min_freq, max_freq)], the JSON result or None, stderr, exit
+    code). ``during(seen)`` is called at every sample (a test may start something once the run
+    has locked a clock). The process is killed if the test fails meanwhile.
+    """
+    seen: list[tuple[float, int, int]] = []
+    with board.kernel(process=True, lag_s=0.02):
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=TRAIN_ENV
+        )
+        try:
+            while proc.poll() is None:
+                c = board.clocks()
+                seen.append((time.monotonic(), c["min_freq"], c["max_freq"]))
+                if during:
+                    during(seen)
+                time.sleep(0.02)
+            out, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return seen, (json.loads(out) if proc.returncode == 0 else None), err, proc.returncode

@@ -7,14 +7,7 @@ same step, clock and fraction done, and the clocks on the board against the segm
 """
 
 import csv
-import json
-import os
-import subprocess
-import sys
-import time
-from pathlib import Path
 
-import numpy as np
 import pytest
 
 from fleet.agent.choose import choose, lut_from_rows
@@ -23,9 +16,16 @@ from fleet.efficiency import Efficiency
 from fleet.fleetconfig import BudgetStep
 from fleet.profile import load_profile
 from simulations.virtual_jetson import build_board
-from tests.hardware_helpers import BATCH, MHZ, check_clocks_follow, deadline_profile
+from tests.hardware_helpers import (
+    BATCH,
+    MHZ,
+    check_clocks_follow,
+    deadline_profile,
+    run_watching_clocks,
+    tiny_npz,
+    train_cmd,
+)
 
-ROOT = Path(__file__).resolve().parents[1]
 N = 24000.0  # shipped samples-to-accuracy at b=16 (the run's max_samples too)
 DEADLINE_S = 7.5
 STEPS = [BudgetStep(0.0, 5.0), BudgetStep(2.0, 3.0)]
@@ -47,39 +47,14 @@ def test_deadline_on_the_board_follows_the_schedule_and_the_remaining_work(tmp_p
     prof = deadline_profile(board, tmp_path / "profile.csv")
     eff = tmp_path / "eff.csv"
     eff.write_text(f"batch_size,samples_to_accuracy\n{BATCH},{N:g}\n")
-    rng = np.random.default_rng(0)
-    x = rng.integers(0, 256, (640, 8, 8)).astype(np.uint8)
-    y = rng.integers(0, 2, 640)
-    data = tmp_path / "tiny.npz"
-    np.savez(data, x_train=x[:512], y_train=y[:512], x_test=x[512:], y_test=y[512:])
     state = tmp_path / "state"
-    cmd = [
-        sys.executable, "-m", "fleet", "train", "--backend", "jetson",
-        "--sysfs-root", str(board.root), "--state-dir", str(state), "--model", "small_cnn",
-        "--dataset", str(data), "--efficiency", str(eff), "--profile", str(prof),
+    cmd = train_cmd(board, state, tiny_npz(tmp_path / "tiny.npz"), eff, prof) + [
         "--budget-schedule", "0:5,2:3", "--objective", "deadline", "--deadline-s",
-        str(DEADLINE_S), "--max-samples", f"{N:.0f}", "--eval-every", f"{N:.0f}",
-        "--target-accuracy", "1.0", "--lr-ref-batch", str(BATCH), "--no-drift", "--json",
+        str(DEADLINE_S), "--max-samples", f"{N:.0f}", "--eval-every", f"{N:.0f}", "--no-drift",
     ]  # fmt: skip
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    seen = []  # (time, min_freq, max_freq)
-    with board.kernel(process=True, lag_s=0.02):
-        proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
-        )
-        try:
-            while proc.poll() is None:
-                c = board.clocks()
-                seen.append((time.monotonic(), c["min_freq"], c["max_freq"]))
-                time.sleep(0.02)
-            out, err = proc.communicate(timeout=60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        after = board.bounds()
-    assert proc.returncode == 0, err
-    result = json.loads(out)
+    seen, result, err, rc = run_watching_clocks(board, cmd)
+    after = board.bounds()
+    assert rc == 0, err
     assert (result["objective"], result["deadline_s"]) == ("deadline", DEADLINE_S)
     segs = result["segments"]
 

@@ -12,10 +12,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from simulations.virtual_jetson import build_board
+from tests.hardware_helpers import tiny_npz
 
 ROOT = Path(__file__).resolve().parents[1]
 MHZ = 1_000_000
@@ -36,11 +36,7 @@ def test_power_drift_gives_one_event_and_a_refreshed_profile(tmp_path):
     )
     eff = tmp_path / "eff.csv"
     eff.write_text("batch_size,samples_to_accuracy\n16,4000\n")
-    rng = np.random.default_rng(0)
-    x = rng.integers(0, 256, (640, 8, 8)).astype(np.uint8)
-    y = rng.integers(0, 2, 640)
-    data = tmp_path / "tiny.npz"
-    np.savez(data, x_train=x[:512], y_train=y[:512], x_test=x[512:], y_test=y[512:])
+    data = tiny_npz(tmp_path / "tiny.npz")
     refreshed = tmp_path / "refreshed.csv"
     cmd = [
         sys.executable, "-m", "fleet", "train", "--backend", "jetson",

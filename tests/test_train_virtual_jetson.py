@@ -6,74 +6,37 @@ budget comes as a schedule, as a power trace (its schedule), or as a live file t
 `powerfleet budget-feed` writes from a trace while the run goes on.
 """
 
-import json
-import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-import numpy as np
 import pytest
 
 from simulations.virtual_jetson import build_board
+from tests.hardware_helpers import (
+    BATCH,
+    MHZ,
+    TRAIN_ENV,
+    board_profile,
+    run_watching_clocks,
+    tiny_npz,
+    train_cmd,
+)
 
-ROOT = Path(__file__).resolve().parents[1]
-MHZ = 1_000_000
-ENV = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+ENV = TRAIN_ENV
 
 
 def _setup(tmp_path):
-    """A virtual Nano, its profile, efficiency and a tiny dataset; the train command's start."""
+    """A virtual Nano, its profile (the emulator's own power at b=16), efficiency, a tiny
+    dataset; the train command's start."""
     board = build_board(tmp_path / "board", "nano", workload="small_cnn")
-    board.set_load(16)  # the emulator's power follows the batch it is told runs
-    prof = tmp_path / "profile.csv"
-    prof.write_text(
-        "batch_size,freq_mhz,time_per_batch_s,peak_power_w,mean_power_w\n"
-        + "".join(
-            f"16,{hz / MHZ:g},{0.05 * 921.6e6 / hz:.5f},"
-            f"{board.model_power_w(hz, 16) * 1.02:.4f},{board.model_power_w(hz, 16):.4f}\n"
-            for hz in board.freqs_hz
-        )
-    )
+    board.set_load(BATCH)  # the emulator's power follows the batch it is told runs
+    prof = board_profile(board, tmp_path / "profile.csv")
     eff = tmp_path / "eff.csv"
     eff.write_text("batch_size,samples_to_accuracy\n16,4000\n")
-    rng = np.random.default_rng(0)
-    x = rng.integers(0, 256, (640, 8, 8)).astype(np.uint8)
-    y = rng.integers(0, 2, 640)
-    data = tmp_path / "tiny.npz"
-    np.savez(data, x_train=x[:512], y_train=y[:512], x_test=x[512:], y_test=y[512:])
     state = tmp_path / "state"
-    cmd = [
-        sys.executable, "-m", "fleet", "train", "--backend", "jetson",
-        "--sysfs-root", str(board.root), "--state-dir", str(state), "--model", "small_cnn",
-        "--dataset", str(data), "--efficiency", str(eff), "--profile", str(prof),
-        "--eval-every", "4000", "--target-accuracy", "1.0", "--lr-ref-batch", "16", "--json",
-    ]  # fmt: skip
-    return board, state, cmd
-
-
-def _watch(board, cmd, during=None):
-    """Run ``cmd`` while polling the clocks: (seen [(t, min, max)], result, stderr, rc).
-    ``during(seen)`` is called at every poll (it may start something once the run locks)."""
-    seen = []
-    with board.kernel(process=True, lag_s=0.02):
-        proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV
-        )
-        try:
-            while proc.poll() is None:
-                c = board.clocks()
-                seen.append((time.monotonic(), c["min_freq"], c["max_freq"]))
-                if during:
-                    during(seen)
-                time.sleep(0.02)
-            out, err = proc.communicate(timeout=60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    return seen, (json.loads(out) if proc.returncode == 0 else None), err, proc.returncode
+    cmd = train_cmd(board, state, tiny_npz(tmp_path / "tiny.npz"), eff, prof)
+    return board, state, cmd + ["--eval-every", "4000"]
 
 
 @pytest.mark.parametrize("source", ["schedule", "trace"])
@@ -86,7 +49,7 @@ def test_schedule_lowers_the_sysfs_clock_at_the_step_and_restores(tmp_path, sour
         trace = tmp_path / "panel.csv"
         trace.write_text("time_s,available_w\n0,5\n2,5\n2.5,3\n")
         cmd += ["--budget-trace", str(trace), "--budget-dwell-s", "0"]
-    seen, result, err, rc = _watch(board, cmd + ["--max-samples", "24000"])
+    seen, result, err, rc = run_watching_clocks(board, cmd + ["--max-samples", "24000"])
     after = board.bounds()
     assert rc == 0, err
     pinned = [(t, mx) for t, mn, mx in seen if mn == mx]
@@ -145,7 +108,7 @@ def test_budget_feed_drives_the_live_file_of_a_running_board(tmp_path):
             )
 
     try:
-        seen, result, err, rc = _watch(
+        seen, result, err, rc = run_watching_clocks(
             board, cmd + ["--budget-file", str(live), "--max-samples", "48000"], start_feeder
         )
     finally:

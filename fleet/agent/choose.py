@@ -173,20 +173,35 @@ def choose(
         raise ChooseError(
             "objective must be one of {}, got {!r}".format(", ".join(OBJECTIVES), objective)
         )
-    skip = exclude or set()
     best = None  # type: Optional[Tuple[Tuple[float, float, float, int], LutPoint]]
-    for p in points:
-        n = efficiency.get(p.batch_size)
-        if n is None or (p.batch_size, p.freq_mhz) in skip or not fits(p, budget_w):
-            continue
-        if max_batch is not None and p.batch_size > max_batch:
-            continue
+    for p, n in allowed(points, efficiency, budget_w, exclude, max_batch):
         if objective == "energy" and math.isnan(p.mean_power_w):
             continue
         key = _key(p, n, objective)
         if best is None or key < best[0]:
             best = (key, p)
     return None if best is None else best[1]
+
+
+def allowed(
+    points: Sequence[LutPoint],
+    efficiency: Dict[int, float],
+    budget_w: Optional[float],
+    exclude: Optional[Set[Tuple[int, float]]] = None,
+    max_batch: Optional[int] = None,
+) -> List[Tuple[LutPoint, float]]:
+    """(point, samples to the target) of every point an objective may pick: its batch size
+    reached the target, the guard has not excluded it, it fits the budget and the data."""
+    skip = exclude or set()
+    out = []  # type: List[Tuple[LutPoint, float]]
+    for p in points:
+        n = efficiency.get(p.batch_size)
+        if n is None or (p.batch_size, p.freq_mhz) in skip or not fits(p, budget_w):
+            continue
+        if max_batch is not None and p.batch_size > max_batch:
+            continue
+        out.append((p, n))
+    return out
 
 
 def lowest_peak(points: Sequence[LutPoint]) -> Optional[LutPoint]:

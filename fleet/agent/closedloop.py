@@ -61,6 +61,19 @@ LOOP_OBJECTIVES = ("time", "energy", "deadline")
 BEHIND_CHECK_S = 0.25  # how often the deadline objective re-prices the running point
 
 
+#: The summary's objective keys, reported as they are by the agent's ``train`` reply and by
+#: ``powerfleet train --json`` (one list, so the two surfaces cannot drift apart).
+OBJECTIVE_KEYS = (
+    "objective",
+    "deadline_s",
+    "predicted_finish_s",
+    "predicted_energy_j",
+    "late",
+    "behind_at_s",
+    "done_fraction",
+)
+
+
 class ClosedLoopError(RuntimeError):
     """The loop cannot start (no point fits the first budget); one line."""
 

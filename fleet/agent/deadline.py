@@ -23,7 +23,7 @@ Python 3.6 compatible, stdlib only.
 import math
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
-from .choose import ChooseError, LutPoint, choose, fits
+from .choose import ChooseError, LutPoint, allowed, choose
 
 REL_TOL = 1e-9  # a predicted finish this close to the deadline meets it (summed segments)
 DONE = 1.0 - 1e-12  # fraction of the target that counts as reached
@@ -166,17 +166,8 @@ def feasible_rates(
     exclude: Optional[Set[Tuple[int, float]]] = None,
     max_batch: Optional[int] = None,
 ) -> List[Rate]:
-    """Every allowed point that fits the budget, costed (the same filter as ``choose``)."""
-    skip = exclude or set()
-    out = []  # type: List[Rate]
-    for p in points:
-        n = efficiency.get(p.batch_size)
-        if n is None or (p.batch_size, p.freq_mhz) in skip or not fits(p, budget_w):
-            continue
-        if max_batch is not None and p.batch_size > max_batch:
-            continue
-        out.append(rate_of(p, n))
-    return out
+    """Every allowed point that fits the budget, costed (``choose.allowed``)."""
+    return [rate_of(p, n) for p, n in allowed(points, efficiency, budget_w, exclude, max_batch)]
 
 
 def fastest_rate(

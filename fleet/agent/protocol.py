@@ -854,7 +854,7 @@ def _train_closed_loop(
     checkpoint: Optional[str],
     out_weights: Optional[str],
 ) -> Dict[str, Any]:
-    from .closedloop import ClosedLoopError, train_under_budget
+    from .closedloop import OBJECTIVE_KEYS, ClosedLoopError, train_under_budget
     from .trainer import atomic_torch_save
 
     opts = dict(train_options)
@@ -900,13 +900,7 @@ def _train_closed_loop(
             "loop_energy_j": summary["energy_j"],
             "loop_peak_power_w": summary["peak_power_w"],
             "stop_reason": summary["stop_reason"],
-            "objective": summary["objective"],
-            "deadline_s": summary["deadline_s"],
-            "predicted_finish_s": summary["predicted_finish_s"],
-            "predicted_energy_j": summary["predicted_energy_j"],
-            "late": summary["late"],
-            "behind_at_s": summary["behind_at_s"],
-            "done_fraction": summary["done_fraction"],
+            **{k: summary[k] for k in OBJECTIVE_KEYS},
             "notes": notes + summary["notes"],
         }
     )

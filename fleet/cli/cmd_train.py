@@ -332,6 +332,8 @@ def _profile_first(args, backend, task, model, source, device) -> list[Any]:
 
 
 def _report(result: Any, summary: dict[str, Any], args: argparse.Namespace, ckpt: str | None):
+    from fleet.agent.closedloop import OBJECTIVE_KEYS
+
     out = {
         "status": summary["status"],
         "samples": result.samples,
@@ -352,13 +354,7 @@ def _report(result: Any, summary: dict[str, Any], args: argparse.Namespace, ckpt
         "refreshed_profile": summary["refreshed_profile"],
         "batch_size": summary["batch_size"],
         "freq_mhz": summary["freq_mhz"],
-        "objective": summary["objective"],
-        "deadline_s": summary["deadline_s"],
-        "predicted_finish_s": summary["predicted_finish_s"],
-        "predicted_energy_j": summary["predicted_energy_j"],
-        "late": summary["late"],
-        "behind_at_s": summary["behind_at_s"],
-        "done_fraction": summary["done_fraction"],
+        **{k: summary[k] for k in OBJECTIVE_KEYS},
         "budget": summary["budget_source"],
         "stop_reason": summary["stop_reason"],
         "notes": summary["notes"],
