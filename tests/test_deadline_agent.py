@@ -240,7 +240,7 @@ def slow(x, gen):
     return x
 
 
-def train_deadline(board, source, deadline_s, max_samples=4000):
+def train_deadline(board, source, deadline_s, max_samples=4000, **kw):
     g = torch.Generator().manual_seed(1)
     train = (torch.randn(512, 1, 8, 8, generator=g), torch.randint(0, 2, (512,), generator=g))
     test = (torch.randn(64, 1, 8, 8, generator=g), torch.randint(0, 2, (64,), generator=g))
@@ -248,7 +248,8 @@ def train_deadline(board, source, deadline_s, max_samples=4000):
     return train_under_budget(
         board, model, train, test, lut_from_rows(lut_rows()), EFF, source, 16, 1e-3,
         objective="deadline", deadline_s=deadline_s, target_accuracy=1.0,
-        max_samples=max_samples, eval_every_samples=max_samples, augment=slow,
+        max_samples=max_samples, augment=slow,
+        **{"eval_every_samples": max_samples, **kw},
     )  # fmt: skip
 
 
@@ -369,3 +370,46 @@ def test_the_agent_refuses_bad_deadline_arguments_in_one_line(extra, words):
     ]
     with pytest.raises(ProtocolError, match="time-only"):
         _closed_loop_args(dict(req, profile=timeless, objective="deadline", deadline_s=30))
+
+
+def test_a_resumed_checkpoint_counts_and_the_loop_re_selects_for_what_is_left():
+    """Energy per sample least at the lowest clock, time ~ f^-0.3: with 3 s for the whole work
+    the start runs 600 MHz (2.72 s predicted); told that a checkpoint holds half the work, the
+    loop re-selects at the next step and 200 MHz (1.9 s for the half left) meets the deadline."""
+    rows = [
+        {
+            "batch_size": 16,
+            "freq_mhz": f,
+            "time_per_batch_s": 0.01 * (800 / f) ** 0.3,
+            "peak_power_w": 1.55 + 0.004 * f,
+            "mean_power_w": 1.5 + 0.004 * f,
+        }
+        for f in (200.0, 400.0, 600.0, 800.0)
+    ]
+    points, n = lut_from_rows(rows), {16: 4000.0}
+    board = FollowBackend()
+    loop = ClosedLoop(board, points, n, FixedBudget(6.0), objective="deadline", deadline_s=3.0)
+    with loop:
+        assert (loop.batch_size, loop.freq_mhz, board.locked) == (16, 600.0, 600.0)
+        loop.resumed(2000, 16)
+        assert loop.before_step() == (16, False)
+        assert (loop.freq_mhz, board.locked) == (200.0, 200.0)
+    seg = loop.summary()["segments"][-1]
+    assert (seg["reason"], seg["done"]) == ("deadline", 0.5)
+    want = choose_deadline(points, n, [(0.0, 6.0)], seg["start_s"], 0.5, 3.0)
+    assert point_of(seg) == picked(want) == (16, 200.0) and not want[1]
+    assert board.locked is None
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_the_trainer_tells_the_loop_what_a_checkpoint_holds(tmp_path):
+    """Capped after 1,600 samples with a checkpoint; the next run resumes there and trains
+    1,600 more at b=16: the loop counts both halves (0.8 of the 4,000-sample target)."""
+    kw = {"checkpoint_path": str(tmp_path / "checkpoint.pt"), "eval_every_samples": 1600}
+    train_deadline(FollowBackend(), FixedBudget(6.0), 30.0, 1600, **kw)
+    board = FollowBackend()
+    result, summary = train_deadline(board, FixedBudget(6.0), 30.0, 3200, **kw)
+    assert (result.resumed_from_samples, result.samples) == (1600, 3200)
+    assert {point_of(s) for s in summary["segments"]} == {(16, 800.0)}
+    assert summary["done_fraction"] == pytest.approx(3200 / EFF[16])
+    assert board.locked is None

@@ -280,6 +280,18 @@ class ClosedLoop(object):
                     return self._batch, True
             return self._batch, False
 
+    def resumed(self, samples: int, batch: Optional[int]) -> None:
+        """The trainer resumed a checkpoint that holds ``samples``: they count towards the target
+        (deadline objective), and the next step re-selects for the work and time left. The
+        checkpoint does not say at which batch sizes they ran; its running batch prices them."""
+        if self.deadline_s is None or samples <= 0:
+            return
+        with self._mu:
+            n = self.efficiency.get(batch or self._batch)
+            if n:
+                self.done = min(1.0, self.done + samples / n)
+                self._reselect = True
+
     def after_step(self) -> None:
         """The trainer finished a step: count it towards the target (deadline objective), and
         the drift watch times it (see ``driftwatch.py``)."""

@@ -644,6 +644,9 @@ def _run(
         state.wall_time_s = wall_now()
         return
 
+    on_resume = getattr(controller, "resumed", None)
+    if on_resume is not None and state.samples > 0:  # a checkpoint's work counts
+        on_resume(state.samples, state.cur_batch)
     step_done = getattr(controller, "after_step", None)
     next_progress = time.perf_counter() + progress_interval_s
     while True:
