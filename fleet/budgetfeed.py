@@ -48,7 +48,8 @@ def feed(
         due = start + step.at_s / speed
         while (left := due - clock()) > 0:
             sleep(min(left, 0.5))
-        atomic_write_text(path, format_budget(step.budget_w) + "\n")
+        # readable by all: the agent reading it may run as another user than the feeder
+        atomic_write_text(path, format_budget(step.budget_w) + "\n", mode=0o644)
         at = clock() - start
         written.append((at, step.budget_w))
         if on_write:

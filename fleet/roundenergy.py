@@ -70,15 +70,17 @@ def round_energy(
 ) -> tuple[list[dict[str, float | None]], dict[str, object]]:
     """Per device (in ``rows`` order) and fleet: training energy plus idle power x waiting.
 
-    Round time is the slowest device that trained (late ones included), as in the fleet totals.
-    Per device: ``idle_power_w``, ``wait_s`` (round time - its training time, or the whole
-    round if it did not train) and ``idle_wait_j`` (None where the idle power is unknown).
-    Fleet: ``training_energy_j``, ``idle_wait_j``, ``round_energy_j`` and ``idle_unknown``
-    (devices whose waiting could not be charged).
+    The round lasts until the last device that ran reports: the slowest that reached the
+    target (the fleet totals' round time) or one that ran without reaching it (stopped at its
+    sample cap, or over budget) if that took longer. Every joule a device spent training
+    counts, reached or not. Per device: ``idle_power_w``, ``wait_s`` (round end - its own
+    training time, or the whole round if it did not run) and ``idle_wait_j`` (None where the
+    idle power is unknown). Fleet: ``training_energy_j`` (all training, so at least the
+    totals' fleet energy, which counts devices that reached the target), ``idle_wait_j``,
+    ``round_energy_j`` and ``idle_unknown`` (devices whose waiting could not be charged).
     """
-    done = [r for r in rows if r.get("status") in TRAINED]
-    training = sum(float(r["energy_j"]) for r in done if _finite(r.get("energy_j")))  # type: ignore[arg-type]
-    own_s = [_training_s(r) for r in rows]  # None: did not train, waits the whole round
+    training = sum(float(r["energy_j"]) for r in rows if _ran(r) and _finite(r.get("energy_j")))  # type: ignore[arg-type]
+    own_s = [_training_s(r) for r in rows]  # None: did not run, waits the whole round
     round_s = max((t for t in own_s if t is not None), default=0.0)
     memo: dict[str, float | None] = {}
     devices: list[dict[str, float | None]] = []
@@ -100,10 +102,19 @@ def round_energy(
     }
 
 
+#: Statuses of a device that ran this round without reaching the target (its time and energy
+#: are measured): the trainer's sample cap, and the closed loop's stop over budget.
+RAN_SHORT = ("not reached", "over-budget")
+
+
+def _ran(row: dict[str, object]) -> bool:
+    return row.get("status") in TRAINED or row.get("status") in RAN_SHORT
+
+
 def _training_s(row: dict[str, object]) -> float | None:
-    """How long the device trained this round (None if it did not)."""
+    """How long the device trained this round (None if it did not run)."""
     t = row.get("time_s")
-    return float(t) if row.get("status") in TRAINED and _finite(t) else None  # type: ignore[arg-type]
+    return float(t) if _ran(row) and _finite(t) else None  # type: ignore[arg-type]
 
 
 def round_totals(rows: Sequence[dict[str, object]]) -> dict[str, object]:

@@ -225,6 +225,18 @@ def test_replay_passes_on_the_recorded_idle_power(tmp_path):
     assert not any(c.startswith("idle_window_s") for c in comments)  # nothing was measured
     bare = synthetic_profile(tmp_path / "nano.csv")
     assert "idle_power_w" not in profile_grid(ReplayBackend(bare), "resnet18", None, [4]).metadata
+    # a tiny recorded value keeps its digits (rounding to 4 places made it 0: unloadable), a
+    # non-positive one is not passed on
+    from fleet.profile import load_profile
+
+    text = open(modeled).read()
+    for recorded, want in (("0.00001", 1e-05), ("0", None), ("-2", None)):
+        rec = tmp_path / f"rec{recorded}.csv"
+        rec.write_text(text.replace(",1.25", "," + recorded))
+        got = profile_grid(ReplayBackend(str(rec)), "small_cnn", None, [4, 8])
+        assert got.metadata.get("idle_power_w") == want
+        write_profile(str(out), got.rows, got.metadata)
+        assert load_profile(str(out)).idle_power_w == want
 
 
 def test_out_of_memory_is_recorded_and_profiling_continues(tmp_path):

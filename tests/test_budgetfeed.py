@@ -40,6 +40,7 @@ def test_each_step_is_written_at_its_time(tmp_path):
     assert [round(at, 9) for at, _w in got] == [0.0, 1.0, 2.5]
     assert [w for _at, w in got] == [6.0, 3.0, None]
     assert contents == ["6\n", "3\n", "none\n"]  # the budget codec's words, read back
+    assert path.stat().st_mode & 0o777 == 0o644  # an agent running as another user reads it
     assert max(clock.sleeps) <= 0.5  # never sleeps past a step
 
 

@@ -229,6 +229,15 @@ def test_a_time_only_profile_cannot_serve_the_deadline():
             FollowBackend(), lut_from_rows(rows), {16: 4000.0}, FixedBudget(None),
             objective="deadline", deadline_s=10.0,
         )  # fmt: skip
+    # only the batch sizes shipped must have power, as on the host (fleet.deadline)
+    mixed = [r if r["batch_size"] == 16 else dict(r, peak_power_w=None, mean_power_w=None)
+             for r in lut_rows()]  # fmt: skip
+    loop = ClosedLoop(
+        FollowBackend(), lut_from_rows(mixed), {16: 4000.0}, FixedBudget(6.0),
+        objective="deadline", deadline_s=10.0,
+    )  # fmt: skip
+    with loop:
+        assert loop.batch_size == 16
 
 
 EFF = {8: 4000.0, 16: 4000.0, 32: 4400.0}
@@ -413,3 +422,73 @@ def test_the_trainer_tells_the_loop_what_a_checkpoint_holds(tmp_path):
     assert {point_of(s) for s in summary["segments"]} == {(16, 800.0)}
     assert summary["done_fraction"] == pytest.approx(3200 / EFF[16])
     assert board.locked is None
+
+
+def test_past_the_shipped_estimate_the_loop_runs_its_fastest_point(tmp_path):
+    """The data needs more samples than shipped (done passes 1 before the target): with no work
+    left to plan on, a budget change re-selects the fastest point that fits, not the slowest
+    (which a plan costing the remaining work at zero would pick)."""
+    budget = tmp_path / "budget"
+    budget.write_text("6\n")
+    points, n = lut_from_rows(lut_rows()), {16: 400.0}
+    board = FollowBackend()
+    loop = ClosedLoop(
+        board, points, n, FileBudget(str(budget), reread_s=0.01), objective="deadline",
+        deadline_s=5.0,
+    )  # fmt: skip
+    with loop:
+        assert (loop.batch_size, loop.freq_mhz) == (16, 800.0)
+        for _ in range(26):  # 26 x 16 = 416 samples > 400 shipped, target not reached
+            loop.before_step()
+            loop.after_step()
+        assert loop.done > 1.0
+        budget.write_text("5.5\n")  # 16@800 (5.05 W peak) fits, 32@800 (5.85 W) does not
+        for _ in range(500):  # until the loop has read the new budget
+            if any(seg["budget_w"] == 5.5 for seg in loop.segments):
+                break
+            time.sleep(0.01)
+        loop.before_step()
+        want = choose(points, n, 5.5, "time")
+        assert (want.batch_size, want.freq_mhz) == (16, 800.0)
+        assert (loop.batch_size, loop.freq_mhz, board.locked) == (16, 800.0, 800.0)
+    summary = loop.summary()
+    assert summary["behind_at_s"] is not None
+    assert any("shipped estimate is used up" in m for m in summary["notes"])
+    assert board.locked is None
+
+
+def test_a_late_start_is_still_checked_after_the_budget_rises(tmp_path):
+    """Only 200 MHz fits at first (late from the start); the live budget then rises and the
+    deadline point is 400 MHz, but the board runs 1.6x slower than its LUT: the check keeps
+    running after the late start and moves it up again instead of letting it finish later."""
+    rows = [
+        {
+            "batch_size": 16,
+            "freq_mhz": f,
+            "time_per_batch_s": 6.72 / f,
+            "peak_power_w": 0.55 + 6e-6 * f * f,
+            "mean_power_w": 0.5 + 6e-6 * f * f,
+        }
+        for f in (200.0, 400.0, 600.0, 800.0)
+    ]
+    points, n = lut_from_rows(rows), {16: 1000.0}
+    lut = {p.freq_mhz: p.time_per_batch_s for p in points}
+    budget = tmp_path / "budget"
+    budget.write_text("1.0\n")
+    board = FollowBackend(freqs=[200.0, 400.0, 600.0, 800.0])
+    loop = ClosedLoop(
+        board, points, n, FileBudget(str(budget), reread_s=0.01), objective="deadline",
+        deadline_s=1.5,
+    )  # fmt: skip
+    with loop:
+        assert (loop.freq_mhz, loop.late) == (200.0, True)
+        time.sleep(0.05)
+        budget.write_text("10\n")
+        time.sleep(0.05)
+        while loop.done < 1.0:
+            loop.before_step()
+            time.sleep(1.6 * lut[loop.freq_mhz])
+            loop.after_step()
+    reasons = [(s["reason"], s["freq_mhz"]) for s in loop.summary()["segments"]]
+    assert reasons[:2] == [("start", 200.0), ("budget-change", 400.0)]
+    assert any(r == "deadline" and f > 400.0 for r, f in reasons[2:]), reasons

@@ -62,6 +62,25 @@ def test_round_energy_equals_the_hand_computation(fleet3):
     assert (t["energy_j"], t["round_energy_j"], t["idle_unknown"]) == (8000.0, 9300.0, 0)
 
 
+def test_devices_that_ran_short_count_their_training_and_can_end_the_round():
+    """One device reached the target in 100 s; one ran 300 s to its sample cap without
+    reaching it; one was stopped over budget after 50 s; one could not run. All idle at 2 W.
+    The round ends when the last one reports (300 s); every joule spent training counts:
+    6,800 J of training, waits of 200, 250 and 300 s at 2 W = 1,500 J, 8,300 J in all."""
+    rows = [
+        {"status": "ok", "time_s": 100.0, "energy_j": 1000.0, "idle_power_w": 2.0},
+        {"status": "not reached", "time_s": 300.0, "energy_j": 5000.0, "idle_power_w": 2.0},
+        {"status": "over-budget", "time_s": 50.0, "energy_j": 800.0, "idle_power_w": 2.0},
+        {"status": "infeasible", "time_s": None, "energy_j": None, "idle_power_w": 2.0},
+    ]
+    devices, fleet = round_energy(rows)
+    assert [d["wait_s"] for d in devices] == [200.0, 0.0, 250.0, 300.0]
+    assert fleet["training_energy_j"] == 6800.0
+    assert fleet["idle_wait_j"] == 2.0 * (200 + 250 + 300)
+    assert fleet["round_energy_j"] == 6800.0 + 1500.0
+    assert totals(rows)["energy_j"] == 1000.0  # fleet energy: devices that reached the target
+
+
 def test_the_round_report_carries_round_energy_per_device_and_in_total(tmp_path, fleet3):
     write_report(tmp_path / "run", fleet3, {"run": "r"})
     rep = read_report(tmp_path / "run")

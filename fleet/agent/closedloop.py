@@ -127,7 +127,8 @@ class ClosedLoop(object):
                 if deadline_s is None:
                     raise ChooseError("the deadline objective needs deadline_s (seconds)")
                 self.deadline_s = check_deadline_s(deadline_s)
-                check_power(points)
+                # the points it may pick, as the host prices them: batch sizes shipped
+                check_power([p for p in points if p.batch_size in efficiency])
             elif deadline_s is not None:
                 raise ChooseError("deadline_s is only for the deadline objective")
         except ChooseError as exc:
@@ -463,6 +464,8 @@ class ClosedLoop(object):
                 self.max_batch,
             )  # fmt: skip
         now = self.now() if t is None else t
+        if self.done >= 1.0:
+            return self._past_estimate(budget, now, margin_only)
         schedule = self._schedule or [(0.0, budget)]
         got = None
         if self.rail_excess_w > 0:  # the rail runs hotter than the profile: keep the margin
@@ -489,21 +492,54 @@ class ClosedLoop(object):
                     "deadline: predicted finish {:.1f} s misses the {:g} s deadline; running "
                     "the fastest point".format(f, self.deadline_s)
                 )
-        elif late and not self.late and self.behind_at_s is None:
-            self.behind_at_s = now
+        elif late:
+            self._mark_behind(now)
+        return rate.point
+
+    def _mark_behind(self, now: float) -> None:
+        """Record (once, unless the start was already late) that the device fell behind."""
+        if self.late or self.behind_at_s is not None:
+            return
+        self.behind_at_s = now
+        if self.done >= 1.0:
+            why = "the shipped estimate is used up at {:.1f} s ({:.1%} done, target not reached)"
+            self._note(("deadline: " + why + "; running the fastest point").format(now, self.done))
+        else:
             self._note(
                 "deadline: fell behind the {:g} s deadline at {:.1f} s ({:.1%} done); running "
                 "the fastest point".format(self.deadline_s, now, self.done)
             )
-        return rate.point
+
+    def _past_estimate(
+        self, budget: Optional[float], now: float, margin_only: bool
+    ) -> Optional[LutPoint]:
+        """The shipped samples-to-accuracy are used up and the target is not reached: the data
+        needs more than estimated, nothing is left to plan on, so the device is behind and runs
+        its fastest point (the host's ``DeadlineChooser`` does the same). Costing the remaining
+        work as zero instead would make every point "on time" and pick the slowest."""
+        p = None
+        if self.rail_excess_w > 0:
+            p = choose(
+                self.points, self.efficiency, self._derate(budget), "time", self.infeasible,
+                self.max_batch,
+            )  # fmt: skip
+            if p is None and margin_only:
+                return None
+        if p is None:
+            p = choose(
+                self.points, self.efficiency, budget, "time", self.infeasible, self.max_batch
+            )
+        if p is not None and self.segments:
+            self._mark_behind(now)
+        return p
 
     def _check_behind(self, t: float) -> None:
         """Does the running point still finish by the deadline (from here, at the LUT's rate,
-        with the look-ahead)? If not, re-select now, at the step boundary."""
+        with the look-ahead)? If not, re-select now, at the step boundary. Checked also after
+        the device was late or fell behind: a later budget change may have put it on a slower
+        point that must keep up too; only the fastest point has nothing to switch to."""
         if (
             t < self._next_check
-            or self.late
-            or self.behind_at_s is not None
             or self._pending is not None
             or self.stop_reason is not None
             or (self.drift is not None and self.drift.active())
@@ -512,6 +548,17 @@ class ClosedLoop(object):
         self._next_check = t + BEHIND_CHECK_S
         p = self._point(self._batch, self._freq)
         if p is None:
+            return
+        budget = self._derate(self._budget) if self.rail_excess_w > 0 else self._budget
+        fastest = choose(
+            self.points, self.efficiency, budget, "time", self.infeasible, self.max_batch
+        )
+        at_fastest = fastest == p  # then there is nothing to switch to, only to record
+        if self.done >= 1.0:  # past the shipped estimate: the fastest point, now
+            if at_fastest:
+                self._mark_behind(t)
+            else:
+                self._reselect_for_deadline(t, REASON_DEADLINE)
             return
         schedule = self._schedule or [(0.0, self._budget)]
         if self.rail_excess_w > 0:
@@ -522,6 +569,9 @@ class ClosedLoop(object):
         )  # fmt: skip
         self.last_finish_s = f
         if f <= self.deadline_s * (1.0 + REL_TOL):
+            return
+        if at_fastest:
+            self._mark_behind(t)
             return
         self._reselect_for_deadline(t, REASON_DEADLINE)
 

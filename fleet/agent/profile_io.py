@@ -202,13 +202,13 @@ def write_rows(
     atomic_write_text(path, buf.getvalue())
 
 
-def atomic_write_text(path: str, text: str) -> None:
+def atomic_write_text(path: str, text: str, mode: Optional[int] = None) -> None:
     """Write text to path through a temp file in the same directory and os.replace."""
 
     def write(fh: IO) -> None:
         fh.write(text.encode("utf-8"))
 
-    atomic_write(path, write)
+    atomic_write(path, write, mode)
 
 
 def temp_prefix(path: str) -> str:
@@ -216,12 +216,13 @@ def temp_prefix(path: str) -> str:
     return "." + os.path.basename(path) + ".tmp-"
 
 
-def atomic_write(path: str, write: Callable[[IO], None]) -> None:
+def atomic_write(path: str, write: Callable[[IO], None], mode: Optional[int] = None) -> None:
     """Call ``write(binary_file)`` on a temp file beside ``path``, fsync, then os.replace.
 
     A reader sees the old file or the new one, never half of one; on any failure the temp file
     is removed and the old file stays. Text files, profiles and torch checkpoints all go
-    through here.
+    through here. The file is private (0600, as ``mkstemp`` makes it) unless ``mode`` says
+    otherwise, set before the rename so no reader ever meets it closed.
     """
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
@@ -231,6 +232,8 @@ def atomic_write(path: str, write: Callable[[IO], None]) -> None:
             write(fh)
             fh.flush()
             os.fsync(fh.fileno())
+            if mode is not None:
+                os.fchmod(fh.fileno(), mode)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

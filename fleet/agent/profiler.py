@@ -113,6 +113,8 @@ def profile_grid(
     idle = None  # type: Optional[float]
     if replay:  # a replay measures nothing: it passes on what the recorded board idled at
         idle = cell_number(getattr(backend, "idle_power_w", None))
+        if idle is not None and not (0 < idle < float("inf")):
+            idle = None  # a recording's nonsense is not passed on (the profile would not load)
     elif power_available and float(idle_s) > 0:
         idle = measure_idle(backend, float(idle_s), float(sampler_hz))
 
@@ -179,7 +181,7 @@ def profile_grid(
     metadata["grid_batch_sizes"] = ",".join(str(b) for b in bs)
     metadata["grid_freqs"] = ",".join("{:g}".format(f) for f in points)
     if idle is not None:
-        metadata["idle_power_w"] = round(idle, 4)
+        metadata["idle_power_w"] = float("{:.6g}".format(idle))  # never rounds to 0
         if not replay:
             metadata["idle_window_s"] = float(idle_s)
     probes = len(rows)
