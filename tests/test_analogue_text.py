@@ -97,15 +97,19 @@ def test_study_on_tiny_text_writes_valid_efficiency_files_and_report(tmp_path):
         max_samples=1500,
     )
     eff_dir = tmp_path / "eff"
-    res = run_text_study(
-        str(data),
-        tmp_path / "out",
-        config,
-        efficiency_dir=eff_dir,
-        workers=1,
-        cache_dir=tmp_path / "cache",
-        log=lambda m: None,
-    )
+
+    def study() -> dict:
+        return run_text_study(
+            str(data),
+            tmp_path / "out",
+            config,
+            efficiency_dir=eff_dir,
+            workers=1,
+            cache_dir=tmp_path / "cache",
+            log=lambda m: None,
+        )
+
+    res = study()
     for name in config.names:
         path = eff_dir / f"char_transformer_small_{name}.csv"
         eff = load_efficiency(path)
@@ -135,15 +139,7 @@ def test_study_on_tiny_text_writes_valid_efficiency_files_and_report(tmp_path):
     saved = json.loads((tmp_path / "out" / "analogue.json").read_text())
     assert saved["model_shape"]["layers"] == 2 and len(saved["sensitivity"]) == 2
     # a rerun reads the cache: no new weights, the same numbers
-    again = run_text_study(
-        str(data),
-        tmp_path / "out",
-        config,
-        efficiency_dir=eff_dir,
-        workers=1,
-        cache_dir=tmp_path / "cache",
-        log=lambda m: None,
-    )
+    again = study()
     assert again["sensitivity"] == res["sensitivity"]
 
 
