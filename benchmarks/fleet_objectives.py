@@ -3,13 +3,13 @@
     python benchmarks/fleet_objectives.py [--out docs/fleet-objectives]
 
 Runs one round of the default fleet and of the 1,000-device fleet on the direct engine under
-each objective (``fleet.whatif.simulate_fleet``), plus a budget sweep of the default fleet per
-objective for the time-energy front, and writes ``README.md`` (tables), ``results.json`` and two
+each objective (``fleet.planning.whatif.simulate_fleet``), plus a budget sweep of the default fleet
+per objective for the time-energy front, and writes ``README.md`` (tables), ``results.json`` and two
 figures under ``--out``. Rerun it after the reference profiles change; nothing is hand-typed.
 The goal it checks (issue 14): the deadline objective keeps the time objective's round time and
 spends at least 10 % less fleet energy on the default fleet. Fleet energy counts training only;
-round energy (``fleet.roundenergy``) adds every device's idle power while it waits for the round
-to end, and both are reported.
+round energy (``fleet.planning.roundenergy``) adds every device's idle power while it waits for the
+round to end, and both are reported.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ import json
 from pathlib import Path
 
 from fleet.agent.profile_io import atomic_write, atomic_write_text
-from fleet.fleetconfig import Fleet, load_fleet
-from fleet.whatif import deadline_vs_time, pareto_front, simulate_fleet, sweep, totals
-from fleet.whatifplot import plot_front
+from fleet.config.fleetfile import Fleet, load_fleet
+from fleet.planning.whatif import deadline_vs_time, pareto_front, simulate_fleet, sweep, totals
+from fleet.reports.whatif_plot import plot_front
 
 ROOT = Path(__file__).resolve().parents[1]
 FLEETS = {
@@ -145,18 +145,20 @@ def markdown(results: dict, command: str) -> str:
         "they are refitted). Round time = slowest device that trained; fleet energy = sum of "
         "training energy (profiled mean power x time; waiting is not charged); round energy = "
         "fleet energy + every device's idle power x its wait until the round ends (a device "
-        "that could not train waits the whole round; `fleet/roundenergy.py`). Idle power is "
-        "the profile's `idle_power_w` column: here the device model's idle power (Nano 1.25 W, "
-        "TX2 NX 1.45 W), on a board what `powerfleet profile` measures before its sweep.",
+        "that could not train waits the whole round; `fleet/planning/roundenergy.py`). Idle "
+        "power is the profile's `idle_power_w` column: here the device model's idle power "
+        "(Nano 1.25 W, TX2 NX 1.45 W), on a board what `powerfleet profile` measures before "
+        "its sweep.",
         "",
         "**Objectives.** `time`: each device its fastest feasible point (Algorithm 1). "
         "`energy`: each device its least-energy feasible point. `deadline`: each device the "
         "least-energy feasible point whose *predicted* finish meets the round deadline (else "
         "its fastest point, status `late`); the deadline is the slowest device's fastest "
-        "predicted finish (`fleet.deadline.plan_deadline`) unless `[run] deadline_s` sets it. "
-        "Under a budget schedule the device re-selects at every step against the remaining "
-        'deadline, costing each candidate as "this point until the step ends, then the fastest '
-        'point under every later budget" (see `fleet/deadline.py`). Predictions use the '
+        "predicted finish (`fleet.planning.deadline_plan.plan_deadline`) unless "
+        "`[run] deadline_s` sets it. Under a budget schedule the device re-selects at every "
+        'step against the remaining deadline, costing each candidate as "this point until the '
+        'step ends, then the fastest point under every later budget" (see '
+        "`fleet/core/deadline.py`). Predictions use the "
         "shipped proxy efficiency, actual times the device's own trace, so the deadline "
         "(predicted) can differ from the round time (actual).",
         "",

@@ -65,7 +65,7 @@ def _on_alarm(signum, frame):  # noqa: ARG001 - signal handler signature
 def project_errors() -> tuple[type, ...]:
     """The error types whose one-line message the CLI/agent shows a user as is."""
     names = [
-        ("fleet.errors", "InputError"),
+        ("fleet.common.errors", "InputError"),
         ("fleet.agent.profile_io", "ProfileFormatError"),
         ("fleet.agent.trainer", "TrainerError"),
         ("fleet.agent.datasets", "DatasetError"),
@@ -464,7 +464,7 @@ class CsvFormat(Format):
 
 
 def fleet_format(tmp: str):
-    from fleet.fleetconfig import load_fleet
+    from fleet.config.fleetfile import load_fleet
 
     shutil.copy(PROFILE_SEED, os.path.join(tmp, "p.csv"))
     shutil.copy(EFFICIENCY_SEED, os.path.join(tmp, "e.csv"))
@@ -633,7 +633,7 @@ def tensor_format(tmp: str):
     seeds["checkpoint"] = (Path(ckpt_path).read_bytes(), ckpt_obj)
     fingerprint = ckpt_obj["fingerprint"]
 
-    from fleet.task import read_weights
+    from fleet.training.task import read_weights
 
     loaders = {
         "weights": read_weights,
@@ -1027,8 +1027,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     signal.signal(signal.SIGALRM, _on_alarm)
     tmp = tempfile.mkdtemp(prefix="powerfleet-fuzz-")
-    from fleet.efficiency import load_efficiency
-    from fleet.profile import load_profile
+    from fleet.core.efficiency import load_efficiency
+    from fleet.core.profile import load_profile
 
     formats = [
         CsvFormat("profile CSV", PROFILE_SEED, ".csv", load_profile, check_profile,

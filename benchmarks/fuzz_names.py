@@ -84,8 +84,8 @@ class Instruction(fuzz.Format):
 
     def __init__(self) -> None:
         from clients import records
-        from fleet.efficiency import load_efficiency
-        from fleet.fleetconfig import load_fleet
+        from fleet.config.fleetfile import load_fleet
+        from fleet.core.efficiency import load_efficiency
         from strategies import coordinator
 
         root = Path(__file__).resolve().parents[1] / "simulations"
@@ -118,7 +118,7 @@ class AgentPaths(fuzz.Format):
 
     def run_one(self, rng, limit_s):
         from fleet.agent.confine import PATH_KEYS, ConfineError
-        from fleet.errors import InputError
+        from fleet.common.errors import InputError
 
         pieces = ["..", "etc-link", "/etc", "a", "", ".", "/", "\x00", self.work, "x" * 300]
         req = {"cmd": "train"}

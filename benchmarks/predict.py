@@ -9,7 +9,7 @@ with the full table: mean and worst relative error for step time and peak power 
 predicted points, and the selection regret at several budgets. Regret is the time-to-accuracy
 of the choice made on the predicted table, costed on the true table, over that of the choice
 made on the true table, minus 1. A predicted choice is verified first, as the device does
-(issue 11, verify-before-trust, ``fleet.verify.select_verified``): the true table answers the
+(issue 11, verify-before-trust, ``fleet.trust.verify.select_verified``): the true table answers the
 probe, the table is corrected and the selection repeated; those probes are counted. The
 baseline is the separable fit ``Y(b, k) = Y_b * Y_k`` (least squares in log space) on the
 same probes.
@@ -34,12 +34,13 @@ import numpy as np
 from fleet.agent.predict import QUANTITIES, design_probes, predict_profile
 from fleet.agent.profile_io import read_rows
 from fleet.agent.staircase import Measurement, staircase_plan
-from fleet.efficiency import Efficiency, load_efficiency
-from fleet.errors import InfeasibleError
-from fleet.profile import Point, Profile
-from fleet.report import json_safe
-from fleet.selection import align, select
-from fleet.verify import select_verified
+from fleet.common.errors import InfeasibleError
+from fleet.core.choice import align
+from fleet.core.efficiency import Efficiency, load_efficiency
+from fleet.core.profile import Point, Profile
+from fleet.core.selection import select
+from fleet.reports.report import json_safe
+from fleet.trust.verify import select_verified
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 Key = tuple[int, float]
@@ -100,8 +101,8 @@ def verified_choice(
     eff: Efficiency,
     budget: float | None,
 ) -> tuple[Key | None, int, int]:
-    """The product's verify-before-trust (fleet.verify.select_verified) on the predicted table,
-    with the true table as the device. Returns (final point, probes, over-budget catches)."""
+    """The product's verify-before-trust (fleet.trust.verify.select_verified) on the predicted
+    table, with the true table as the device. Returns (final point, probes, over-budget catches)."""
     rows = [
         {
             "batch_size": k[0],

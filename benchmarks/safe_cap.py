@@ -17,8 +17,8 @@ import math
 import time
 
 from benchmarks.selection import synthetic
-from fleet.profile import Profile
-from fleet.selection import SelectionIndex, safe_frequency_cap
+from fleet.core.profile import Profile
+from fleet.core.selection import SelectionIndex, safe_frequency_cap
 
 
 def old_rescan(profile: Profile, budget: float | None) -> float:

@@ -15,10 +15,10 @@ import math
 import random
 import time
 
-from fleet.efficiency import Efficiency
-from fleet.errors import InfeasibleError
-from fleet.profile import Point, Profile
-from fleet.selection import SelectionIndex, select_brute_force
+from fleet.common.errors import InfeasibleError
+from fleet.core.efficiency import Efficiency
+from fleet.core.profile import Point, Profile
+from fleet.core.selection import SelectionIndex, select_brute_force
 
 
 def synthetic(n_batches: int, n_freqs: int, seed: int = 0) -> tuple[Profile, Efficiency]:

@@ -3,11 +3,13 @@
     python benchmarks/whatif.py [--fleet simulations/fleets/large.toml] [--budgets 3:12.5:0.5]
 
 For each objective, times three ways of answering the same sweep and checks they agree:
-- ``shared``: ``fleet.whatif.sweep`` (each device kind simulated once per budget, rows copied);
-- ``per-device``: every device simulated on its own (``fleet.virtual_clock.simulate_device``), the
+- ``shared``: ``fleet.planning.whatif.sweep`` (each device kind simulated once per budget, rows
+copied);
+- ``per-device``: every device simulated on its own
+(``fleet.rounds.virtual_clock.simulate_device``), the
   reference the shared sweep must equal;
 - ``distinct``: a fleet whose 1,000 devices all have different budgets (no two share a kind),
-  swept by ``fleet.whatif.sweep`` with ``--scale``: the worst case for sharing.
+  swept by ``fleet.planning.whatif.sweep`` with ``--scale``: the worst case for sharing.
 Prints seconds per sweep and the ratio per-device / shared.
 """
 
@@ -20,10 +22,10 @@ import math
 import time
 from pathlib import Path
 
-from fleet.deadline import plan_deadline
-from fleet.fleetconfig import load_fleet
-from fleet.virtual_clock import cached_efficiency, simulate_device
-from fleet.whatif import fastest_finishes, parse_range, run_for, sweep, totals, with_budget
+from fleet.config.fleetfile import load_fleet
+from fleet.planning.deadline_plan import plan_deadline
+from fleet.planning.whatif import fastest_finishes, parse_range, run_for, sweep, totals, with_budget
+from fleet.rounds.virtual_clock import cached_efficiency, simulate_device
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -29,7 +29,7 @@ from typing import Any
 
 import fleet
 from fleet.agent.devices import DeviceError, all_options, backend_argv, options_for
-from fleet.errors import InputError
+from fleet.common.errors import InputError
 
 # The directory that holds the ``fleet`` package: the agent's interpreter imports from here.
 PACKAGE_ROOT = str(Path(fleet.__file__).resolve().parent.parent)

@@ -1,7 +1,7 @@
 """The ClientApp: one Flower app for every node, simulated or on a board.
 
 Why it is thin: a device's round (align, check the type, select, run) lives in
-``fleet.device_round.run_device``, which the direct engine calls too, so a Flower run and a
+``fleet.rounds.device_round.run_device``, which the direct engine calls too, so a Flower run and a
 1,000-device direct run give the same rows. This module only finds out which device it is,
 rebuilds the instruction (the shipped efficiency and the fleet's run settings) from the
 message, hands the round to the runner the node asks for, and encodes the reply.
@@ -14,8 +14,8 @@ instruction (``fleet-path``), so the client needs no run config.
 Which runner: a node whose config says ``client = "hardware"`` drives its board through the
 agent (``clients.hardware_client``); any other node is simulated and its fleet entry's
 ``learning`` picks the runner: "trace" runs the virtual clock on the device's convergence trace
-(``fleet.virtual_clock``), "train" fine-tunes the shipped weights on this host's CPU
-(``fleet.learning``) while time and energy still come from the device's profile; its
+(``fleet.rounds.virtual_clock``), "train" fine-tunes the shipped weights on this host's CPU
+(``fleet.rounds.host_training``) while time and energy still come from the device's profile; its
 fine-tuned weights go back in federated mode.
 """
 
@@ -28,10 +28,10 @@ from flwr.app import ArrayRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
 from clients import records
-from fleet.device_round import TRAINED
-from fleet.errors import InputError
-from fleet.fleetconfig import DeviceSpec
-from fleet.virtual_clock import cached_profile, simulate_device
+from fleet.common.errors import InputError
+from fleet.config.fleetfile import DeviceSpec
+from fleet.rounds.device_round import TRAINED
+from fleet.rounds.virtual_clock import cached_profile, simulate_device
 
 
 class LearningUnavailable(InputError):
@@ -57,7 +57,7 @@ def learn_from_trace(spec: DeviceSpec, received: Received) -> Learned:
 
 def learn_by_training(spec: DeviceSpec, received: Received) -> Learned:
     """Real training (CPU) on the device's data, timed and charged on the device's clock."""
-    from fleet.learning import train_device
+    from fleet.rounds.host_training import train_device
 
     ins = received.instruction
     weights = None
@@ -115,9 +115,10 @@ def simulated_round(node_config: dict, content: RecordDict) -> RecordDict:
 
 def simulated_plan(node_config: dict, content: RecordDict) -> RecordDict:
     """The planning exchange on a simulated node: its fastest predicted finish for the round's
-    work, from its profile and the shipped efficiency (``fleet.deadline.plan_for_device``);
-    nothing is trained. A problem becomes the reply's message (the device does not count)."""
-    from fleet.deadline import plan_for_device
+    work, from its profile and the shipped efficiency
+    (``fleet.planning.deadline_plan.plan_for_device``); nothing is trained. A problem becomes the
+    reply's message (the device does not count)."""
+    from fleet.planning.deadline_plan import plan_for_device
 
     label = records.node_label(node_config)
     try:

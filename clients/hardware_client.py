@@ -4,7 +4,7 @@
 on a board: start the agent (``python -m fleet.agent`` under the interpreter the node config
 names, e.g. JetPack's Python 3.6), say hello, get a profile (the node config's ``profile`` CSV
 when it exists, else the agent profiles the model with the staircase plan under the budget and
-writes the CSV there), then the device round (``fleet.device_round.run_device``: align, check
+writes the CSV there), then the device round (``fleet.rounds.device_round.run_device``: align, check
 the device type, select under the budget with the shipped efficiency) on the ``AgentRunner``.
 When the agent's hello lists ``train`` and the node config names ``data``, the agent runs the
 closed loop on the board (``fleet/agent/closedloop.py``) with the device's whole budget (a
@@ -46,12 +46,13 @@ from clients import records
 from clients.agent_link import AgentError, AgentLink, AgentSettings, ProgressCallback
 from fleet.agent.confine import ConfineError, default_work_dir, owned_dir
 from fleet.agent.profile_io import atomic_write_text, read_rows, write_rows
-from fleet.device_round import TRAINED, DeviceResult, Round, Segment, run_device
-from fleet.efficiency import Efficiency, scaled_lr
-from fleet.errors import InputError
-from fleet.fleetconfig import DeviceSpec, RunSettings, format_budget, format_schedule
-from fleet.profile import Profile, load_profile
-from fleet.task import read_weights, write_weights
+from fleet.budgets.codec import format_budget, format_schedule
+from fleet.common.errors import InputError
+from fleet.config.fleetfile import DeviceSpec, RunSettings
+from fleet.core.efficiency import Efficiency, scaled_lr
+from fleet.core.profile import Profile, load_profile
+from fleet.rounds.device_round import TRAINED, DeviceResult, Round, Segment, run_device
+from fleet.training.task import read_weights, write_weights
 
 
 def work_dir_for(settings: AgentSettings) -> Path:
@@ -188,7 +189,7 @@ class AgentRunner:
 
     def probe(self, run: RunSettings, batch_size: int, freq_mhz: float) -> dict[str, Any]:
         """Measure one point on the board (the agent's ``profile`` on that point alone): the
-        device round's verify-before-trust and coverage fill (``fleet.trust``) call this."""
+        device round's verify-before-trust and coverage fill (``fleet.trust.gate``) call this."""
         if not run.model:
             raise InputError("probing a point needs the run's model")
         try:
@@ -457,7 +458,7 @@ def hardware_plan(node_config: dict, content: RecordDict) -> RecordDict:
     """The planning exchange on a board: its fastest predicted finish from its profile (the
     node config's CSV; measured by the agent first when there is none yet, as the round would),
     without training."""
-    from fleet.deadline import plan_for_device
+    from fleet.planning.deadline_plan import plan_for_device
 
     label = records.node_label(node_config)
     try:

@@ -30,12 +30,12 @@ Planning (deadline objective without ``[run] deadline_s``, before each round's t
     query   ``config``: the round's instruction, as above (no weights); the device trains nothing.
     reply   ``plan`` ConfigRecord: ``device``, ``fastest-finish-s`` (absent when the device
             cannot finish), ``energy-j`` (that fastest plan's predicted energy), ``message``.
-    The coordinator sets the deadline (``fleet.deadline.plan_deadline``) and puts it in the
-    train instruction's run settings (``extra`` -> ``deadline_s``), where the device round
+    The coordinator sets the deadline (``fleet.planning.deadline_plan.plan_deadline``) and puts it
+    in the train instruction's run settings (``extra`` -> ``deadline_s``), where the device round
     reads the objective's context.
 
-Decoding a reply gives a dict with exactly the keys of ``fleet.device_round.row_fields()``,
-so rows from Flower and from the direct engine are interchangeable in ``fleet.report``.
+Decoding a reply gives a dict with exactly the keys of ``fleet.rounds.device_round.row_fields()``,
+so rows from Flower and from the direct engine are interchangeable in ``fleet.reports.report``.
 """
 
 from __future__ import annotations
@@ -48,30 +48,32 @@ from dataclasses import dataclass, field
 
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
-from fleet.device_round import LIST_FIELDS, TRAINED, DeviceResult, row_fields
-from fleet.efficiency import Efficiency
-from fleet.errors import InputError
-from fleet.fleetconfig import (
-    DEVICE_TYPES,
-    LEARNING,
+from fleet.budgets.codec import read_budget
+from fleet.common.errors import InputError
+from fleet.common.names import check_name
+from fleet.config.fields import (
     MAX_BATCH,
     MAX_ROUNDS,
     MAX_SEED,
     MAX_TEXT,
-    MODES,
     OPTIMIZERS,
-    DeviceSpec,
-    Fleet,
-    RunSettings,
     choice_field,
     float_field,
     int_field,
-    load_fleet,
-    read_budget,
     text_field,
 )
-from fleet.names import check_name
-from fleet.objectives import OBJECTIVES
+from fleet.config.fleetfile import (
+    DEVICE_TYPES,
+    LEARNING,
+    MODES,
+    DeviceSpec,
+    Fleet,
+    RunSettings,
+    load_fleet,
+)
+from fleet.core.efficiency import Efficiency
+from fleet.core.objectives import OBJECTIVES
+from fleet.rounds.device_round import LIST_FIELDS, TRAINED, DeviceResult, row_fields
 
 # RecordDict keys
 ARRAYS = "arrays"

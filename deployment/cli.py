@@ -39,9 +39,9 @@ from fleet.agent.devices import (
     given_options,
     options_for,
 )
-from fleet.errors import InputError
-from fleet.fleetconfig import load_fleet
-from fleet.names import check_name
+from fleet.common.errors import InputError
+from fleet.common.names import check_name
+from fleet.config.fleetfile import load_fleet
 
 DEFAULT_PORT = 9091
 

@@ -38,8 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from deployment import security
-from fleet import report as fleet_report
-from fleet.errors import InputError
+from fleet.common.errors import InputError
+from fleet.reports import report as fleet_report
 
 APP_DIR = Path(__file__).resolve().parent / "flower_app"
 CONNECTION = "powerfleet"  # the connection name in the CLI's config.toml
@@ -486,7 +486,7 @@ class CoordinatorResult:
 
 
 def read_report(run_dir: Path, token: str) -> dict[str, Any] | None:
-    """This run's report, or None when the run wrote none (``fleet.report.read_report``)."""
+    """This run's report, or None when the run wrote none (``fleet.reports.report.read_report``)."""
     try:
         return fleet_report.read_report(run_dir, token)
     except InputError:

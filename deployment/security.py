@@ -28,7 +28,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from fleet.errors import InputError
+from fleet.common.errors import InputError
 
 # --------------------------------------------------------------------------- loopback
 

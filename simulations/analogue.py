@@ -26,10 +26,10 @@ from pathlib import Path
 import numpy as np
 
 from fleet.agent import datasets
-from fleet.errors import InputError
-from fleet.estimate import EstimateSpec, estimate, write_outputs
-from fleet.experiment import proxy_sensitivity
-from fleet.pretrain import pretrain
+from fleet.common.errors import InputError
+from fleet.reports.experiment import proxy_sensitivity
+from fleet.training.estimate import EstimateSpec, estimate, write_outputs
+from fleet.training.pretrain import pretrain
 
 HERE = Path(__file__).resolve().parent
 TARGETS = {"mnist-5k": 0.95, "fashion-a": 0.86, "fashion-b": 0.86}
@@ -69,7 +69,7 @@ def run_study(
     """Pre-train, estimate on every dataset, and build the sensitivity matrices."""
     t0 = time.time()
     paths = {"mnist-5k": "mnist-5k", **derive_fashion_halves(data_dir)}
-    from fleet.estimate import default_cache_dir
+    from fleet.training.estimate import default_cache_dir
 
     # weights are a cache, not a result: they stay out of the report folder (and out of git)
     weights = default_cache_dir().parent / "analogue" / "small_cnn_fashion-pretrained.pft"
@@ -133,7 +133,7 @@ def _rel(path: Path) -> str:
 def efficiency_table(efficiency: dict[str, str], target: Callable[[str], float]) -> list[str]:
     """Markdown rows: samples to the target per batch size (mean over seeds) and r = N / max N,
     one row per dataset; the image and the text analogue reports share it."""
-    from fleet.efficiency import load_efficiency
+    from fleet.core.efficiency import load_efficiency
 
     effs = {name: load_efficiency(path) for name, path in efficiency.items()}
     bs = sorted({b for e in effs.values() for b in e.batch_sizes})

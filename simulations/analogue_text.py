@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fleet.agent import datasets
-from fleet.errors import InputError
-from fleet.estimate import EstimateSpec, default_cache_dir, estimate, write_outputs
+from fleet.common.errors import InputError
+from fleet.training.estimate import EstimateSpec, default_cache_dir, estimate, write_outputs
 
 HERE = Path(__file__).resolve().parent
 PROFILE_MODEL = "transformer"  # the boards' modeled profiles: the paper's 6-layer model
@@ -221,8 +221,8 @@ def run_text_study(
     Weights and estimates are cached (keyed by the configuration): a rerun rebuilds the report
     without training. Returns what the report needs, timings included.
     """
-    from fleet.experiment import proxy_sensitivity
-    from fleet.pretrain import pretrain
+    from fleet.reports.experiment import proxy_sensitivity
+    from fleet.training.pretrain import pretrain
 
     t0 = time.time()
     paths = derive_texts(config, data_dir)
@@ -296,10 +296,10 @@ def proxy_choices(
     config: TextAnalogueConfig, profiles_dir: Path, efficiency_dir: Path
 ) -> dict[str, dict[str, dict[str, list[object] | None]]]:
     """(b, f) each dataset's r picks per device and budget: why a proxy costs what it costs."""
-    from fleet.efficiency import load_efficiency
-    from fleet.errors import InfeasibleError
-    from fleet.profile import load_profile
-    from fleet.selection import SelectionIndex
+    from fleet.common.errors import InfeasibleError
+    from fleet.core.efficiency import load_efficiency
+    from fleet.core.profile import load_profile
+    from fleet.core.selection import SelectionIndex
 
     out: dict[str, dict[str, dict[str, list[object] | None]]] = {}
     for device in DEVICES:
@@ -321,7 +321,7 @@ def proxy_choices(
 
 def report_markdown(res: dict[str, object], out_dir: Path) -> str:
     """docs/analogue/text/report.md: the configuration, r per dataset, Fig. 5/6 and a summary."""
-    from fleet.reportmd import sensitivity_section
+    from fleet.reports.markdown import sensitivity_section
 
     cfg = TextAnalogueConfig(
         **{

@@ -8,8 +8,8 @@ import sys
 from rich.table import Table
 
 from fleet.cli.common import console, emit_json, fmt, progress_bar
-from fleet.errors import InputError
-from fleet.report import device_table, segment_table, speedup_summary
+from fleet.common.errors import InputError
+from fleet.reports.report import device_table, segment_table, speedup_summary
 from simulations.flower_engine import FlowerRunError
 from simulations.runner import DEFAULT_FLEET, ENGINES, simulate
 
@@ -85,7 +85,7 @@ def show(report: dict) -> None:
         highlight=False,
     )
     if report.get("deadline_vs_time"):  # the deadline objective beside the time objective
-        from fleet.deadlinemd import deadline_lines
+        from fleet.reports.deadline_md import deadline_lines
 
         for line in deadline_lines(report["deadline_vs_time"], report.get("deadline_s")):
             console.print(line, highlight=False)

@@ -679,8 +679,8 @@ def safe_cap_mhz(profiles: Iterable[Sequence[ProfileRow]], budget_w: float | Non
     This is how the paper's baselines pick their caps (§5.1): a frequency bound that keeps the
     device within its limit "irrespective of what model or b is used".
     """
-    from fleet.errors import InfeasibleError
-    from fleet.selection import cap_from_peaks, max_peak_by_freq  # the one safe-cap rule
+    from fleet.common.errors import InfeasibleError
+    from fleet.core.selection import cap_from_peaks, max_peak_by_freq  # the one safe-cap rule
 
     try:
         return cap_from_peaks(max_peak_by_freq(r for p in profiles for r in p), budget_w)

@@ -1,6 +1,6 @@
 """`powerfleet experiment paper`: the paper's tables and figures from one command.
 
-Runs fleet.experiment's grid on the reference profiles and efficiency files (or any given
+Runs fleet.reports.experiment's grid on the reference profiles and efficiency files (or any given
 directories with the same naming: ``{device}_{model}.csv`` and ``{model}_{dataset}.csv``) and
 writes results.csv / results.json / report.md / figures/ to the output directory.
 """
@@ -17,9 +17,9 @@ from pathlib import Path
 
 from fleet.agent.profile_io import atomic_write_text
 from fleet.cli.common import console, emit_json, progress_bar
-from fleet.errors import InputError
-from fleet.experiment import Grid, proxy_sensitivity, run_grid
-from fleet.reportmd import experiment_markdown, operating_point_figures
+from fleet.common.errors import InputError
+from fleet.reports.experiment import Grid, proxy_sensitivity, run_grid
+from fleet.reports.markdown import experiment_markdown, operating_point_figures
 
 HERE = Path(__file__).resolve().parent
 COLUMNS = [
@@ -216,7 +216,7 @@ def summarise(rows: list[dict]) -> dict:
 
 def run_analogue(args: argparse.Namespace) -> int:
     """Pre-train, estimate on every dataset with real training, then the sensitivity study."""
-    from fleet.reportmd import sensitivity_section
+    from fleet.reports.markdown import sensitivity_section
     from simulations.analogue import TARGETS, efficiency_table, run_study
 
     out = Path(args.out if args.out != "docs/paper-report" else "docs/analogue")

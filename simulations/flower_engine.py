@@ -36,9 +36,9 @@ from pathlib import Path
 from typing import Any
 
 from deployment import deploy
-from fleet.errors import InputError
-from fleet.fleetconfig import load_fleet
-from fleet.report import read_report
+from fleet.common.errors import InputError
+from fleet.config.fleetfile import load_fleet
+from fleet.reports.report import read_report
 
 CONNECTION = "powerfleet-sim"  # the local-simulation connection in the private config.toml
 

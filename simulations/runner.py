@@ -1,11 +1,11 @@
 """Run a fleet scenario: through Flower's simulation engine, or directly for large what-ifs.
 
-Both engines call the same device code (``fleet.virtual_clock.simulate_device``, the device
-round on the virtual clock, or ``fleet.learning.train_device`` for a device whose fleet entry
-says ``learning = "train"``, fine-tuning the weights the coordinator would ship) and write the same
-round report (``fleet.report.write_report``), so a 1,000-device direct run answers the same
-question a Flower run does, minus Flower's per-message cost. Flower is imported only when the
-``flower`` engine is asked for.
+Both engines call the same device code (``fleet.rounds.virtual_clock.simulate_device``, the device
+round on the virtual clock, or ``fleet.rounds.host_training.train_device`` for a device whose fleet
+entry says ``learning = "train"``, fine-tuning the weights the coordinator would ship) and write
+the same round report (``fleet.reports.report.write_report``), so a 1,000-device direct run answers
+the same question a Flower run does, minus Flower's per-message cost. Flower is imported only when
+the ``flower`` engine is asked for.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import simulations
-from fleet.fleetconfig import Fleet, load_fleet
-from fleet.names import child_dir
-from fleet.report import write_report
-from fleet.virtual_clock import cached_efficiency, simulate_device
+from fleet.common.names import child_dir
+from fleet.config.fleetfile import Fleet, load_fleet
+from fleet.reports.report import write_report
+from fleet.rounds.virtual_clock import cached_efficiency, simulate_device
 
 ENGINES = ("flower", "direct")
 DEFAULT_FLEET = Path(simulations.__file__).resolve().parent / "fleets" / "default.toml"
@@ -50,8 +50,8 @@ def run_meta(fleet: Fleet, engine: str) -> dict[str, object]:
 
 def run_direct(fleet: Fleet, run_dir: Path, progress: Progress | None = None) -> dict:
     """Every device in this process, one after the other: no Flower, no Ray, same rows."""
-    if fleet.run.objective == "deadline":  # plans the deadline first: fleet.whatif
-        from fleet.whatif import deadline_round
+    if fleet.run.objective == "deadline":  # plans the deadline first: fleet.planning.whatif
+        from fleet.planning.whatif import deadline_round
 
         rows, extra = deadline_round(fleet, progress)
         return write_report(run_dir, rows, {**run_meta(fleet, "direct"), **extra})
@@ -62,7 +62,7 @@ def run_direct(fleet: Fleet, run_dir: Path, progress: Progress | None = None) ->
     data_dir = str(fleet.run.extra.get("data_dir") or "") or None
     for k, spec in enumerate(fleet.devices, start=1):
         if spec.learning == "train":
-            from fleet.learning import train_device  # torch only when a device trains
+            from fleet.rounds.host_training import train_device  # torch only when a device trains
 
             res, _ = train_device(spec, shipped, fleet.run, weights, data_dir)
         else:
@@ -76,7 +76,7 @@ def run_direct(fleet: Fleet, run_dir: Path, progress: Progress | None = None) ->
 def with_deadline_comparison(fleet: Fleet, run_dir: Path, report: dict) -> dict:
     """A Flower run's report with the direct engine's comparison (``deadline_vs_time``): what
     the time objective would have given on the same fleet, rewritten into report.json."""
-    from fleet.whatif import deadline_vs_time, simulate_fleet
+    from fleet.planning.whatif import deadline_vs_time, simulate_fleet
 
     meta = {k: v for k, v in report.items() if k not in ("devices", "fleet")}
     meta["deadline_vs_time"] = deadline_vs_time(
@@ -86,11 +86,11 @@ def with_deadline_comparison(fleet: Fleet, run_dir: Path, report: dict) -> dict:
 
 
 def _shipped_weights(fleet: Fleet) -> dict | None:
-    """What the coordinator would ship (``fleet.task.initial_weights``), when a device trains
-    for real and the fleet ships weights; None: each device starts from its seeded model."""
+    """What the coordinator would ship (``fleet.training.task.initial_weights``), when a device
+    trains for real and the fleet ships weights; None: each device starts from its seeded model."""
     if not any(d.learning == "train" for d in fleet.devices):
         return None
-    from fleet.task import initial_weights, ships_weights
+    from fleet.training.task import initial_weights, ships_weights
 
     return initial_weights(fleet) if ships_weights(fleet.run) else None
 

@@ -15,11 +15,11 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord
 
 from clients import records
-from fleet.device_round import TRAINED
-from fleet.efficiency import Efficiency
-from fleet.errors import InputError
-from fleet.fleetconfig import Fleet, RunSettings
-from fleet.report import fleet_totals
+from fleet.common.errors import InputError
+from fleet.config.fleetfile import Fleet, RunSettings
+from fleet.core.efficiency import Efficiency
+from fleet.reports.report import fleet_totals
+from fleet.rounds.device_round import TRAINED
 
 # ----------------------------------------------------------------------------- outgoing
 
@@ -42,7 +42,7 @@ def ship_weights(run: RunSettings, override: bool | None = None) -> bool:
     A trace-replay fleet of 1,000 devices sets it false: the replay never reads the weights and
     a ResNet18 copy per device would only cost memory and serialisation time.
     """
-    from fleet.task import ships_weights
+    from fleet.training.task import ships_weights
 
     return bool(override) if override is not None else ships_weights(run)
 
@@ -71,8 +71,9 @@ def with_deadline(config: ConfigRecord, deadline_s: float | None) -> ConfigRecor
 
 def deadline_from_plans(replies: Iterable[Message]) -> tuple[float | None, list[str]]:
     """The planning exchange's outcome: the slowest fastest finish among the devices that can
-    finish (``fleet.deadline.plan_deadline``), and a note per device that cannot or failed."""
-    from fleet.deadline import plan_deadline
+    finish (``fleet.planning.deadline_plan.plan_deadline``), and a note per device that cannot or
+    failed."""
+    from fleet.planning.deadline_plan import plan_deadline
 
     finishes: list[float | None] = []
     notes: list[str] = []
@@ -89,8 +90,8 @@ def deadline_from_plans(replies: Iterable[Message]) -> tuple[float | None, list[
 
 def fleet_arrays(fleet: Fleet) -> ArrayRecord:
     """Round 1's weights: the fleet's ``[run] weights`` (pre-trained), else a fresh model built
-    for the devices' data (``fleet.task.initial_weights``), as an ArrayRecord."""
-    from fleet.task import initial_weights
+    for the devices' data (``fleet.training.task.initial_weights``), as an ArrayRecord."""
+    from fleet.training.task import initial_weights
 
     return ArrayRecord(initial_weights(fleet))
 
@@ -183,7 +184,8 @@ def average_weights(weighted: list[tuple[ArrayRecord, float]]) -> ArrayRecord | 
 
 
 def round_metrics(rows: list[dict[str, object]]) -> MetricRecord:
-    """The fleet totals (fleet.report.fleet_totals) as a MetricRecord for Flower's history."""
+    """The fleet totals (fleet.reports.report.fleet_totals) as a MetricRecord for Flower's
+    history."""
     totals = fleet_totals(rows)
     metrics = MetricRecord()
     for key, value in totals.items():

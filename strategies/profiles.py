@@ -3,7 +3,7 @@
 A hardware device met for the first time has no profile (its fleet entry says
 ``client = "hardware"`` and names none, or a file that does not exist yet). It profiles on first
 contact (predict mode) and returns the CSV with its reply (``records.attach_profile``); the
-coordinator stores it here (``fleet.profilestore``: one file per device and workload, with
+coordinator stores it here (``fleet.trust.store``: one file per device and workload, with
 provenance) and ships it back in the next round's instruction (``TrainInstruction.profiles``),
 so the board never profiles twice. A board of a type the store already knows starts from a
 sibling's profile (every row unverified: the device round probes its choice before training).
@@ -22,9 +22,9 @@ from pathlib import Path
 from flwr.app import Message, RecordDict
 
 from clients import records
-from fleet.errors import InputError
-from fleet.fleetconfig import Fleet
-from fleet.profilestore import Workload, default_store, put_from_device, starting_profile
+from fleet.common.errors import InputError
+from fleet.config.fleetfile import Fleet
+from fleet.trust.store import Workload, default_store, put_from_device, starting_profile
 
 
 def workload_of(fleet: Fleet) -> Workload:

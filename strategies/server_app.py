@@ -12,7 +12,7 @@ process follows progress there). Relative paths resolve against the ServerApp's 
 directory: the directory ``flwr run`` was started from. ``make_server_app(settings)`` binds
 settings in code instead (a non-empty ``fleet-path`` in run_config still wins).
 
-Run directory layout (all written with ``fleet.report.write_report``):
+Run directory layout (all written with ``fleet.reports.report.write_report``):
     run_dir/report.json, devices.csv    the last round: meta (the direct engine's keys, plus
                                         ``round``, ``num_nodes``, ``ship_weights``,
                                         ``run_token``, ``wall_s``) + ``devices`` + ``fleet``
@@ -37,12 +37,12 @@ from flwr.app import ArrayRecord, Context, Message, MessageType
 from flwr.serverapp import Grid, ServerApp
 from flwr.supercore import log
 
-from fleet.errors import InputError
-from fleet.fleetconfig import Fleet, load_fleet
-from fleet.names import child_dir
-from fleet.profilestore import store_from_fleet
-from fleet.report import write_report
-from fleet.virtual_clock import cached_efficiency
+from fleet.common.errors import InputError
+from fleet.common.names import child_dir
+from fleet.config.fleetfile import Fleet, load_fleet
+from fleet.reports.report import write_report
+from fleet.rounds.virtual_clock import cached_efficiency
+from fleet.trust.store import store_from_fleet
 from strategies import coordinator
 from strategies.profiles import ProfileKeeper
 from strategies.strategy import PowerAwareStrategy, ReportingGrid
@@ -221,7 +221,7 @@ def run_fleet(grid: Grid, settings: ServerSettings) -> dict[str, Any]:
     if run.mode == "federated" and result is not None and len(result.arrays) > 0:
         # the federated outcome is a model: keep it beside the report it came with
         from clients.records import state_dict_of
-        from fleet.task import write_weights
+        from fleet.training.task import write_weights
 
         path = run_dir / "global_model.pt"
         run_dir.mkdir(parents=True, exist_ok=True)

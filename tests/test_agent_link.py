@@ -2,7 +2,7 @@
 
 ``python -m fleet.agent --backend replay`` answers from a recorded profile, so the whole chain a
 board runs (hello, staircase profile under the budget, selection, lock, shutdown) is exercised
-without a board, and the choice can be checked against ``fleet.selection`` on the same profile.
+without a board, and the choice can be checked against ``fleet.core.selection`` on the same profile.
 """
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ import pytest
 from clients import records
 from clients.agent_link import AgentError, AgentLink, AgentSettings, AgentTimeout, agent_command
 from clients.hardware_client import run_on_agent
-from fleet.efficiency import load_efficiency
-from fleet.fleetconfig import DeviceSpec, RunSettings
-from fleet.profile import load_profile
-from fleet.selection import align, select
+from fleet.config.fleetfile import DeviceSpec, RunSettings
+from fleet.core.choice import align
+from fleet.core.efficiency import load_efficiency
+from fleet.core.profile import load_profile
+from fleet.core.selection import select
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
@@ -105,7 +106,7 @@ def _instruction() -> records.TrainInstruction:
 
 @pytest.mark.parametrize("budget", [5.0, 7.0])
 def test_hardware_steps_choose_what_selection_chooses(tmp_path: Path, budget: float) -> None:
-    """No profile yet: the agent measures the staircase, the choice equals fleet.selection."""
+    """No profile yet: the agent measures the staircase, the choice equals fleet.core.selection."""
     new_profile = tmp_path / "nano-measured.csv"
     spec = DeviceSpec("nano-hw", "jetson-nano", budget, str(new_profile), None)
     ins = _instruction()

@@ -227,7 +227,7 @@ def test_replay_passes_on_the_recorded_idle_power(tmp_path):
     assert "idle_power_w" not in profile_grid(ReplayBackend(bare), "resnet18", None, [4]).metadata
     # a tiny recorded value keeps its digits (rounding to 4 places made it 0: unloadable), a
     # non-positive one is not passed on
-    from fleet.profile import load_profile
+    from fleet.core.profile import load_profile
 
     text = open(modeled).read()
     for recorded, want in (("0.00001", 1e-05), ("0", None), ("-2", None)):
@@ -332,7 +332,7 @@ def test_cli_profile_on_replay_prints_json_and_writes_csv(tmp_path, capsys):
     _, rows, _ = read_rows(str(out))
     assert len(rows) == summary["rows"]
 
-    from fleet.errors import InputError
+    from fleet.common.errors import InputError
 
     bad = parser.parse_args(
         ["profile", "--backend", "replay", "--model", "resnet18", "--out", str(out)]

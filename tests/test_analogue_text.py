@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from fleet.agent.models import build_model, count_parameters
-from fleet.efficiency import load_efficiency
+from fleet.core.efficiency import load_efficiency
 from simulations.analogue_text import (
     TextAnalogueConfig,
     middle_excerpt,

@@ -20,7 +20,7 @@ from deployment import cli as deploy_cli
 from fleet.agent import __main__ as agent_main
 from fleet.agent import devices
 from fleet.cli import cmd_profile
-from fleet.errors import InputError
+from fleet.common.errors import InputError
 
 TOY = textwrap.dedent(
     """

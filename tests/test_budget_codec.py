@@ -14,17 +14,16 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from clients import records
-from fleet.cli import main
-from fleet.errors import InputError
-from fleet.fleetconfig import (
+from fleet.budgets.codec import (
     BudgetStep,
-    DeviceSpec,
     format_budget,
     format_schedule,
-    load_fleet,
     parse_budget,
     parse_schedule,
 )
+from fleet.cli import main
+from fleet.common.errors import InputError
+from fleet.config.fleetfile import DeviceSpec, load_fleet
 
 watts = st.floats(min_value=0, exclude_min=True, allow_nan=False, allow_infinity=False)
 budgets = st.one_of(st.none(), watts)

@@ -1,4 +1,4 @@
-"""`powerfleet budget-feed` (fleet.budgetfeed): a power trace played into a live budget file."""
+"""`powerfleet budget-feed` (fleet.budgets.feed): a power trace played into a live budget file."""
 
 import os
 import subprocess
@@ -6,9 +6,9 @@ import sys
 import time
 from pathlib import Path
 
-from fleet.budgetfeed import feed
-from fleet.budgettrace import schedule_from_trace
-from fleet.fleetconfig import BudgetStep
+from fleet.budgets.codec import BudgetStep
+from fleet.budgets.feed import feed
+from fleet.budgets.trace import schedule_from_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))

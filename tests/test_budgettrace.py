@@ -6,9 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fleet.budgettrace import NO_POWER_W, load_trace, trace_to_schedule
-from fleet.errors import InputError
-from fleet.fleetconfig import BudgetStep, format_budget, load_fleet
+from fleet.budgets.codec import BudgetStep, format_budget
+from fleet.budgets.trace import NO_POWER_W, load_trace, trace_to_schedule
+from fleet.common.errors import InputError
+from fleet.config.fleetfile import load_fleet
 from tests.conftest import ROOT
 
 

@@ -12,8 +12,15 @@ import math
 import numpy as np
 import pytest
 
-from fleet.efficiency import Efficiency
-from fleet.experiment import Case, Grid, OracleBeatenError, _check_oracle, run_grid, seed_truths
+from fleet.core.efficiency import Efficiency
+from fleet.reports.experiment import (
+    Case,
+    Grid,
+    OracleBeatenError,
+    _check_oracle,
+    run_grid,
+    seed_truths,
+)
 from simulations import calibrate, devicemodel
 from tests.conftest import ROOT
 

@@ -6,8 +6,8 @@ from flwr.app import ArrayRecord, RecordDict
 from clients import records
 from clients.client_app import simulated_round
 from fleet.agent.models import build_model
-from fleet.efficiency import Efficiency
-from fleet.fleetconfig import RunSettings
+from fleet.config.fleetfile import RunSettings
+from fleet.core.efficiency import Efficiency
 from tests.test_estimate import tiny_idx
 from tests.test_learning import HEADER
 

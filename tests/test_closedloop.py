@@ -79,11 +79,11 @@ def run_loop(backend, source, max_samples, checkpoint=None, **kw):
 
 
 def test_chooser_agrees_with_fleet_selection_brute_force():
-    from fleet.efficiency import Efficiency
-    from fleet.efficiency import scaled_lr as fleet_scaled_lr
-    from fleet.errors import InfeasibleError
-    from fleet.profile import Point, Profile
-    from fleet.selection import select, select_brute_force
+    from fleet.common.errors import InfeasibleError
+    from fleet.core.efficiency import Efficiency
+    from fleet.core.efficiency import scaled_lr as fleet_scaled_lr
+    from fleet.core.profile import Point, Profile
+    from fleet.core.selection import select, select_brute_force
 
     rng = random.Random(7)
     checked = 0

@@ -19,11 +19,12 @@ from flwr.supercore.task_identity import TaskIdentity
 
 from clients import records
 from clients.client_app import simulated_round
-from fleet.device_round import row_fields
-from fleet.efficiency import Efficiency
-from fleet.errors import InputError
-from fleet.fleetconfig import BudgetStep, DeviceSpec, load_fleet
-from fleet.virtual_clock import cached_efficiency, simulate_device
+from fleet.budgets.codec import BudgetStep
+from fleet.common.errors import InputError
+from fleet.config.fleetfile import DeviceSpec, load_fleet
+from fleet.core.efficiency import Efficiency
+from fleet.rounds.device_round import row_fields
+from fleet.rounds.virtual_clock import cached_efficiency, simulate_device
 from strategies import coordinator
 from strategies.server_app import settings_from_run_config
 from strategies.strategy import NodesMissing, PowerAwareStrategy, ReportingGrid, wait_for_nodes

@@ -9,10 +9,11 @@ import subprocess
 import pytest
 
 from fleet.agent.profile_io import read_rows
-from fleet.coverage import check_coverage, missing_points, read_coverage
-from fleet.efficiency import load_efficiency
-from fleet.profile import load_profile
-from fleet.selection import align, select
+from fleet.core.choice import align
+from fleet.core.efficiency import load_efficiency
+from fleet.core.profile import load_profile
+from fleet.core.selection import select
+from fleet.trust.coverage import check_coverage, missing_points, read_coverage
 from tests.conftest import ROOT, run_cli
 
 NANO = str(ROOT / "simulations" / "profiles" / "nano_resnet18.csv")

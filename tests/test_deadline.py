@@ -6,21 +6,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fleet.deadline import (
-    DeadlineChooser,
-    fastest_finish,
-    plan_deadline,
-    select_deadline,
-    select_deadline_schedule,
-)
-from fleet.device_round import run_device
-from fleet.efficiency import Efficiency
-from fleet.errors import InputError
-from fleet.fleetconfig import BudgetStep, DeviceSpec, RunSettings, load_fleet
-from fleet.profile import Point, Profile
-from fleet.selection import select
-from fleet.virtual_clock import VirtualClock
-from fleet.whatif import simulate_fleet
+from fleet.budgets.codec import BudgetStep
+from fleet.common.errors import InputError
+from fleet.config.fleetfile import DeviceSpec, RunSettings, load_fleet
+from fleet.core.deadline import DeadlineChooser, select_deadline, select_deadline_schedule
+from fleet.core.efficiency import Efficiency
+from fleet.core.profile import Point, Profile
+from fleet.core.selection import select
+from fleet.planning.deadline_plan import fastest_finish, plan_deadline
+from fleet.planning.whatif import simulate_fleet
+from fleet.rounds.device_round import run_device
+from fleet.rounds.virtual_clock import VirtualClock
 from tests.conftest import ROOT
 from tests.test_virtual_clock import PROFILE, SHIPPED
 
@@ -244,9 +240,9 @@ def test_select_cli_deadline_needs_a_deadline_and_picks_like_brute_force():
     assert r.stderr.strip().splitlines() == [
         "powerfleet select: error: --objective deadline needs --deadline-s SECONDS"
     ]
-    from fleet.efficiency import load_efficiency
-    from fleet.profile import load_profile
-    from fleet.selection import align
+    from fleet.core.choice import align
+    from fleet.core.efficiency import load_efficiency
+    from fleet.core.profile import load_profile
 
     p, e, _ = align(load_profile(str(prof)), load_efficiency(str(eff)))
     fastest = select(p, e, 7.0, "time").predicted_time_s
@@ -266,9 +262,9 @@ def test_planning_wire_and_device_plan_match_the_direct_planner():
     """What a device replies in the planning exchange (plan_for_device through the wire
     format) gives the direct engine's deadline, and the deadline travels in the instruction."""
     from clients import records
-    from fleet.deadline import plan_for_device
-    from fleet.virtual_clock import cached_efficiency, cached_profile
-    from fleet.whatif import fastest_finishes
+    from fleet.planning.deadline_plan import plan_for_device
+    from fleet.planning.whatif import fastest_finishes
+    from fleet.rounds.virtual_clock import cached_efficiency, cached_profile
     from strategies import coordinator
 
     fleet = load_fleet(ROOT / "simulations" / "fleets" / "default.toml")

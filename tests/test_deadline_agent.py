@@ -2,7 +2,7 @@
 
 The chooser is checked against a brute force that reads the rule literally (remaining work,
 remaining time, least energy among the plans that meet the deadline, else the fastest, late)
-and against the host's ``fleet.deadline.choose_step`` on the same inputs; the closed loop runs
+and against the host's ``fleet.core.deadline.choose_step`` on the same inputs; the closed loop runs
 real training on a board whose power follows the clock (tests/closedloop_helpers.py).
 """
 
@@ -20,10 +20,10 @@ from fleet.agent.choose import LutPoint, choose, lut_from_rows
 from fleet.agent.closedloop import ClosedLoop, ClosedLoopError, train_under_budget
 from fleet.agent.deadline import choose_deadline
 from fleet.agent.models import build_model
-from fleet.deadline import choose_step, rates
-from fleet.efficiency import Efficiency
-from fleet.fleetconfig import BudgetStep
-from fleet.profile import Point
+from fleet.budgets.codec import BudgetStep
+from fleet.core.deadline import choose_step, rates
+from fleet.core.efficiency import Efficiency
+from fleet.core.profile import Point
 from tests.closedloop_helpers import FollowBackend, lut_rows
 
 
@@ -229,7 +229,7 @@ def test_a_time_only_profile_cannot_serve_the_deadline():
             FollowBackend(), lut_from_rows(rows), {16: 4000.0}, FixedBudget(None),
             objective="deadline", deadline_s=10.0,
         )  # fmt: skip
-    # only the batch sizes shipped must have power, as on the host (fleet.deadline)
+    # only the batch sizes shipped must have power, as on the host (fleet.core.deadline)
     mixed = [r if r["batch_size"] == 16 else dict(r, peak_power_w=None, mean_power_w=None)
              for r in lut_rows()]  # fmt: skip
     loop = ClosedLoop(

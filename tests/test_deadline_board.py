@@ -2,7 +2,7 @@
 
 The board emulator (simulations/virtual_jetson.py) runs its kernel stand-in in a separate
 process; `powerfleet train` runs in another; this test polls the devfreq files meanwhile. Every
-choice the closed loop made is checked against the host's ``fleet.deadline.choose_step`` at the
+choice the closed loop made is checked against the host's ``fleet.core.deadline.choose_step`` at the
 same step, clock and fraction done, and the clocks on the board against the segments.
 """
 
@@ -11,10 +11,10 @@ import csv
 import pytest
 
 from fleet.agent.choose import choose, lut_from_rows
-from fleet.deadline import choose_step, rates
-from fleet.efficiency import Efficiency
-from fleet.fleetconfig import BudgetStep
-from fleet.profile import load_profile
+from fleet.budgets.codec import BudgetStep
+from fleet.core.deadline import choose_step, rates
+from fleet.core.efficiency import Efficiency
+from fleet.core.profile import load_profile
 from simulations.virtual_jetson import build_board
 from tests.hardware_helpers import (
     BATCH,

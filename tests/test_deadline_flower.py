@@ -3,7 +3,7 @@
 Without ``[run] deadline_s`` the coordinator first sends every device a planning query; each
 replies its fastest predicted finish without training, the coordinator sets the deadline
 (the slowest of them) and sends it with the train message. The rows must be the direct
-engine's, which plans the same deadline in-process (``fleet.whatif.simulate_fleet``).
+engine's, which plans the same deadline in-process (``fleet.planning.whatif.simulate_fleet``).
 Every process the deployment test starts is stopped by `tests/deploy_helpers.stopped_at_exit`.
 """
 
@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from deployment import deploy
-from fleet.fleetconfig import load_fleet
-from fleet.report import json_safe, read_report, runner_row
-from fleet.whatif import simulate_fleet
+from fleet.config.fleetfile import load_fleet
+from fleet.planning.whatif import simulate_fleet
+from fleet.reports.report import json_safe, read_report, runner_row
 from simulations.runner import DEFAULT_FLEET, simulate
 from tests.deploy_helpers import run_loopback_round, stopped_at_exit
 from tests.test_flower_deploy import FLEET as DEPLOY_FLEET

@@ -18,8 +18,8 @@ import torch
 
 from deployment import deploy
 from fleet.agent.models import build_model
-from fleet.fleetconfig import load_fleet
-from fleet.task import read_weights, write_weights
+from fleet.config.fleetfile import load_fleet
+from fleet.training.task import read_weights, write_weights
 from simulations.virtual_jetson import build_board
 from tests.deploy_helpers import run_loopback_round, stopped_at_exit
 from tests.hardware_helpers import BATCH, MHZ, ClockLog, board_profile, tiny_pt_data

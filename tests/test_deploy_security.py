@@ -27,8 +27,8 @@ from cryptography.x509.oid import NameOID
 
 from deployment import deploy, security
 from fleet import cli
-from fleet.errors import InputError
-from fleet.fleetconfig import load_fleet
+from fleet.common.errors import InputError
+from fleet.config.fleetfile import load_fleet
 from tests.deploy_helpers import start_superlink, stopped_at_exit
 from tests.test_flower_deploy import FLEET, ROOT
 

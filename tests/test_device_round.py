@@ -2,7 +2,7 @@
 
 The virtual clock replays a trace, host training really trains a small CNN on tiny generated
 data (CPU, seconds), and the agent runner drives a real ``python -m fleet.agent --backend
-replay`` subprocess; all three go through ``fleet.device_round.run_device``.
+replay`` subprocess; all three go through ``fleet.rounds.device_round.run_device``.
 """
 
 from __future__ import annotations
@@ -15,18 +15,18 @@ import pytest
 from clients import records
 from clients.agent_link import AgentLink, AgentSettings
 from clients.hardware_client import run_on_agent
-from fleet.baselines import BASELINES, Baseline, register_baseline, unregister_baseline
-from fleet.compare import compare
-from fleet.device_round import row_columns, row_fields, run_device
-from fleet.efficiency import Efficiency
-from fleet.errors import InputError
-from fleet.fleetconfig import DeviceSpec, RunSettings
-from fleet.learning import train_device
-from fleet.objectives import Objective, register_objective, unregister_objective
-from fleet.profile import load_profile
-from fleet.report import fleet_totals, write_report
-from fleet.selection import SelectionIndex, select, select_brute_force
-from fleet.virtual_clock import VirtualClock, simulate_device
+from fleet.common.errors import InputError
+from fleet.config.fleetfile import DeviceSpec, RunSettings
+from fleet.core.baselines import BASELINES, Baseline, register_baseline, unregister_baseline
+from fleet.core.compare import compare
+from fleet.core.efficiency import Efficiency
+from fleet.core.objectives import Objective, register_objective, unregister_objective
+from fleet.core.profile import load_profile
+from fleet.core.selection import SelectionIndex, select, select_brute_force
+from fleet.reports.report import fleet_totals, write_report
+from fleet.rounds.device_round import row_columns, row_fields, run_device
+from fleet.rounds.host_training import train_device
+from fleet.rounds.virtual_clock import VirtualClock, simulate_device
 from tests.test_learning import setup
 from tests.test_virtual_clock import PROFILE
 

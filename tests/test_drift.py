@@ -15,10 +15,10 @@ from fleet.agent.drift import (
     refresh_rows,
     write_refreshed,
 )
-from fleet.efficiency import Efficiency
-from fleet.profile import load_profile
-from fleet.selection import select
-from fleet.verify import profile_from_rows
+from fleet.core.efficiency import Efficiency
+from fleet.core.profile import load_profile
+from fleet.core.selection import select
+from fleet.trust.verify import profile_from_rows
 
 
 def grid() -> list[dict]:

@@ -2,8 +2,8 @@ import math
 
 import pytest
 
-from fleet.efficiency import Efficiency, load_efficiency, save_efficiency, scaled_lr
-from fleet.errors import InputError
+from fleet.common.errors import InputError
+from fleet.core.efficiency import Efficiency, load_efficiency, save_efficiency, scaled_lr
 
 
 def test_ratios_unreached_and_roundtrip(write, tmp_path):

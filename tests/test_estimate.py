@@ -5,7 +5,7 @@ import json
 import numpy as np
 
 from fleet.agent.datasets import write_idx
-from fleet.efficiency import load_efficiency
+from fleet.core.efficiency import load_efficiency
 from tests.conftest import run_cli
 
 

@@ -1,7 +1,7 @@
 import pytest
 
-from fleet.errors import InputError
-from fleet.fleetconfig import load_fleet
+from fleet.common.errors import InputError
+from fleet.config.fleetfile import load_fleet
 
 
 @pytest.fixture

@@ -17,11 +17,12 @@ from pathlib import Path
 import pytest
 
 from deployment import deploy
-from fleet.errors import InputError
-from fleet.fleetconfig import Fleet, load_fleet
-from fleet.profile import load_profile
-from fleet.selection import align, select
-from fleet.virtual_clock import cached_efficiency
+from fleet.common.errors import InputError
+from fleet.config.fleetfile import Fleet, load_fleet
+from fleet.core.choice import align
+from fleet.core.profile import load_profile
+from fleet.core.selection import select
+from fleet.rounds.virtual_clock import cached_efficiency
 from tests.deploy_helpers import run_loopback_round, stopped_at_exit
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,7 +1,7 @@
 """run_flower: a 3-device fleet through Flower's Simulation Runtime (Ray), checked row by row.
 
 The Flower path must give exactly what the device model gives when called directly
-(``fleet.virtual_clock.simulate_device``): same choice, time, energy, segments. Two federated
+(``fleet.rounds.virtual_clock.simulate_device``): same choice, time, energy, segments. Two federated
 rounds with a small model also exercise weights travelling both ways and the per-round report
 layout.
 """
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from fleet.fleetconfig import load_fleet
-from fleet.report import json_safe, runner_row
-from fleet.virtual_clock import cached_efficiency, simulate_device
+from fleet.config.fleetfile import load_fleet
+from fleet.reports.report import json_safe, runner_row
+from fleet.rounds.virtual_clock import cached_efficiency, simulate_device
 from simulations.flower_engine import run_flower
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(120)]

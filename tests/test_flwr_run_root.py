@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from deployment import deploy
-from fleet.fleetconfig import load_fleet
+from fleet.config.fleetfile import load_fleet
 from simulations.flower_engine import local_superlinks, stop_pids
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -22,9 +22,10 @@ import torch
 from fleet.agent import protocol, tensorfile, trainer
 from fleet.agent.devices.replay import ReplayBackend
 from fleet.agent.models import build_model
-from fleet.efficiency import load_efficiency
-from fleet.errors import InputError
-from fleet.profile import load_profile
+from fleet.common.errors import InputError
+from fleet.core.efficiency import load_efficiency
+from fleet.core.profile import load_profile
+from tests.conftest import run_cli
 from tests.test_agent_protocol import Agent
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,8 +49,11 @@ def write(tmp_path: Path, name: str, text: str) -> str:
         (["8,307,0.1,0,0"], "line 2: peak_power_w=0 must be > 0"),
         (["8,307,0.1,4,0"], "line 2: mean_power_w=0 must be > 0"),
         (["8,307,1e-320,4,3"], "line 2: time_per_batch_s=1e-320 must be >= 1e-06"),
-        (["8,307,0.1,4,3", "8,0,0.1,4,3"], "line 3: freq_mhz=0 (no frequency control) beside"),
-        (["8,-307,0.1,4,3"], "line 2: freq_mhz=-307 must be >= 0"),
+        (["8,307,0.1,4,3", "8,0,0.1,4,3"], "line 3: freq_mhz=0 must be > 0"),
+        (["8,0,0.1,4,3"], "line 2: freq_mhz=0 must be > 0"),
+        (["8,-307,0.1,4,3"], "line 2: freq_mhz=-307 must be > 0"),
+        (["8,-inf,0.1,4,3"], "line 2: freq_mhz='-inf' must be a finite number"),
+        (["8,nan,0.1,4,3"], "line 2: freq_mhz='nan' must be a finite number"),
         (["0,307,0.1,4,3"], "line 2: batch_size=0 must be > 0"),
         (["1e12,307,0.1,4,3"], "line 2: batch_size=1e12 must be > 0 and <= 1.04858e+06"),
         (["8,307,nan,4,3"], "line 2: time_per_batch_s='nan' must be a finite number"),
@@ -74,9 +78,24 @@ def test_bom_and_crlf_profiles_still_load(tmp_path):
     assert [(p.batch_size, p.mean_power_w) for p in prof.points] == [(8, 3.0), (16, 4.5)]
 
 
-def test_cpu_profile_without_clock_still_loads(tmp_path):
-    prof = load_profile(write(tmp_path, "cpu.csv", HEADER + "\n8,0,0.1,,\n16,0,0.2,,\n"))
-    assert prof.freqs_mhz == [0.0] and not prof.has_power
+def test_time_only_cpu_profile_at_the_hosts_clock_loads(tmp_path):
+    prof = load_profile(write(tmp_path, "cpu.csv", HEADER + "\n8,2596.1,0.1,,\n16,2596.1,0.2,,\n"))
+    assert prof.freqs_mhz == [2596.1] and not prof.has_power
+
+
+@pytest.mark.parametrize("freq", ["0", "-1", "0.0", "nan"])
+def test_select_refuses_an_impossible_clock_with_file_line_field(tmp_path, freq):
+    """``powerfleet select`` on a profile whose knob is impossible: exit 2, one line naming the
+    file, the line and the field, no traceback (it used to select the 0 MHz point)."""
+    prof = write(tmp_path, "p.csv", f"{HEADER}\n8,921.6,0.1,4,3\n16,{freq},0.2,4,3\n")
+    eff = write(tmp_path, "e.csv", "batch_size,samples_to_accuracy\n8,1000\n16,800\n")
+    out = run_cli("select", "--profile", prof, "--efficiency", eff, "--budget-w", "5", "--json")
+    err = out.stderr.strip()
+    assert out.returncode == 2 and out.stdout == ""
+    assert err.count("\n") == 0 and "Traceback" not in err
+    assert (
+        err.startswith(f"error: {prof}: line 3: freq_mhz=") or f"{prof}: line 3: freq_mhz=" in err
+    )
 
 
 @pytest.mark.parametrize(
@@ -159,7 +178,7 @@ def test_hostile_pickle_runs_nothing_in_any_loader_even_on_old_torch(tmp_path, m
     monkeypatch.setattr(torch, "load", _old_torch_load)  # what JetPack 4.6's torch would do
 
     from clients.hardware_client import TrainFiles
-    from fleet.task import read_weights
+    from fleet.training.task import read_weights
 
     fingerprint = {"target_accuracy": 0.9}
     loaders = {

@@ -18,8 +18,9 @@ import pytest
 from clients import records
 from clients.agent_link import AgentLink, AgentSettings
 from clients.hardware_client import run_on_agent
-from fleet.efficiency import Efficiency
-from fleet.fleetconfig import DeviceSpec, RunSettings, parse_schedule
+from fleet.budgets.codec import parse_schedule
+from fleet.config.fleetfile import DeviceSpec, RunSettings
+from fleet.core.efficiency import Efficiency
 from simulations.virtual_jetson import build_board, wait_for
 from tests.hardware_helpers import (
     BATCH,
@@ -204,8 +205,8 @@ def test_the_deadline_objective_reaches_the_board_and_its_loop_keeps_it(tmp_path
     both to the agent, whose closed loop starts on the host's planned deadline point and, at
     the 5 W -> 3 W drop, runs the deadline point for the work and time left (the host's
     ``choose_step`` at that clock and fraction done); the clocks follow, restored after."""
-    from fleet.deadline import choose_step, rates
-    from fleet.profile import load_profile
+    from fleet.core.deadline import choose_step, rates
+    from fleet.core.profile import load_profile
 
     board = build_board(tmp_path / "board", "nano", workload="small_cnn")
     original = board.bounds()
@@ -257,7 +258,7 @@ def test_a_board_late_from_the_start_makes_a_late_row_with_its_note():
     """The agent's reply says its deadline plan missed from the start (``late``): a reached
     target is then a ``late`` row, with the board's note; ``late`` false keeps ``ok``."""
     from clients.hardware_client import fill_from_train
-    from fleet.device_round import DeviceResult
+    from fleet.rounds.device_round import DeviceResult
 
     spec = DeviceSpec("nano-1", "jetson-nano", 5.0, "p.csv", "d.pt")
     note = "deadline: predicted finish 9.0 s misses the 7.5 s deadline; running the fastest point"

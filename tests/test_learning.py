@@ -2,9 +2,9 @@
 
 import pytest
 
-from fleet.efficiency import Efficiency
-from fleet.fleetconfig import DeviceSpec, RunSettings
-from fleet.learning import train_device
+from fleet.config.fleetfile import DeviceSpec, RunSettings
+from fleet.core.efficiency import Efficiency
+from fleet.rounds.host_training import train_device
 from tests.test_estimate import tiny_idx
 
 HEADER = "batch_size,freq_mhz,time_per_batch_s,peak_power_w,mean_power_w,device"

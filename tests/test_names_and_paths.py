@@ -15,12 +15,13 @@ from pathlib import Path
 import pytest
 
 from clients import records
-from fleet import efficiency
 from fleet.agent.confine import ConfineError, Confinement, owned_dir
 from fleet.cli import main as cli_main
-from fleet.errors import InputError
-from fleet.fleetconfig import OPTIMIZERS, load_fleet
-from fleet.names import check_name, child_dir
+from fleet.common.errors import InputError
+from fleet.common.names import check_name, child_dir
+from fleet.config.fields import OPTIMIZERS
+from fleet.config.fleetfile import load_fleet
+from fleet.core import efficiency
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILE = ROOT / "simulations" / "profiles" / "nano_resnet18.csv"

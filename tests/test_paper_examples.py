@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from fleet.efficiency import Efficiency
-from fleet.profile import frontier, load_profile
-from fleet.selection import select, select_brute_force
+from fleet.core.efficiency import Efficiency
+from fleet.core.profile import frontier, load_profile
+from fleet.core.selection import select, select_brute_force
 
 ROOT = Path(__file__).resolve().parents[1]
 NANO_RESNET = ROOT / "simulations" / "profiles" / "nano_resnet18.csv"

@@ -2,8 +2,8 @@ import math
 
 import pytest
 
-from fleet.errors import InfeasibleError, InputError
-from fleet.profile import frontier, load_profile, require_feasible, save_profile
+from fleet.common.errors import InfeasibleError, InputError
+from fleet.core.profile import frontier, load_profile, require_feasible, save_profile
 
 HEADER = "batch_size,freq_mhz,time_per_batch_s,peak_power_w,mean_power_w"
 

@@ -19,10 +19,10 @@ import pytest
 from clients import records
 from deployment import deploy
 from fleet.agent.devices.jetson import JetsonBackend
-from fleet.efficiency import Efficiency
-from fleet.errors import InputError
-from fleet.fleetconfig import load_fleet
-from fleet.profilestore import get, list_store
+from fleet.common.errors import InputError
+from fleet.config.fleetfile import load_fleet
+from fleet.core.efficiency import Efficiency
+from fleet.trust.store import get, list_store
 from simulations.virtual_jetson import build_board
 from strategies.profiles import workload_of
 from tests.conftest import run_cli
@@ -71,7 +71,7 @@ def test_loader_lets_a_hardware_device_come_without_a_profile(tmp_path: Path) ->
 
 
 def test_instruction_carries_the_shipped_profiles() -> None:
-    from fleet.fleetconfig import RunSettings
+    from fleet.config.fleetfile import RunSettings
 
     shipped = {"nano-new": {"origin": "stored", "csv": "batch_size,freq_mhz\n8,76.8\n"}}
     ins = records.TrainInstruction(
@@ -150,10 +150,11 @@ def test_a_new_board_of_a_known_type_starts_from_a_sibling_and_verifies(tmp_path
     from flwr.app import RecordDict
 
     from clients.hardware_client import hardware_round
-    from fleet.efficiency import load_efficiency
-    from fleet.profile import load_profile
-    from fleet.profilestore import Provenance, put
-    from fleet.selection import align, select
+    from fleet.core.choice import align
+    from fleet.core.efficiency import load_efficiency
+    from fleet.core.profile import load_profile
+    from fleet.core.selection import select
+    from fleet.trust.store import Provenance, put
     from strategies.profiles import ProfileKeeper
 
     store = tmp_path / "store"

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from fleet.profile import load_profile
+from fleet.core.profile import load_profile
 from simulations.virtual_jetson import ClockRecorder, build_board
 from tests.conftest import run_cli
 from tests.test_agent_jetson import NANO_HZ

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from fleet.agent.profile_io import read_rows
-from fleet.efficiency import Efficiency
-from fleet.errors import InputError
-from fleet.profilestore import (
+from fleet.common.errors import InputError
+from fleet.core.efficiency import Efficiency
+from fleet.trust.store import (
     Provenance,
     Workload,
     adopt_sibling,
@@ -25,7 +25,7 @@ from fleet.profilestore import (
     sibling,
     store_from_fleet,
 )
-from fleet.verify import profile_from_rows, select_verified
+from fleet.trust.verify import profile_from_rows, select_verified
 
 REPO = Path(__file__).resolve().parents[1]
 NANO = REPO / "simulations" / "profiles" / "nano_resnet18.csv"
@@ -253,7 +253,7 @@ def test_first_contact_then_reuse_then_sibling(tmp_path):
     from fleet.agent.devices.replay import ReplayBackend
     from fleet.agent.predict import design_probes
     from fleet.agent.profiler import profile_grid, write_profile
-    from fleet.profilestore import put_from_device, starting_profile
+    from fleet.trust.store import put_from_device, starting_profile
 
     store = tmp_path / "store"
     assert starting_profile(store, "nano-01", "jetson-nano", WL) == ("profile", None)

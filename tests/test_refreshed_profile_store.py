@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from clients.hardware_client import merge_refreshed
 from fleet.agent.profile_io import read_rows, write_rows
-from fleet.profile import load_profile
+from fleet.core.profile import load_profile
 
 
 def _row(b: int, f: float, t: float, peak: float, source: str = "measured") -> dict:

@@ -10,11 +10,11 @@ import json
 
 import pytest
 
-from fleet.profile import load_profile
-from fleet.report import read_report, write_report
-from fleet.reportmd import run_markdown
-from fleet.roundenergy import round_energy
-from fleet.whatif import deadline_vs_time, totals
+from fleet.core.profile import load_profile
+from fleet.planning.roundenergy import round_energy
+from fleet.planning.whatif import deadline_vs_time, totals
+from fleet.reports.markdown import run_markdown
+from fleet.reports.report import read_report, write_report
 from tests.conftest import ROOT, run_cli
 
 DEFAULT = ROOT / "simulations" / "fleets" / "default.toml"
@@ -131,7 +131,7 @@ def test_deadline_comparison_saves_with_waiting_included(tmp_path):
 
 
 def test_profile_reads_idle_power_and_writes_it_back(tmp_path):
-    from fleet.profile import save_profile
+    from fleet.core.profile import save_profile
 
     prof = load_profile(profile(tmp_path, "p", "1.25"))
     assert prof.idle_power_w == 1.25

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import pytest
 
-from fleet.efficiency import Efficiency
-from fleet.fleetconfig import DeviceSpec, RunSettings, parse_schedule
-from fleet.report import segment_table
-from fleet.reportmd import segments_section
-from fleet.virtual_clock import simulate_device
+from fleet.budgets.codec import parse_schedule
+from fleet.config.fleetfile import DeviceSpec, RunSettings
+from fleet.core.efficiency import Efficiency
+from fleet.reports.markdown import segments_section
+from fleet.reports.report import segment_table
+from fleet.rounds.virtual_clock import simulate_device
 
 PROFILE = (
     "batch_size,freq_mhz,time_per_batch_s,peak_power_w,mean_power_w\n"

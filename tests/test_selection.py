@@ -4,17 +4,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fleet.baselines import run_baseline
-from fleet.compare import compare
-from fleet.efficiency import Efficiency
-from fleet.errors import InfeasibleError, InputError
-from fleet.profile import Point, Profile
-from fleet.selection import (
-    SelectionIndex,
-    safe_frequency_cap,
-    select,
-    select_brute_force,
-)
+from fleet.common.errors import InfeasibleError, InputError
+from fleet.core.baselines import run_baseline
+from fleet.core.compare import compare
+from fleet.core.efficiency import Efficiency
+from fleet.core.profile import Point, Profile
+from fleet.core.selection import SelectionIndex, safe_frequency_cap, select, select_brute_force
 
 BATCHES = [4, 8, 16, 32, 64, 128]
 FREQS = [76.8, 153.6, 230.4, 307.2, 384.0, 460.8, 537.6, 614.4]

@@ -5,11 +5,12 @@ import math
 
 import pytest
 
-from fleet.efficiency import load_efficiency
-from fleet.errors import InfeasibleError
-from fleet.fleetconfig import load_fleet
-from fleet.profile import load_profile
-from fleet.selection import align, select
+from fleet.common.errors import InfeasibleError
+from fleet.config.fleetfile import load_fleet
+from fleet.core.choice import align
+from fleet.core.efficiency import load_efficiency
+from fleet.core.profile import load_profile
+from fleet.core.selection import select
 from tests.conftest import ROOT, run_cli
 
 DEFAULT = ROOT / "simulations" / "fleets" / "default.toml"

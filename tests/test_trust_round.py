@@ -16,11 +16,12 @@ import pytest
 from clients import records
 from clients.agent_link import AgentLink, AgentSettings
 from clients.hardware_client import run_on_agent
-from fleet.efficiency import load_efficiency
-from fleet.fleetconfig import DeviceSpec, RunSettings
-from fleet.profile import load_profile
-from fleet.selection import align, select
-from fleet.virtual_clock import simulate_device
+from fleet.config.fleetfile import DeviceSpec, RunSettings
+from fleet.core.choice import align
+from fleet.core.efficiency import load_efficiency
+from fleet.core.profile import load_profile
+from fleet.core.selection import select
+from fleet.rounds.virtual_clock import simulate_device
 from tests.test_coverage_predict_cli import EFF, NANO, staircase5  # noqa: F401
 
 pytestmark = pytest.mark.integration

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from fleet.agent.predict import design_probes, predict_profile
 from fleet.agent.profile_io import read_rows
-from fleet.efficiency import load_efficiency
-from fleet.selection import select
-from fleet.verify import profile_from_rows, select_verified
+from fleet.core.efficiency import load_efficiency
+from fleet.core.selection import select
+from fleet.trust.verify import profile_from_rows, select_verified
 from tests.conftest import ROOT
 
 NANO = str(ROOT / "simulations" / "profiles" / "nano_resnet18.csv")

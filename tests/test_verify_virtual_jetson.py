@@ -16,9 +16,9 @@ import pytest
 from clients import records
 from clients.agent_link import AgentLink, AgentSettings
 from clients.hardware_client import run_on_agent
-from fleet.efficiency import Efficiency
-from fleet.fleetconfig import DeviceSpec, RunSettings
-from fleet.profile import load_profile
+from fleet.config.fleetfile import DeviceSpec, RunSettings
+from fleet.core.efficiency import Efficiency
+from fleet.core.profile import load_profile
 from simulations.virtual_jetson import build_board
 
 MHZ = 1_000_000

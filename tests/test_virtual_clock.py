@@ -4,12 +4,13 @@ import math
 
 import pytest
 
-from fleet.device_round import run_device
-from fleet.efficiency import Efficiency
-from fleet.fleetconfig import BudgetStep, DeviceSpec, RunSettings
-from fleet.profile import Point, Profile
-from fleet.report import fleet_totals
-from fleet.virtual_clock import VirtualClock
+from fleet.budgets.codec import BudgetStep
+from fleet.config.fleetfile import DeviceSpec, RunSettings
+from fleet.core.efficiency import Efficiency
+from fleet.core.profile import Point, Profile
+from fleet.reports.report import fleet_totals
+from fleet.rounds.device_round import run_device
+from fleet.rounds.virtual_clock import VirtualClock
 
 PROFILE = Profile(
     [

@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from clients import client_app
-from fleet.errors import InputError
-from fleet.fleetconfig import load_fleet
-from fleet.pretrain import pretrain
-from fleet.task import initial_weights, read_weights
-from fleet.virtual_clock import cached_efficiency
+from fleet.common.errors import InputError
+from fleet.config.fleetfile import load_fleet
+from fleet.rounds.virtual_clock import cached_efficiency
+from fleet.training.pretrain import pretrain
+from fleet.training.task import initial_weights, read_weights
 from simulations.runner import simulate
 from strategies import coordinator
 from tests.test_estimate import tiny_idx

@@ -4,12 +4,10 @@ import json
 
 import pytest
 
-from fleet.deadline import plan_deadline
-from fleet.errors import InputError
-from fleet.fleetconfig import load_fleet
-from fleet.reportmd import run_markdown
-from fleet.virtual_clock import cached_efficiency, simulate_device
-from fleet.whatif import (
+from fleet.common.errors import InputError
+from fleet.config.fleetfile import load_fleet
+from fleet.planning.deadline_plan import plan_deadline
+from fleet.planning.whatif import (
     fastest_finishes,
     pareto_front,
     parse_range,
@@ -19,6 +17,8 @@ from fleet.whatif import (
     totals,
     with_budget,
 )
+from fleet.reports.markdown import run_markdown
+from fleet.rounds.virtual_clock import cached_efficiency, simulate_device
 from simulations.runner import run_direct
 from tests.conftest import ROOT, run_cli
 

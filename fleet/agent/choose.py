@@ -1,16 +1,16 @@
 """Eq. 4 on the board: pick (batch size, frequency) from a profile LUT and an efficiency vector.
 
-Why a second chooser next to ``fleet.selection``: the closed loop re-selects on the device at
+Why a second chooser next to ``fleet.core.selection``: the closed loop re-selects on the device at
 every budget change, and the device may run Python 3.6 without numpy or the coordinator's
 package. The rule is the same (see ``docs/architecture.md``, selection): among the profiled points
 whose measured peak fits the budget, take the argmin of ``time_per_sample x samples_to_accuracy``
 (``energy``: mean power x that), ties to the lower peak, then the lower frequency, then the
 smaller batch. A brute-force scan is plenty for a LUT of a few hundred points; a test checks it
-against ``fleet.selection.select`` on random profiles.
+against ``fleet.core.selection.select`` on random profiles.
 
 The learning-rate rule travels with it, since a batch-size change on the device must rescale the
 learning rate there: square root for Adam/AdamW, linear for SGD (the same rule as
-``fleet.efficiency.scaled_lr``, which a test compares against).
+``fleet.core.efficiency.scaled_lr``, which a test compares against).
 
 Python 3.6 compatible, stdlib only.
 """

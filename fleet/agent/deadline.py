@@ -3,7 +3,7 @@
 Why it lives in the agent: the closed loop (``closedloop.py``) re-selects on the board at every
 budget change, guard exclusion and drift refresh, and with ``objective = "deadline"`` each of
 those choices must be the deadline point for the *remaining* work and the *remaining* time; the
-board may run Python 3.6 without the coordinator's package. The host (``fleet.deadline``: the
+board may run Python 3.6 without the coordinator's package. The host (``fleet.core.deadline``: the
 direct engine, the Flower client, the what-if sweep) imports these functions rather than keeping
 a second copy, so a board and a simulation of it choose alike (docs/architecture.md, fleet
 objectives).
@@ -33,7 +33,7 @@ _SCHEDULED = object()  # choose_deadline: take the running step's budget from th
 _RateFields = NamedTuple(
     "_RateFields",
     [
-        ("point", Any),  # a LutPoint on the board, a fleet.profile.Point on the host
+        ("point", Any),  # a LutPoint on the board, a fleet.core.profile.Point on the host
         ("samples", float),  # samples-to-accuracy at this batch size
         ("full_time_s", float),
         ("full_energy_j", float),

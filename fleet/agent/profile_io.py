@@ -1,7 +1,7 @@
 """Row-level reading and writing of the profile CSV (the device LUT).
 
 This lives in the agent because the agent writes profiles on the board itself, under Python 3.6
-with only the standard library guaranteed; ``fleet.profile`` builds the validated numpy view on
+with only the standard library guaranteed; ``fleet.core.profile`` builds the validated numpy view on
 top of these rows. Keeping one reader/writer means the format cannot drift between the two sides.
 
 Format (docs/architecture.md, "Profile CSV"): one row per measured operating point, ``#``

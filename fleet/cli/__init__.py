@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import List, Optional
 
 from fleet.agent.devices.base import DeviceError
-from fleet.errors import InfeasibleError, InputError
+from fleet.common.errors import InfeasibleError, InputError
 
 # The built-in commands: name -> one-line summary; the code is ``fleet/cli/cmd_<name>.py`` (a
 # hyphen in the name is an underscore in the module's).

@@ -1,4 +1,4 @@
-"""`powerfleet budget-feed`: play a power trace into a live budget file (``fleet.budgetfeed``)."""
+"""`powerfleet budget-feed`: play a power trace into a live budget file (``fleet.budgets.feed``)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import signal
 import sys
 import types
 
-from fleet.budgettrace import DEFAULT_DWELL_S, schedule_from_trace
-from fleet.fleetconfig import format_budget
+from fleet.budgets.codec import format_budget
+from fleet.budgets.trace import DEFAULT_DWELL_S, schedule_from_trace
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -27,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fleet.budgetfeed import check_speed, feed
+    from fleet.budgets.feed import check_speed, feed
 
     check_speed(args.speed)
     steps = schedule_from_trace(args.trace, args.dwell_s, "--trace", args.start_s)

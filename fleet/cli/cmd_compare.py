@@ -1,14 +1,13 @@
 """`powerfleet compare`: the baselines, ours and the oracle side by side across budgets.
 
-The methods and the speed-up columns come from the registries (``fleet.baselines``,
-``fleet.objectives``), so a new baseline shows up here without touching this module.
+The methods and the speed-up columns come from the registries (``fleet.core.baselines``,
+``fleet.core.objectives``), so a new baseline shows up here without touching this module.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from fleet.baselines import BASELINES, speedup_column
 from fleet.cli.common import (
     budget_label,
     console,
@@ -19,10 +18,11 @@ from fleet.cli.common import (
     parse_caps,
     table,
 )
-from fleet.compare import compare
-from fleet.efficiency import load_efficiency
-from fleet.profile import load_profile
-from fleet.selection import align
+from fleet.core.baselines import BASELINES, speedup_column
+from fleet.core.choice import align
+from fleet.core.compare import compare
+from fleet.core.efficiency import load_efficiency
+from fleet.core.profile import load_profile
 
 
 def register(sub: argparse._SubParsersAction) -> None:

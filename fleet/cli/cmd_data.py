@@ -18,8 +18,8 @@ from rich.table import Table
 
 from fleet.agent.datasets import KNOWN_DATASETS, DatasetError
 from fleet.cli.common import console, emit_json
+from fleet.common.errors import InputError
 from fleet.data.prepare import list_datasets, prepare, resolve_data_dir
-from fleet.errors import InputError
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -6,8 +6,8 @@ import argparse
 import math
 
 from fleet.cli.common import console, emit_json, progress_bar, table
-from fleet.errors import InputError
-from fleet.estimate import EstimateSpec, estimate, write_outputs
+from fleet.common.errors import InputError
+from fleet.training.estimate import EstimateSpec, estimate, write_outputs
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -6,7 +6,7 @@ import argparse
 import math
 
 from fleet.cli.common import budget_label, console, emit_json, mhz, parse_budgets, table
-from fleet.profile import Profile, frontier, load_profile
+from fleet.core.profile import Profile, frontier, load_profile
 
 
 def register(sub: argparse._SubParsersAction) -> None:

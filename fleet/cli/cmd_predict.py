@@ -14,9 +14,9 @@ import math
 from fleet.agent.predict import PredictError, describe, predict_profile
 from fleet.agent.profile_io import read_rows, write_rows
 from fleet.cli.common import console, emit_json, table
-from fleet.coverage import read_coverage
-from fleet.errors import InputError
-from fleet.profile import load_profile
+from fleet.common.errors import InputError
+from fleet.core.profile import load_profile
+from fleet.trust.coverage import read_coverage
 
 
 def register(sub: argparse._SubParsersAction) -> None:

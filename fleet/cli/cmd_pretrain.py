@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from fleet.cli.common import console, emit_json, progress_bar
-from fleet.pretrain import pretrain
+from fleet.training.pretrain import pretrain
 
 
 def register(sub: argparse._SubParsersAction) -> None:

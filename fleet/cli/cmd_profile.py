@@ -22,7 +22,7 @@ from fleet.agent.devices import (
 )
 from fleet.agent.devices.guard import install_restore_handlers
 from fleet.cli.common import console, emit_json, parse_budget, table
-from fleet.errors import InputError
+from fleet.common.errors import InputError
 
 DEFAULT_BATCH_SIZES = "4,8,16,32,64,128"
 

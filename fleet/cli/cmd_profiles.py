@@ -4,7 +4,7 @@ One line per stored profile: device, board type, workload (model @ input shape),
 profile came from (measured, predicted, refreshed, sibling), how many points were probed, when,
 how many rows, and the file. The store is ``--store DIR``, else the fleet's
 ``[run] profile_store`` (``--fleet F``), else ``runs/profile-store`` under the current
-directory. The store itself is ``fleet.profilestore``.
+directory. The store itself is ``fleet.trust.store``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import argparse
 from pathlib import Path
 
 from fleet.cli.common import console, emit_json, note, table
-from fleet.profilestore import default_store, list_store, store_from_fleet
+from fleet.trust.store import default_store, list_store, store_from_fleet
 
 
 def register(sub: argparse._SubParsersAction) -> None:

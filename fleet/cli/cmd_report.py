@@ -7,8 +7,8 @@ from pathlib import Path
 
 from fleet.agent.profile_io import atomic_write_text
 from fleet.cli.common import console, emit_json
-from fleet.report import read_report
-from fleet.reportmd import run_markdown
+from fleet.reports.markdown import run_markdown
+from fleet.reports.report import read_report
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -15,7 +15,7 @@ import sys
 from fleet.agent.devices import DeviceError
 from fleet.agent.devices.clockstate import state_path
 from fleet.cli.common import emit_json
-from fleet.errors import InputError
+from fleet.common.errors import InputError
 
 
 def register(sub: argparse._SubParsersAction) -> None:

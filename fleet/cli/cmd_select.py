@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 
 from fleet.cli.common import budget_label, console, emit_json, mhz, note, parse_budget, table
-from fleet.coverage import check_coverage, read_coverage
-from fleet.deadline import check_deadline
-from fleet.efficiency import load_efficiency
-from fleet.errors import InputError
-from fleet.objectives import OBJECTIVES
-from fleet.profile import load_profile
-from fleet.selection import align, select
+from fleet.common.errors import InputError
+from fleet.core.choice import align
+from fleet.core.deadline import check_deadline
+from fleet.core.efficiency import load_efficiency
+from fleet.core.objectives import OBJECTIVES
+from fleet.core.profile import load_profile
+from fleet.core.selection import select
+from fleet.trust.coverage import check_coverage, read_coverage
 
 
 def register(sub: argparse._SubParsersAction) -> None:

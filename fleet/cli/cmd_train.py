@@ -23,7 +23,7 @@ from fleet.agent.devices import DeviceError, open_backend
 from fleet.agent.devices.guard import install_restore_handlers
 from fleet.cli.cmd_profile import add_backend_flags, backend_options
 from fleet.cli.common import console, emit_json, note, table
-from fleet.errors import InputError
+from fleet.common.errors import InputError
 
 DEFAULT_BATCH_SIZES = "4,8,16,32,64,128"
 COMMAND = "train"
@@ -100,8 +100,8 @@ def _budget_source(args: argparse.Namespace) -> Any:
 
     schedule = args.budget_schedule
     if args.budget_trace is not None:
-        from fleet.budgettrace import DEFAULT_DWELL_S, schedule_from_trace
-        from fleet.fleetconfig import format_schedule
+        from fleet.budgets.codec import format_schedule
+        from fleet.budgets.trace import DEFAULT_DWELL_S, schedule_from_trace
 
         dwell = DEFAULT_DWELL_S if args.budget_dwell_s is None else args.budget_dwell_s
         schedule = format_schedule(schedule_from_trace(args.budget_trace, dwell, "--budget-trace"))
@@ -117,7 +117,7 @@ def _budget_source(args: argparse.Namespace) -> Any:
 
 
 def _efficiency(path: str) -> dict[int, float]:
-    from fleet.efficiency import load_efficiency
+    from fleet.core.efficiency import load_efficiency
 
     eff = load_efficiency(path)
     if not eff.reached:
@@ -127,7 +127,7 @@ def _efficiency(path: str) -> dict[int, float]:
 
 def _lut_from_profile(path: str) -> list[Any]:
     from fleet.agent.choose import LutPoint
-    from fleet.profile import load_profile
+    from fleet.core.profile import load_profile
 
     prof = load_profile(path)
     return [
@@ -213,7 +213,7 @@ def _torch_device(args: argparse.Namespace) -> str:
 def run(args: argparse.Namespace) -> int:
     from fleet.agent.closedloop import ClosedLoopError, train_under_budget
     from fleet.agent.trainer import TrainerError, atomic_torch_save
-    from fleet.task import build_for, load_task
+    from fleet.training.task import build_for, load_task
 
     _check_args(args)
     source = _budget_source(args)

@@ -1,4 +1,5 @@
-"""`powerfleet whatif`: sweep the fleet's power budget on the direct engine (fleet.whatif)."""
+"""`powerfleet whatif`: sweep the fleet's power budget on the direct engine
+(fleet.planning.whatif)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,9 @@ import argparse
 import dataclasses
 
 from fleet.cli.common import console, emit_json, table
-from fleet.fleetconfig import OBJECTIVES, load_fleet
-from fleet.whatif import pareto_front, parse_range, sweep
+from fleet.config.fleetfile import load_fleet
+from fleet.core.objectives import OBJECTIVES
+from fleet.planning.whatif import pareto_front, parse_range, sweep
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -38,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     steps = sweep(fleet, values, args.scale, args.objective)
     front = pareto_front(steps)
     if args.plot:
-        from fleet.whatifplot import plot_front
+        from fleet.reports.whatif_plot import plot_front
 
         title = f"{fleet.run.name}: budget sweep, objective {steps[0].objective}"
         plot_front(steps, front, args.plot, title, args.scale)

@@ -7,9 +7,9 @@ import math
 import sys
 from typing import TYPE_CHECKING, Any
 
-from fleet import fleetconfig
-from fleet.errors import InputError
-from fleet.report import json_safe
+from fleet.budgets import codec
+from fleet.common.errors import InputError
+from fleet.reports.report import json_safe
 
 if TYPE_CHECKING:
     from rich.progress import Progress
@@ -51,7 +51,7 @@ def note(command: str, message: str) -> None:
 
 def parse_budget(raw: str, flag: str = "--budget-w") -> float | None:
     """A budget from the command line, with the fleet file's and node config's vocabulary."""
-    return fleetconfig.parse_budget(raw, flag)
+    return codec.parse_budget(raw, flag)
 
 
 def parse_budgets(raw: str, flag: str = "--budgets") -> list[float | None]:

@@ -70,8 +70,8 @@ from fleet.agent.datasets import (
     read_idx,
     write_idx,
 )
+from fleet.common.errors import InputError
 from fleet.data.rdata import LazyLoadDB, RDataError, as_strings
-from fleet.errors import InputError
 
 FORMAT_VERSION = 1
 CANONICAL_TIMEOUT_S = 10.0  # per socket operation; DNS is probed separately with a 3 s limit

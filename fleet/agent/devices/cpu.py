@@ -7,6 +7,11 @@ mean power since the previous one (at the sampler's 20 Hz, the last 50 ms). The 
 ``max_energy_range_uj``. Recent kernels make ``energy_uj`` root-only and containers often hide
 powercap: then power is "unavailable" and profiles are time-only.
 
+A profile row needs a clock > 0 (a GPU never runs at 0 MHz, and a 0 in ``freq_mhz`` is refused
+as a typo). The CPU has no knob here, so its rows record the clock it ran at: cpufreq's
+``scaling_cur_freq`` (kHz) averaged over the cores, else the mean ``cpu MHz`` of
+``/proc/cpuinfo``; a host that exposes neither cannot be profiled (one line says so).
+
 Python 3.6 compatible, stdlib only.
 """
 
@@ -28,6 +33,35 @@ _PACKAGE = re.compile(r"^intel-rapl:\d+$")  # package domains; intel-rapl:0:0 et
 def _read_int(path: str) -> int:
     with open(path, "r") as fh:
         return int(fh.read().strip())
+
+
+def host_clock_mhz(
+    cpufreq_root: str = "/sys/devices/system/cpu", cpuinfo: str = "/proc/cpuinfo"
+) -> Optional[float]:
+    """The CPU's current clock in MHz, averaged over the cores that report one; None if the
+    host says nothing (no cpufreq, no ``cpu MHz`` line)."""
+    khz = []  # type: List[float]
+    for path in sorted(glob.glob(os.path.join(cpufreq_root, "cpu[0-9]*", "cpufreq"))):
+        try:
+            khz.append(float(_read_int(os.path.join(path, "scaling_cur_freq"))))
+        except (OSError, ValueError):
+            continue
+    if khz:
+        return round(sum(khz) / len(khz) / 1000.0, 1)
+    mhz = []  # type: List[float]
+    try:
+        with open(cpuinfo) as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                if key.strip() == "cpu MHz":
+                    try:
+                        mhz.append(float(value))
+                    except ValueError:
+                        continue
+    except OSError:
+        return None
+    good = [m for m in mhz if m > 0 and m == m and m != float("inf")]
+    return round(sum(good) / len(good), 1) if good else None
 
 
 def find_rapl_packages(powercap_root: str = "/sys/class/powercap") -> List[RaplDomain]:
@@ -66,8 +100,12 @@ class CpuBackend(Backend):
         self,
         powercap_root: str = "/sys/class/powercap",
         clock: Callable[[], float] = time.monotonic,
+        cpufreq_root: str = "/sys/devices/system/cpu",
+        cpuinfo: str = "/proc/cpuinfo",
     ) -> None:
         self.powercap_root = powercap_root
+        self.cpufreq_root = cpufreq_root
+        self.cpuinfo = cpuinfo
         self._clock = clock
         self.domains = find_rapl_packages(powercap_root)
         self._last = None  # type: Optional[tuple]
@@ -83,6 +121,18 @@ class CpuBackend(Backend):
 
     def frequencies(self) -> List[float]:
         return []
+
+    def current_mhz(self) -> float:
+        """The clock the profile's rows record (no knob: the one the host runs at)."""
+        mhz = host_clock_mhz(self.cpufreq_root, self.cpuinfo)
+        if mhz is None:
+            raise DeviceError(
+                "the cpu backend cannot read this host's clock (no cpufreq scaling_cur_freq "
+                "under {}, no 'cpu MHz' in {}); a profile row needs freq_mhz > 0".format(
+                    self.cpufreq_root, self.cpuinfo
+                )
+            )
+        return mhz
 
     def lock(self, freq_mhz: float) -> None:
         raise DeviceError(

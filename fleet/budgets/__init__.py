@@ -1,0 +1,2 @@
+"""Power budgets: the one codec (number, word, schedule), power traces, the live budget-file
+feeder."""

@@ -1,0 +1,309 @@
+"""The fleet TOML: which devices, on which budgets, with which profiles and data.
+
+One file drives both a simulation and a real deployment (docs/architecture.md), so it says
+everything a device needs and nothing about how it is run. Paths are relative to the file. A
+device entry with ``count = N`` stands for N identical devices (``name-0001`` ...), which is how
+a 1,000-device what-if fleet stays a ten-line file. Every problem is one ``InputError`` naming
+the file, the device and the field; nothing falls back to a silent default. Device and run
+names use the one safe alphabet of ``fleet.common.names``; what is read is bounded (``MAX_*`` below:
+file size, devices after ``count``, string lengths) and every number is finite and in range.
+
+    [run]
+    name = "mixed"
+    model = "resnet18"
+    efficiency = "../efficiency/resnet18_cifar10-proxy.csv"  # what the coordinator ships
+    target_accuracy = 0.92
+    mode = "local"            # local: devices keep their weights; federated: FedAvg
+    objective = "time"        # or "energy"
+    rounds = 1
+
+    [[devices]]
+    name = "nano-1"
+    type = "jetson-nano"
+    budget_w = 4.5            # watts, or "none" / "unlimited" / "inf" (fleet.budgets.codec)
+    budget_schedule = [[0, 7.0], [600, 4.5]]   # optional: (seconds into training, watts)
+    profile = "../profiles/nano_resnet18.csv"
+    data = "../efficiency/resnet18_svhn.csv"    # the device's convergence trace (virtual clock)
+
+A real board met for the first time has no profile yet: an entry with ``client = "hardware"``
+may omit ``profile`` or name a file that does not exist yet. The board profiles on first
+contact and the coordinator keeps what it returns in its profile store (``[run] profile_store``,
+default: the run directory's ``profile-store``; fleet/trust/store.py).
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fleet.budgets.codec import BudgetStep, format_budget, format_schedule, read_budget
+from fleet.common.errors import InputError
+from fleet.common.names import check_name, is_safe
+from fleet.config.fields import (
+    MAX_BATCH,
+    MAX_DEVICES,
+    MAX_FLEET_BYTES,
+    MAX_ROUNDS,
+    MAX_SEED,
+    OPTIMIZERS,
+    choice_field,
+    float_field,
+    int_field,
+    require_field,
+    show_value,
+    text_field,
+)
+from fleet.core.objectives import OBJECTIVES
+
+# Known device types and what they are; a fleet naming another type is refused, because a
+# profile records the type it was measured on and the device round checks the two agree (a Nano
+# must not run on a TX2 NX's profile). Which agent backend drives a type is the deployment's
+# node config (``backend``), not this table.
+DEVICE_TYPES: dict[str, str] = {
+    "jetson-nano": "NVIDIA Jetson Nano (gm20b GPU, devfreq 57000000.gpu, INA3221 POM_5V_IN)",
+    "jetson-tx2nx": "NVIDIA Jetson TX2 NX (gp10b GPU, devfreq 17000000.gp10b, INA3221)",
+    "jetson-orin": "NVIDIA Jetson Orin (ga10b GPU, INA3221 hwmon VDD_IN)",
+    "nvml-gpu": "an NVIDIA GPU driven through NVML",
+    "cpu": "a CPU-only host (no frequency control; RAPL power when readable)",
+}
+MODES = ("local", "federated")
+LEARNING = ("trace", "train")
+CLIENTS = ("replay", "hardware")  # a device entry's ``client``: hardware may lack a profile
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """One device of the fleet, fully resolved (absolute paths, expanded counts)."""
+
+    name: str
+    device_type: str
+    budget_w: float | None
+    profile: str
+    data: str | None
+    schedule: tuple[BudgetStep, ...] = ()
+    learning: str = "trace"
+
+    def to_node_config(self) -> dict[str, str]:
+        """The flat key/values a SuperNode's --node-config carries in deployment.
+
+        Budgets travel as text in the budget codec's exact form (``format_budget``), so the
+        device reads back the very number the fleet file holds.
+        """
+        cfg: dict[str, str] = {
+            "device-name": self.name,
+            "device-type": self.device_type,
+            "budget-w": format_budget(self.budget_w),
+            "profile": self.profile,
+        }
+        if self.data:
+            cfg["data"] = self.data
+        if self.schedule:
+            cfg["budget-schedule"] = format_schedule(self.schedule)
+        if self.learning != "trace":
+            cfg["learning"] = self.learning
+        return cfg
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    name: str
+    model: str
+    efficiency: str
+    target_accuracy: float
+    mode: str = "local"
+    objective: str = "time"
+    rounds: int = 1
+    optimizer: str = "adam"
+    lr_ref_batch: int = 128
+    lr_ref: float = 5e-4
+    seed: int = 0
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Fleet:
+    path: str
+    run: RunSettings
+    devices: tuple[DeviceSpec, ...]
+
+
+def _extra(run_t: dict, known: set[str], where: str) -> dict[str, object]:
+    """[run] keys the loader does not know (read by objectives, learning...): scalars only."""
+    extra: dict[str, object] = {}
+    for k, v in run_t.items():
+        if k in known:
+            continue
+        if isinstance(v, float) and not math.isfinite(v):
+            raise InputError(f"{where}: field '{k}' must be a finite number, got {v!r}")
+        if isinstance(v, str):
+            text_field(run_t, k, where)
+        elif not isinstance(v, (bool, int, float)):
+            raise InputError(
+                f"{where}: field '{k}' must be a number, a boolean or a string, got {show_value(v)}"
+            )
+        extra[k] = v
+    return extra
+
+
+def _data_entry(base: Path, raw: str, where: str, learning: str) -> str:
+    """A device's ``data``: a trace CSV (replay), else a dataset path or a prepared dataset's
+    name (``mnist-5k``, ``fashion-mnist``...: ``powerfleet data prepare``), kept as the name
+    when no file of that name sits beside the fleet file."""
+    from fleet.agent.datasets import KNOWN_DATASETS
+
+    if learning != "trace" and raw in KNOWN_DATASETS and not (base / raw).exists():
+        return raw
+    return _resolve(base, raw, where, must_exist=learning == "trace")
+
+
+def _resolve(base: Path, raw: str, where: str, must_exist: bool = True) -> str:
+    p = (base / raw).resolve() if not Path(raw).is_absolute() else Path(raw)
+    if must_exist and not p.exists():
+        raise InputError(f"{where}: file not found: {raw} (resolved to {p})")
+    return str(p)
+
+
+def _trace_schedule(base: Path, d: dict, where: str) -> str:
+    """A device's ``budget_trace`` as schedule text for ``read_budget`` (exact, via the codec)."""
+    from fleet.budgets.trace import DEFAULT_DWELL_S, schedule_from_trace
+
+    trace = _resolve(base, text_field(d, "budget_trace", where), f"{where} budget_trace")
+    dwell = d.get("budget_dwell_s", DEFAULT_DWELL_S)
+    start = d.get("budget_trace_start_s")  # trace second at which training starts
+    return format_schedule(schedule_from_trace(trace, dwell, f"{where} budget_trace", start))
+
+
+def _read_toml(path: Path) -> dict:
+    """The parsed file, bounded in size; every failure one line naming the file."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_FLEET_BYTES + 1)
+    except FileNotFoundError:
+        raise InputError(f"{path}: fleet file not found") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read the fleet file ({exc.strerror})") from None
+    if len(raw) > MAX_FLEET_BYTES:
+        raise InputError(f"{path}: fleet file larger than {MAX_FLEET_BYTES} bytes")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"{path}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise InputError(f"{path}: not valid TOML: arrays or tables nested too deeply") from None
+
+
+def load_fleet(path: str | Path) -> Fleet:
+    path = Path(path)
+    data = _read_toml(path)
+    base = path.parent
+    run_t = data.get("run")
+    if not isinstance(run_t, dict):
+        raise InputError(f"{path}: missing [run] table")
+    w = f"{path}: [run]"
+    known_run = {
+        "name",
+        "model",
+        "efficiency",
+        "target_accuracy",
+        "mode",
+        "objective",
+        "rounds",
+        "optimizer",
+        "lr_ref_batch",
+        "lr_ref",
+        "seed",
+    }
+    mode = choice_field(run_t, "mode", w, "local", MODES)
+    objective = choice_field(run_t, "objective", w, "time", tuple(OBJECTIVES))
+    target = float_field(run_t, "target_accuracy", w, None, "an accuracy in (0, 1]")
+    if not 0 < target <= 1:
+        raise InputError(f"{w}: field 'target_accuracy' must be in (0, 1], got {target}")
+    lr_ref = float_field(run_t, "lr_ref", w, 5e-4, "a learning rate > 0")
+    if lr_ref <= 0:
+        raise InputError(f"{w}: field 'lr_ref' must be a learning rate > 0, got {lr_ref}")
+    run = RunSettings(
+        name=check_name(
+            w,
+            "run name" if "name" in run_t else "run name (the file's)",
+            run_t.get("name", path.stem),
+        ),
+        model=text_field(run_t, "model", w),
+        efficiency=_resolve(base, text_field(run_t, "efficiency", w), f"{w} efficiency"),
+        target_accuracy=target,
+        mode=mode,
+        objective=objective,
+        rounds=int_field(run_t, "rounds", w, 1, 1, MAX_ROUNDS),
+        optimizer=choice_field(run_t, "optimizer", w, "adam", OPTIMIZERS),
+        lr_ref_batch=int_field(run_t, "lr_ref_batch", w, 128, 1, MAX_BATCH),
+        lr_ref=lr_ref,
+        seed=int_field(run_t, "seed", w, 0, 0, MAX_SEED),
+        extra=_extra(run_t, known_run, w),
+    )
+    dev_list = data.get("devices")
+    if not isinstance(dev_list, list) or not dev_list:
+        raise InputError(f"{path}: no [[devices]] entries")
+    if len(dev_list) > MAX_DEVICES:
+        raise InputError(f"{path}: {len(dev_list)} [[devices]] entries; at most {MAX_DEVICES}")
+    devices: list[DeviceSpec] = []
+    seen: dict[str, str] = {}
+    for i, d in enumerate(dev_list, start=1):
+        name = d.get("name") if isinstance(d, dict) else None
+        shown = name if isinstance(name, str) and is_safe(name) else None
+        w = f"{path}: device #{i}" + (f" ({shown})" if shown else "")
+        if not isinstance(d, dict):
+            raise InputError(f"{w}: expected a table")
+        name = check_name(w, "device name", require_field(d, "name", w, str))
+        dtype = str(require_field(d, "type", w, str))
+        if dtype not in DEVICE_TYPES:
+            raise InputError(
+                f"{w}: unknown device type {show_value(dtype)}; expected one of "
+                f"{', '.join(DEVICE_TYPES)}"
+            )
+        if not {"budget_w", "budget_schedule", "budget_trace"} & set(d):
+            raise InputError(f"{w}: missing field 'budget_w' (watts, or \"none\" for no limit)")
+        schedule_raw = d.get("budget_schedule")
+        if "budget_trace" in d:  # a power trace becomes the schedule: fleet.budgets.trace
+            if schedule_raw is not None:
+                raise InputError(f"{w}: give budget_schedule or budget_trace, not both")
+            schedule_raw = _trace_schedule(base, d, w)
+        budget, schedule = read_budget(w, d.get("budget_w"), schedule_raw)
+        client = choice_field(d, "client", w, "replay", CLIENTS)
+        if client == "hardware":  # first contact: the board profiles, the store keeps it
+            raw = text_field(d, "profile", w, "")
+            profile = _resolve(base, raw, f"{w} profile", must_exist=False) if raw else ""
+        else:
+            profile = _resolve(base, text_field(d, "profile", w), f"{w} profile")
+        learning = choice_field(d, "learning", w, "trace", LEARNING)
+        data_path = None
+        on_board = client == "hardware"  # its data (if any) lives on the board
+        if "data" in d:
+            if on_board:  # a path on the board, not on this host
+                data_path = _resolve(base, text_field(d, "data", w), f"{w} data", must_exist=False)
+            else:
+                data_path = _data_entry(base, text_field(d, "data", w), f"{w} data", learning)
+        elif learning == "trace" and not on_board:
+            raise InputError(f"{w}: missing field 'data' (the device's convergence trace CSV)")
+        room = MAX_DEVICES - len(devices)
+        count = d.get("count", 1)
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise InputError(f"{w}: count must be a positive integer, got {show_value(count)}")
+        if count > room:  # refused before a single name is built
+            raise InputError(
+                f"{w}: count {count} would make the fleet larger than {MAX_DEVICES} devices"
+            )
+        width = max(4, len(str(count)))
+        if count > 1:
+            check_name(w, "device name", f"{name}-{count:0{width}d}")
+        names = [name] if count == 1 else [f"{name}-{k:0{width}d}" for k in range(1, count + 1)]
+        for n in names:
+            if n in seen:
+                raise InputError(f"{w}: duplicate device name {n!r} (also {seen[n]})")
+            seen[n] = f"device #{i}"
+            devices.append(DeviceSpec(n, dtype, budget, profile, data_path, schedule, learning))
+    return Fleet(str(path), run, tuple(devices))

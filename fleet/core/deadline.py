@@ -1,0 +1,309 @@
+"""The deadline objective: finish with the round, not before it, on the least energy.
+
+In a fleet round the slowest device sets the round time; a device that races at its fastest
+clock and then waits has spent energy for nothing (docs/architecture.md, fleet objectives).
+Under the deadline objective each device picks, among the profiled points feasible under its
+budget, the one with the least predicted energy whose predicted finish meets the round
+deadline; if none meets it, the fastest point, and the device is ``late``. Predictions are the
+method's own (eq. 2 with the shipped samples-to-accuracy, energy = mean power x time), so the
+choice can be made on the device before training, exactly like the time objective's.
+
+Budget schedules (a budget that changes on the virtual clock) are handled by re-selecting at
+every step against the *remaining* deadline, with a look-ahead that keeps the choice honest:
+a candidate for the current step is costed as "run this point until the step ends, then run
+the time objective's fastest point under each later budget". A candidate meets the deadline
+only if that plan does. Because the fastest plan is always one of the next step's candidates
+and predictions are consistent, a device that was on time under prediction stays on time at
+every later step; a budget drop that the look-ahead already priced in never makes it late.
+Progress carries across a change of batch size as the fraction of the target reached, as on
+the virtual clock (``fleet.rounds.virtual_clock``).
+
+Everything here is pure (points, efficiency, budget or schedule, deadline -> choice), so the
+direct engine, the Flower client and the what-if sweep call the same code; the objective
+registry's ``deadline`` entry (``fleet.core.objectives``) plugs it into the device round. The
+arithmetic itself (``Rate``, the plan's ``finish``, the per-step choice ``choose_among``) is the
+agent's (``fleet/agent/deadline.py``, Python 3.6), which the board's closed loop runs at every
+re-selection; this module adds the host's ``RateTable`` (a budget query is a binary search, which
+the 1,000-device what-if sweep needs) and the fleet's planning.
+The fleet-level part is ``plan_deadline``: given every device's fastest predicted finish, the
+deadline is the slowest of them (what the coordinator does in the planning exchange).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from fleet.agent.deadline import REL_TOL as _REL_TOL
+from fleet.agent.deadline import Rate, choose_among, rate_of
+from fleet.agent.deadline import finish as finish_from
+from fleet.budgets.codec import BudgetStep, budget_limit
+from fleet.common.errors import InputError
+from fleet.core.choice import Choice, make_choice
+from fleet.core.efficiency import Efficiency
+from fleet.core.profile import Point
+
+# ``Rate`` (a point costed for the whole work), the plan's ``finish`` and the per-step choice
+# (``choose_among``) are the agent's (fleet/agent/deadline.py): the board's closed loop makes
+# the same choice with the same code. This module adds the host's fast table and planning.
+
+
+@dataclass(frozen=True)
+class DeadlineChoice:
+    """One step's choice: the point, whether it misses the deadline, and what it predicts."""
+
+    choice: Choice
+    late: bool
+    predicted_finish_s: float  # on the device's clock, with the look-ahead over the schedule
+    predicted_energy_j: float  # for the remaining work, same plan
+    deadline_s: float
+
+
+class RateTable:
+    """A profile's points costed with one efficiency, sorted by peak power.
+
+    A budget query is then a prefix (binary search on the peaks) and the fastest point under a
+    budget a lookup in a running best, as in ``fleet.core.selection.SelectionIndex``: the what-if
+    sweep asks thousands of budgets of a handful of (profile, efficiency) pairs.
+    """
+
+    def __init__(self, all_rates: Sequence[Rate]):
+        self.rates = sorted(all_rates, key=lambda r: (_peak(r.point), r.key()))
+        self.peaks = [_peak(r.point) for r in self.rates]
+        self.best: list[Rate] = []
+        for r in self.rates:
+            self.best.append(r if not self.best or r.key() < self.best[-1].key() else self.best[-1])
+
+    def feasible(self, budget_w: float | None) -> Sequence[Rate]:
+        budget = budget_limit(budget_w)
+        if math.isinf(budget):
+            return self.rates
+        return self.rates[: bisect.bisect_right(self.peaks, budget)]
+
+    def fastest(self, budget_w: float | None) -> Rate | None:
+        budget = budget_limit(budget_w)
+        k = len(self.rates) if math.isinf(budget) else bisect.bisect_right(self.peaks, budget)
+        return self.best[k - 1] if k else None
+
+
+def _peak(p: Point) -> float:
+    return p.peak_power_w if not math.isnan(p.peak_power_w) else math.inf
+
+
+_TABLES: dict[tuple, RateTable] = {}
+
+
+def rates(points: Sequence[Point], eff: Efficiency) -> RateTable:
+    """Cost every point whose batch size reached the target in the shipped efficiency.
+
+    Tables are kept per (points, samples-to-accuracy) content, so devices sharing a reference
+    profile and the shipped efficiency share one table whatever their budgets.
+    """
+    reached = eff.reached
+    key = (tuple(points), tuple(reached.items()))
+    table = _TABLES.get(key)
+    if table is not None:
+        return table
+    out = []
+    for p in points:
+        n = reached.get(p.batch_size)
+        if n is None:
+            continue
+        out.append(rate_of(p, n))
+    if len(_TABLES) >= 256:
+        _TABLES.clear()
+    table = _TABLES[key] = RateTable(out)
+    return table
+
+
+def feasible_rates(table: RateTable, budget_w: float | None) -> Sequence[Rate]:
+    """Points whose measured peak fits the budget (an unmeasured peak fits only no limit)."""
+    return table.feasible(budget_w)
+
+
+def fastest(table: RateTable, budget_w: float | None) -> Rate | None:
+    """The time objective's choice under one budget (same tie-break), or None."""
+    return table.fastest(budget_w)
+
+
+def _check_power(table: RateTable, source: str) -> None:
+    if any(math.isnan(r.point.mean_power_w) for r in table.rates):
+        raise InputError(
+            f"{source}: the deadline objective needs power measurements; this profile is time-only"
+        )
+
+
+def check_deadline(deadline_s: object, where: str = "deadline_s") -> float:
+    """A deadline is a positive, finite number of seconds; anything else is an input error."""
+    if isinstance(deadline_s, bool) or not isinstance(deadline_s, (int, float)):
+        raise InputError(f"{where}: expected a number of seconds, got {deadline_s!r}")
+    d = float(deadline_s)
+    if not math.isfinite(d) or d <= 0:
+        raise InputError(f"{where}: the deadline must be a positive number of seconds, got {d}")
+    return d
+
+
+def finish(
+    steps: Sequence[BudgetStep],
+    k: int,
+    clock_s: float,
+    done: float,
+    first: Rate | None,
+    later: Sequence[Rate | None],
+) -> tuple[float, float]:
+    """(finish time, energy) of the plan: ``first`` during step k, ``later[j]`` in step j > k.
+
+    ``later[j]`` None means step j admits no point: the device pauses (no work, no power).
+    Finish is ``inf`` when the schedule ends paused before the target.
+    """
+    return finish_from(_starts(steps), k, clock_s, done, first, later)
+
+
+def _starts(steps: Sequence[BudgetStep]) -> list[float]:
+    return [s.at_s for s in steps]
+
+
+def choose_step(
+    all_rates: RateTable,
+    steps: Sequence[BudgetStep],
+    k: int,
+    clock_s: float,
+    done: float,
+    deadline_s: float,
+    later: Sequence[Rate | None] | None = None,
+) -> tuple[Rate, bool, float, float] | None:
+    """The deadline objective at step k of a schedule: (rate, late, finish, energy) or None.
+
+    None when step k's budget admits no point (the device pauses). ``later`` is the fastest
+    rate per step (``fastest_per_step``); pass it when calling for many steps.
+    """
+    fits = feasible_rates(all_rates, steps[k].budget_w)
+    if not fits:
+        return None
+    if later is None:
+        later = fastest_per_step(all_rates, steps)
+    return choose_among(fits, _starts(steps), k, clock_s, done, deadline_s, later)
+
+
+def fastest_per_step(all_rates: RateTable, steps: Sequence[BudgetStep]) -> list[Rate | None]:
+    return [fastest(all_rates, s.budget_w) for s in steps]
+
+
+def select_deadline(
+    points: Sequence[Point],
+    eff: Efficiency,
+    budget_w: float | None,
+    deadline_s: float,
+    done: float = 0.0,
+    clock_s: float = 0.0,
+    source: str = "<profile>",
+) -> DeadlineChoice | None:
+    """One budget: least predicted energy among feasible points finishing by ``deadline_s``.
+
+    ``done`` is the fraction of the target already reached and ``clock_s`` the device's clock
+    (both 0 at the start of a round). None when no point fits the budget. If no point meets the
+    deadline, the fastest feasible point with ``late=True``.
+    """
+    return select_deadline_schedule(
+        points, eff, (BudgetStep(0.0, budget_w),), deadline_s, 0, clock_s, done, source
+    )
+
+
+def select_deadline_schedule(
+    points: Sequence[Point],
+    eff: Efficiency,
+    steps: Sequence[BudgetStep],
+    deadline_s: float,
+    k: int = 0,
+    clock_s: float = 0.0,
+    done: float = 0.0,
+    source: str = "<profile>",
+) -> DeadlineChoice | None:
+    """Step k of a budget schedule, with the look-ahead described in the module docstring."""
+    deadline = check_deadline(deadline_s)
+    all_rates = rates(points, eff)
+    _check_power(all_rates, source)
+    got = choose_step(all_rates, steps, k, clock_s, done, deadline)
+    if got is None:
+        return None
+    r, late, f, e = got
+    return DeadlineChoice(_as_choice(r), late, f, e, deadline)
+
+
+def _as_choice(r: Rate) -> Choice:
+    return make_choice(r.point, r.samples, "ours", "deadline")
+
+
+class DeadlineChooser:
+    """The deadline objective's per-step chooser for the device round
+    (``fleet.rounds.device_round``).
+
+    Called with (step index, clock, fraction done) it returns the step's Choice, or None when
+    the step's budget admits nothing. ``late`` is the planned choice's verdict (step 0: what the
+    coordinator learns before training); a device that later falls behind its prediction
+    (its data needs more samples than the shipped estimate) switches to its fastest point and
+    records when in ``behind_at_s`` without becoming ``late``.
+    """
+
+    def __init__(
+        self,
+        points: Sequence[Point],
+        eff: Efficiency,
+        steps: Sequence[BudgetStep],
+        deadline_s: float,
+        source: str = "<profile>",
+    ):
+        self.deadline_s = check_deadline(deadline_s)
+        self.steps = tuple(steps)
+        self.rates = rates(points, eff)
+        _check_power(self.rates, source)
+        self.later = fastest_per_step(self.rates, self.steps)
+        self.late = False
+        self.predicted_finish_s: float | None = None  # planned at the start of the round
+        self.behind_at_s: float | None = None  # when the device fell behind mid-round
+
+    def __call__(self, k: int, clock_s: float, done: float) -> Choice | None:
+        got = choose_step(self.rates, self.steps, k, clock_s, done, self.deadline_s, self.later)
+        if got is None:
+            return None
+        r, late, f, _ = got
+        if k == 0:
+            self.predicted_finish_s, self.late = f, late
+        elif late and not self.late and self.behind_at_s is None:
+            self.behind_at_s = clock_s
+        return _as_choice(r)
+
+    def verdict(self) -> tuple[str | None, str]:
+        """``late`` when the planned choice missed the deadline; a note if it fell behind."""
+        if self.late:
+            return "late", (
+                f"predicted finish {self.predicted_finish_s:.0f} s misses the deadline "
+                f"{self.deadline_s:.0f} s; ran its fastest point"
+            )
+        if self.behind_at_s is not None:
+            return None, (
+                f"fell behind the {self.deadline_s:.0f} s deadline at {self.behind_at_s:.0f} s "
+                "(slower than predicted); ran its fastest point from then"
+            )
+        return None, ""
+
+
+def pick_deadline(candidates: Sequence[Choice], deadline_s: object) -> Choice | None:
+    """One budget, no schedule: the least predicted energy among candidates whose predicted
+    time meets the deadline, else the fastest (the device is then late). Same order as
+    ``choose_step`` (energy, time, peak, frequency, batch size)."""
+    deadline = check_deadline(deadline_s)
+    if not candidates:
+        return None
+
+    def tie(c: Choice) -> tuple[float, float, int]:
+        peak = c.peak_power_w if not math.isnan(c.peak_power_w) else math.inf
+        return (peak, c.freq_mhz, c.batch_size)
+
+    limit = deadline * (1.0 + _REL_TOL)
+    meet = [c for c in candidates if c.predicted_time_s <= limit]
+    if meet:
+        return min(meet, key=lambda c: (c.predicted_energy_j, c.predicted_time_s, *tie(c)))
+    return min(candidates, key=lambda c: (c.predicted_time_s, *tie(c)))

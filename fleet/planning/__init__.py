@@ -1,0 +1,1 @@
+"""Fleet-level planning: the round's deadline, what-if sweeps over budgets, round energy."""

@@ -1,0 +1,1 @@
+"""Reports and plots: the round report (JSON, CSV, Markdown), the paper's experiment grid."""

@@ -1,0 +1,107 @@
+"""Real learning on a simulated device: train on the CPU, keep time on the device's clock.
+
+The host-training runner of the device round (``fleet.rounds.device_round``): the round has selected
+(b, f) with the shipped efficiency; this runner fine-tunes the shipped weights on the device's
+own data at batch b with the learning rate the rule gives, counts the samples until the
+target, and hands that one-batch-size trace to the virtual clock, which charges
+``samples x profiled time per sample`` at (b, f) and the energy at the profiled mean power. The
+host CPU's own speed never enters the numbers, so a laptop simulates a Nano honestly.
+
+The batch size stays the one chosen at the start (changing it mid-run would change the training
+itself); a budget schedule still applies through the clock: each segment re-picks the fastest
+frequency for that batch within the budget in force, or pauses.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from fleet.common.errors import InputError
+from fleet.config.fleetfile import DeviceSpec, RunSettings
+from fleet.core.efficiency import Efficiency, scaled_lr
+from fleet.rounds.device_round import DeviceResult, Round, run_device
+from fleet.rounds.virtual_clock import VirtualClock, cached_profile
+from fleet.training.task import build_for, load_task
+
+
+@dataclass
+class HostTraining:
+    """Runner: train on this host, time on the device's profile. ``trained`` holds the weights."""
+
+    weights: dict[str, Any] | None = None
+    data_dir: str | None = None
+    trained: dict[str, Any] | None = None
+    learning: str | None = "train"
+    truth: Efficiency | None = None  # known only for the batch size trained: no baselines
+
+    def run(self, rnd: Round, res: DeviceResult) -> None:
+        from fleet.agent.trainer import TrainerError, train_to_target
+
+        spec, run, b = rnd.spec, rnd.run, rnd.first.batch_size
+        if not spec.data:
+            raise InputError(f"device {spec.name}: learning = 'train' needs a data entry")
+        task = load_task(spec.data, self.data_dir, seed=run.seed)
+        model = build_for(task, run.model, run.seed, self.weights)
+        try:
+            out = train_to_target(
+                model,
+                task.train,
+                task.test,
+                b,
+                scaled_lr(b, run.lr_ref_batch, run.lr_ref, run.optimizer),
+                run.target_accuracy,
+                optimizer=run.optimizer,
+                eval_every_samples=_opt_int(run.extra.get("eval_every_samples")),
+                max_samples=_opt_int(run.extra.get("max_samples")),
+                seed=run.seed,
+                task=task.kind,
+            )
+        except TrainerError as exc:
+            raise InputError(str(exc)) from None
+        self.trained = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        if out.samples_to_accuracy == 0:
+            # the shipped (pre-trained) model already meets the target on this device's data
+            res.time_s = res.energy_j = res.samples = 0.0
+            res.accuracy, res.message = out.final_accuracy, "the shipped model meets the target"
+            return
+        n = float(out.samples_to_accuracy) if out.samples_to_accuracy else math.nan
+        clock = VirtualClock(Efficiency({b: n}, source=f"trained:{spec.data}"), batch_size=b)
+        clock.run(rnd, res)
+        if res.status == "ok":
+            res.accuracy = out.final_accuracy
+            res.message = ""
+        elif res.status == "not reached":
+            # it trained (and drew power) until the cap: charge the clock for what it did
+            res.samples = float(out.samples)
+            res.time_s = out.samples * rnd.first.time_per_batch_s / b
+            res.energy_j = res.time_s * rnd.first.mean_power_w
+            res.accuracy = out.final_accuracy
+            res.message = (
+                f"target {run.target_accuracy:g} not reached within {out.samples} samples "
+                f"(best {out.best_accuracy:.3f})"
+            )
+
+
+def train_device(
+    spec: DeviceSpec,
+    shipped: Efficiency,
+    run: RunSettings,
+    weights: dict[str, Any] | None = None,
+    data_dir: str | None = None,
+) -> tuple[DeviceResult, dict[str, Any] | None]:
+    """One device round with real training; returns the row and the fine-tuned weights."""
+    runner = HostTraining(weights, data_dir)
+    try:
+        profile, index = cached_profile(spec.profile)
+    except InputError as exc:
+        return DeviceResult.for_device(
+            spec, shipped.source, learning="train", message=str(exc)
+        ), None
+    row = run_device(spec, profile, shipped, run, runner, index=index)
+    return row, runner.trained
+
+
+def _opt_int(v: object) -> int | None:
+    return None if v is None else int(v)  # type: ignore[call-overload]

@@ -1,0 +1,1 @@
+"""Coordinator-side training: the task (model + data), proxy efficiency estimation, pre-training."""
