@@ -95,7 +95,7 @@ def test_malformed_profiles_give_one_line_naming_file_line_field(write, header, 
 
 
 def test_time_only_profile_refuses_budget_but_works_unlimited(write):
-    src = write("cpu.csv", HEADER, ["8,0,0.1,,", "16,0,0.15,,"])
+    src = write("cpu.csv", HEADER, ["8,2400,0.1,,", "16,2400,0.15,,"])  # a CPU: no power
     prof = load_profile(src)
     assert not prof.has_power
     assert set(frontier(prof, None)) == {8, 16}
