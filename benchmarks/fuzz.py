@@ -68,7 +68,7 @@ def project_errors() -> tuple[type, ...]:
         ("fleet.common.errors", "InputError"),
         ("fleet.agent.profile_io", "ProfileFormatError"),
         ("fleet.agent.trainer", "TrainerError"),
-        ("fleet.agent.datasets", "DatasetError"),
+        ("fleet.agent.dataerror", "DatasetError"),
         ("fleet.agent.protocol", "ProtocolError"),
         ("fleet.agent.devices.base", "DeviceError"),
         ("fleet.agent.tensorfile", "TensorFileError"),

@@ -26,6 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from fleet.agent import datasets
+from fleet.agent.dataerror import DatasetError
+from fleet.agent.imagefiles import read_idx_set, write_idx
 from fleet.common.errors import InputError
 from fleet.reports.experiment import proxy_sensitivity
 from fleet.training.estimate import EstimateSpec, estimate, write_outputs
@@ -40,9 +42,9 @@ def derive_fashion_halves(data_dir: str | None) -> dict[str, str]:
     """fashion-a / fashion-b: the two halves of the official test split, as IDX folders."""
     try:
         folder = Path(datasets.prepared_path("fashion-mnist", data_dir))
-    except datasets.DatasetError as exc:
+    except DatasetError as exc:
         raise InputError(str(exc)) from None
-    x, y = datasets.read_idx_set(
+    x, y = read_idx_set(
         str(folder / "test-images-idx3-ubyte.gz"), str(folder / "test-labels-idx1-ubyte.gz")
     )
     out = {}
@@ -51,8 +53,8 @@ def derive_fashion_halves(data_dir: str | None) -> dict[str, str]:
         dest = folder.parent / "analogue" / name
         if not (dest / "labels-idx1-ubyte.gz").exists():
             dest.mkdir(parents=True, exist_ok=True)
-            datasets.write_idx(str(dest / "images-idx3-ubyte.gz"), x[sl, 0].astype(np.uint8))
-            datasets.write_idx(str(dest / "labels-idx1-ubyte.gz"), y[sl].astype(np.uint8))
+            write_idx(str(dest / "images-idx3-ubyte.gz"), x[sl, 0].astype(np.uint8))
+            write_idx(str(dest / "labels-idx1-ubyte.gz"), y[sl].astype(np.uint8))
         out[name] = str(dest)
     return out
 

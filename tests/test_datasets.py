@@ -14,24 +14,13 @@ import numpy as np
 import pytest
 import torch
 
-from fleet.agent.datasets import (
-    VOCAB_CHARS,
-    CharSequenceDataset,
-    DatasetError,
-    build_vocab,
-    decode,
-    encode,
-    load_dataset,
-    normalize_text,
-    read_cifar_batch,
-    read_idx,
-    read_image,
-    split_indices,
-    split_text,
-    subset,
-    text_windows,
-    write_idx,
-)
+from fleet.agent.cifar import read_cifar_batch
+from fleet.agent.dataerror import DatasetError
+from fleet.agent.datasets import load_dataset
+from fleet.agent.imagefiles import read_idx, read_image, write_idx
+from fleet.agent.splits import split_indices, subset
+from fleet.agent.textdata import CharSequenceDataset, split_text, text_windows
+from fleet.agent.vocab import VOCAB_CHARS, build_vocab, decode, encode, normalize_text
 
 # -- IDX --------------------------------------------------------------------------------------
 

@@ -10,14 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from fleet.data.rdata import (
-    LazyLoadDB,
-    RDataError,
-    as_strings,
-    attr,
-    read_rds,
-    unserialize,
-)
+from fleet.data.rlazyload import LazyLoadDB
+from fleet.data.rserialize import read_rds, unserialize
+from fleet.data.rvalues import RDataError, as_strings, attr
 
 # -- a tiny R serializer (XDR, the layout of R's serialize.c) ----------------------------------
 

@@ -16,10 +16,12 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from fleet.agent.datasets import KNOWN_DATASETS, DatasetError
+from fleet.agent.dataerror import DatasetError
+from fleet.agent.datasets import KNOWN_DATASETS
 from fleet.cli.common import console, emit_json
 from fleet.common.errors import InputError
-from fleet.data.prepare import list_datasets, prepare, resolve_data_dir
+from fleet.data.cache import resolve_data_dir
+from fleet.data.prepare import list_datasets, prepare
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -29,11 +29,12 @@ def load_task(
 ) -> Task:
     """Both splits of a prepared dataset (or a path); a dataset problem is one InputError."""
     from fleet.agent import datasets
+    from fleet.agent.dataerror import DatasetError
 
     try:
         train = datasets.load_dataset(dataset, data_dir, "train", subset=subset, seed=seed)
         test = datasets.load_dataset(dataset, data_dir, "test", subset=subset, seed=seed)
-    except datasets.DatasetError as exc:
+    except DatasetError as exc:
         raise InputError(str(exc)) from None
     text = train.vocab is not None
     return Task(

@@ -1,8 +1,9 @@
-"""Read R's serialization format and R lazy-load databases, in pure Python.
+"""Read R's serialization format (``serialize``, ``saveRDS``, ``save``) in pure Python.
 
 Why: two of the offline text corpora (Jane Austen's novels in ``r-cran-janeaustenr``, Moby Dick in
-``r-cran-tokenizers``) ship only as R package data, stored as a *lazy-load database*. Installing R
-to read a few megabytes of text is out of proportion, and the format is simple.
+``r-cran-tokenizers``) ship only as R package data. Installing R to read a few megabytes of text
+is out of proportion, and the format is simple. Why separate: decoding one serialized object is
+independent of the lazy-load database that stores many of them (``fleet.data.rlazyload``).
 
 What is covered (enough for package data: character vectors, lists, data frames, factors):
 
@@ -18,16 +19,7 @@ What is covered (enough for package data: character vectors, lists, data frames,
 - byte code and external pointers are not supported (they never occur in package data) and raise
   :class:`RDataError`.
 
-A lazy-load database is a pair ``NAME.rdx`` / ``NAME.rdb``. The ``.rdx`` file is one serialized
-object (gzip-compressed as ``saveRDS`` writes it, or a 4-byte length + zlib block) -- a list with
-``variables`` (a named list of ``c(offset, length)`` integer pairs into ``.rdb``), ``references``
-and ``compressed``. Each ``.rdb`` entry is a 4-byte big-endian uncompressed length followed by a
-zlib stream (``compressed = TRUE``), or by a type byte and then the data (``'Z'`` zlib, ``'2'``
-bzip2, ``'X'`` xz, ``'0'`` stored) for ``compressed = 2/3``.
-
-R values map to Python as: ``NULL`` -> ``None``; atomic and list vectors -> :class:`RVector` (a
-``list`` with ``rtype`` and ``attributes``; NA -> ``None``); symbols -> :class:`RSymbol` (a
-``str``); pairlists and calls -> :class:`RPairList`; environments -> :class:`REnvironment`.
+The values it returns are described in ``fleet.data.rvalues``.
 """
 
 from __future__ import annotations
@@ -41,66 +33,9 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-__all__ = [
-    "LazyLoadDB",
-    "RDataError",
-    "REnvironment",
-    "RPairList",
-    "RSymbol",
-    "RVector",
-    "as_strings",
-    "attr",
-    "decompress",
-    "read_rds",
-    "unserialize",
-]
+from fleet.data.rvalues import RDataError, REnvironment, RPairList, RSymbol, RVector
 
-
-class RDataError(ValueError):
-    """The bytes are not an R serialization this reader understands; the message says where."""
-
-
-class RVector(list):
-    """An R vector: its elements (NA as None) plus the R type name and attributes."""
-
-    def __init__(self, items=(), rtype: str = "list", attributes: dict | None = None) -> None:
-        super().__init__(items)
-        self.rtype = rtype
-        self.attributes = attributes or {}
-
-    def __repr__(self) -> str:
-        head = list.__repr__(self[:6]) if len(self) > 6 else list.__repr__(self)
-        return f"RVector<{self.rtype}>[{len(self)}]{head}"
-
-
-class RSymbol(str):
-    """An R symbol (a name), distinct from a character string."""
-
-
-class RPairList(list):
-    """A pairlist or call: a list of ``(tag, value)`` pairs; ``rtype`` says which."""
-
-    def __init__(self, items=(), rtype: str = "pairlist", attributes: dict | None = None) -> None:
-        super().__init__(items)
-        self.rtype = rtype
-        self.attributes = attributes or {}
-
-    def as_dict(self) -> dict[str, Any]:
-        return {str(tag): value for tag, value in self}
-
-
-class REnvironment:
-    """An environment, or a named placeholder for one (global/base/empty/namespace/persistent)."""
-
-    def __init__(self, kind: str, name: Any = None) -> None:
-        self.kind = kind
-        self.name = name
-        self.frame: dict[str, Any] = {}
-        self.enclosure: Any = None
-        self.attributes: dict[str, Any] = {}
-
-    def __repr__(self) -> str:
-        return f"REnvironment({self.kind}, {self.name!r})"
+__all__ = ["decompress", "read_rds", "unserialize"]
 
 
 # SEXP type codes (Rinternals.h) and the serialization's pseudo-types (serialize.c).
@@ -417,121 +352,3 @@ def read_rds(path: str | Path) -> Any:
     """Read an ``.rds`` (or ``.rda``/``.RData``) file."""
     path = Path(path)
     return unserialize(path.read_bytes(), str(path))
-
-
-def attr(obj: Any, name: str, default: Any = None) -> Any:
-    """An R attribute of a value (``names``, ``class``, ``row.names``...), or ``default``."""
-    return getattr(obj, "attributes", {}).get(name, default)
-
-
-def as_strings(obj: Any, source: str = "<object>") -> list[str]:
-    """The lines of text an R object holds: a character vector, a factor, or a data frame's
-    ``text`` column (the shapes text packages use). NA becomes an empty string."""
-    if isinstance(obj, RVector) and obj.rtype == "character":
-        return ["" if s is None else s for s in obj]
-    if isinstance(obj, RVector) and "factor" in (attr(obj, "class") or []):
-        levels = attr(obj, "levels") or []
-        return ["" if i is None else levels[i - 1] for i in obj]
-    if isinstance(obj, RVector) and obj.rtype == "list":
-        names = list(attr(obj, "names") or [])
-        if "text" in names:
-            return as_strings(obj[names.index("text")], source)
-        chars = [c for c in obj if isinstance(c, RVector) and c.rtype == "character"]
-        if len(chars) == 1:
-            return as_strings(chars[0], source)
-    kind = getattr(obj, "rtype", type(obj).__name__)
-    raise RDataError(f"{source}: expected a character vector or a data frame of text, got {kind}")
-
-
-class LazyLoadDB:
-    """An R lazy-load database (``NAME.rdx`` index + ``NAME.rdb`` data), read on demand.
-
-    ``LazyLoadDB("pkg/data/Rdata")`` (or the path of either file); ``names()`` lists the
-    objects, ``load(name)`` unserializes one.
-    """
-
-    def __init__(self, path: str | Path) -> None:
-        path = Path(path)
-        base = path.with_suffix("") if path.suffix in (".rdx", ".rdb") else path
-        self.rdx = base.with_name(base.name + ".rdx")
-        self.rdb = base.with_name(base.name + ".rdb")
-        for p in (self.rdx, self.rdb):
-            if not p.is_file():
-                raise RDataError(f"{p}: missing (an R lazy-load database needs .rdx and .rdb)")
-        index = _read_index(self.rdx)
-        if not isinstance(index, RVector) or index.rtype != "list":
-            raise RDataError(f"{self.rdx}: not a lazy-load index (expected a list)")
-        parts = dict(zip(attr(index, "names") or [], index, strict=False))
-        if "variables" not in parts:
-            raise RDataError(f"{self.rdx}: not a lazy-load index (no 'variables' entry)")
-        self.variables = _offsets(parts["variables"], self.rdx)
-        self.references = _offsets(parts.get("references"), self.rdx)
-        compressed = parts.get("compressed")
-        self.compressed = compressed[0] if isinstance(compressed, RVector) and compressed else 1
-
-    def names(self) -> list[str]:
-        return list(self.variables)
-
-    def __contains__(self, name: str) -> bool:
-        return name in self.variables
-
-    def raw(self, name: str) -> bytes:
-        """The decompressed serialization of one object."""
-        if name not in self.variables:
-            raise KeyError(f"{self.rdb}: no object {name!r} (has {', '.join(self.variables)})")
-        offset, length = self.variables[name]
-        with open(self.rdb, "rb") as f:
-            f.seek(offset)
-            block = f.read(length)
-        where = f"{self.rdb}[{name}]"
-        if len(block) != length or length < 5:
-            raise RDataError(f"{where}: truncated (wanted {length} bytes at offset {offset})")
-        return _inflate_block(block, where)
-
-    def load(self, name: str) -> Any:
-        return unserialize(self.raw(name), f"{self.rdb}[{name}]")
-
-
-def _read_index(path: Path) -> Any:
-    data = path.read_bytes()
-    if data[:2] in (b"\x1f\x8b", b"BZ") or data[:6] == b"\xfd7zXZ\x00" or data[:2] == b"X\n":
-        return unserialize(data, str(path))
-    return unserialize(_inflate_block(data, str(path)), str(path))
-
-
-def _inflate_block(block: bytes, where: str) -> bytes:
-    """A lazy-load block: 4-byte big-endian length, optional type byte, compressed data."""
-    expected = struct.unpack(">I", block[:4])[0]
-    body = block[4:]
-    try:
-        if body[:1] == b"x":  # a zlib header (compressed = TRUE)
-            out = zlib.decompress(body)
-        elif body[:1] == b"Z":
-            out = zlib.decompress(body[1:])
-        elif body[:1] == b"2":
-            out = bz2.decompress(body[1:])
-        elif body[:1] == b"X":
-            out = lzma.decompress(body[1:])
-        elif body[:1] == b"0":
-            out = body[1:]
-        else:
-            raise RDataError(f"{where}: unknown compression type byte {body[:1]!r}")
-    except (OSError, EOFError, ValueError, zlib.error, lzma.LZMAError) as exc:
-        if isinstance(exc, RDataError):
-            raise
-        raise RDataError(f"{where}: corrupt compressed block ({exc})") from None
-    if len(out) != expected:
-        raise RDataError(f"{where}: inflated to {len(out)} bytes, header says {expected}")
-    return out
-
-
-def _offsets(obj: Any, source: Path) -> dict[str, tuple[int, int]]:
-    if obj is None:
-        return {}
-    names = attr(obj, "names") or []
-    out = {}
-    for name, pair in zip(names, obj, strict=False):
-        if not isinstance(pair, RVector) or len(pair) != 2:
-            raise RDataError(f"{source}: entry {name!r} is not an (offset, length) pair")
-        out[name] = (int(pair[0]), int(pair[1]))
-    return out
