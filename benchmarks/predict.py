@@ -14,7 +14,7 @@ probe, the table is corrected and the selection repeated; those probes are count
 baseline is the separable fit ``Y(b, k) = Y_b * Y_k`` (least squares in log space) on the
 same probes.
 It also prints the probe counts of the full grid, the staircase and predict mode per board.
-The reference profiles are modeled (simulations/devicemodel.py) and get refitted; rerun this
+The reference profiles are modeled (simulations/devicemodel/) and get refitted; rerun this
 script after they change.
 """
 

@@ -176,18 +176,21 @@ def _is_reference(grid: Grid) -> bool:
 
 def calibration_section(rows: list[dict]) -> str:
     """Every paper cell beside the fit, its leave-one-out prediction and this report's value."""
-    from simulations import calibrate
+    from simulations.calibrate.calibration_file import committed_fit, committed_loo
+    from simulations.calibrate.evaluate import hard_predictions
+    from simulations.calibrate.paper import METHODS, load_cells
+    from simulations.calibrate.report import figures_markdown, report_markdown
 
-    cells = calibrate.load_cells()
-    fit = calibrate.committed_fit()
-    fitted = calibrate.hard_predictions(fit, cells)
+    cells = load_cells()
+    fit = committed_fit()
+    fitted = hard_predictions(fit, cells)
     project = {
         (r["model"], r["device"], r["dataset"], r["budget_w"], r["method"]): r["time_mean_s"]
         for r in rows
-        if r["method"] in calibrate.METHODS and isinstance(r.get("time_mean_s"), float)
+        if r["method"] in METHODS and isinstance(r.get("time_mean_s"), float)
     }
-    text = calibrate.report_markdown(cells, fitted, calibrate.committed_loo(), project)
-    return text + "\n" + calibrate.figures_markdown()
+    text = report_markdown(cells, fitted, committed_loo(), project)
+    return text + "\n" + figures_markdown()
 
 
 def summarise(rows: list[dict]) -> dict:

@@ -56,7 +56,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from simulations import devicemodel as dm
+from simulations.devicemodel.boards import JETSON_NANO, Device
+from simulations.devicemodel.fitted import DEVICES, WORKLOADS
+from simulations.devicemodel.physics import dvfs_factor, mean_power_w
 
 CONTROL_DIR = ".virtual_jetson"
 CONTROL_FILE = "control.json"
@@ -65,7 +67,7 @@ RAIL_MV = 5000  # the board input is a 5 V rail on every layout emulated here
 
 #: Orin is emulated only (the device model has no calibrated Orin): a plausible power curve so
 #: that power follows the clock on the hwmon layout; nothing in a profile comes from it.
-JETSON_ORIN = dm.Device(
+JETSON_ORIN = Device(
     key="orin",
     name="jetson-orin",
     gpu="ga10b",
@@ -91,7 +93,7 @@ class BoardSpec:
     """What one module exposes: devfreq node, frequency table, rails and sensor layout."""
 
     key: str
-    device: dm.Device  # power model
+    device: Device  # power model
     devfreq_node: str
     of_node: str | None  # device/of_node/name ("gpu" on Nano/TX2); Orin has none
     layout: str  # "iio" (JetPack 4 ina3221x) or "hwmon" (JetPack 5+ ina3221)
@@ -109,7 +111,7 @@ class BoardSpec:
 BOARDS: dict[str, BoardSpec] = {
     "nano": BoardSpec(
         key="nano",
-        device=dm.JETSON_NANO,
+        device=JETSON_NANO,
         devfreq_node="57000000.gpu",
         of_node="gpu",
         layout="iio",
@@ -123,7 +125,7 @@ BOARDS: dict[str, BoardSpec] = {
     ),
     "tx2nx": BoardSpec(
         key="tx2nx",
-        device=dm.JETSON_TX2NX,
+        device=DEVICES["tx2nx"],
         devfreq_node="17000000.gp10b",
         of_node="gp10b",
         layout="iio",
@@ -225,8 +227,8 @@ def build_board(
     """
     if board not in BOARDS:
         raise ValueError(f"unknown board {board!r}; valid: {', '.join(sorted(BOARDS))}")
-    if workload not in dm.WORKLOADS:
-        raise ValueError(f"unknown workload {workload!r}; valid: {', '.join(sorted(dm.WORKLOADS))}")
+    if workload not in WORKLOADS:
+        raise ValueError(f"unknown workload {workload!r}; valid: {', '.join(sorted(WORKLOADS))}")
     spec = BOARDS[board]
     root = Path(root)
     for entry, hz in spec.other_devfreq:
@@ -382,13 +384,13 @@ def modeled_power_w(spec: BoardSpec, workload: str, load: int | None, freq_hz: i
     Idle is the board's idle power plus the clocked-but-idle GPU share (5 % of the workload's
     dynamic coefficient at that clock), so even an idle board draws a little more at high clocks.
     """
-    w = dm.WORKLOADS[workload]
+    w = WORKLOADS[workload]
     mhz = freq_hz / 1e6
     if load is None:
-        return spec.device.idle_w + 0.05 * w.dyn_w * spec.device.dyn_scale * dm.dvfs_factor(
+        return spec.device.idle_w + 0.05 * w.dyn_w * spec.device.dyn_scale * dvfs_factor(
             spec.device, mhz
         )
-    return dm.mean_power_w(spec.device, w, int(load), mhz)
+    return mean_power_w(spec.device, w, int(load), mhz)
 
 
 def kernel_accepts(writes: Sequence[tuple[str, str]], start_min: int, start_max: int) -> bool:
@@ -688,7 +690,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     b = sub.add_parser("build", help="write a board's sysfs tree under ROOT")
     b.add_argument("root")
     b.add_argument("--board", choices=sorted(BOARDS), default="nano")
-    b.add_argument("--workload", choices=sorted(dm.WORKLOADS), default="small_cnn")
+    b.add_argument("--workload", choices=sorted(WORKLOADS), default="small_cnn")
     k = sub.add_parser("kernel", help="run the kernel stand-in on ROOT until SIGTERM")
     k.add_argument("root")
     args = p.parse_args(argv)

@@ -21,7 +21,12 @@ from fleet.reports.experiment import (
     run_grid,
     seed_truths,
 )
-from simulations import calibrate, devicemodel
+from simulations.calibrate import predict
+from simulations.calibrate.calibration_file import CALIBRATION_PATH
+from simulations.calibrate.evaluate import ratio_errors
+from simulations.calibrate.floors import baseline_floors, line_floor
+from simulations.calibrate.paper import BOARDS_OF, METHODS, load_cells
+from simulations.devicemodel import fitted, physics
 from tests.conftest import ROOT
 
 SIM = ROOT / "simulations"
@@ -44,7 +49,7 @@ def grid_rows():
 def _project_values(rows) -> dict[tuple, float]:
     out = {}
     for r in rows:
-        if r["method"] in calibrate.METHODS and isinstance(r.get("time_mean_s"), float):
+        if r["method"] in METHODS and isinstance(r.get("time_mean_s"), float):
             out[(r["model"], r["device"], r["dataset"], r["budget_w"], r["method"])] = r[
                 "time_mean_s"
             ]
@@ -52,18 +57,15 @@ def _project_values(rows) -> dict[tuple, float]:
 
 
 def test_ratio_errors_meet_the_goal(grid_rows):
-    cells = calibrate.load_cells()
-    errs = calibrate.ratio_errors(_project_values(grid_rows), cells)
+    cells = load_cells()
+    errs = ratio_errors(_project_values(grid_rows), cells)
     # every model and board the paper reports, both ratios
     assert set(errs) == {
-        (m, b, ref)
-        for m, boards in calibrate.BOARDS_OF.items()
-        for b in boards
-        for ref in ("b1", "b2")
+        (m, b, ref) for m, boards in BOARDS_OF.items() for b in boards for ref in ("b1", "b2")
     }
     for key, err in errs.items():
         assert err <= EXCEPTIONS.get(key, GOAL), (key, round(err, 3))
-    floors = calibrate.baseline_floors(cells)
+    floors = baseline_floors(cells)
     assert set(EXCEPTIONS) == {k for k, v in floors.items() if v > GOAL}
 
 
@@ -104,26 +106,26 @@ def test_seed_draws_keep_the_recorded_mean_and_spread():
 
 def test_vectorised_model_is_devicemodel():
     """calibrate fits the formulas devicemodel generates from (same numbers, noise-free)."""
-    for dev in devicemodel.DEVICES.values():
+    for dev in fitted.DEVICES.values():
         for key in ("resnet18", "mobilenetv2", "transformer"):
-            wl = devicemodel.WORKLOADS[key]
-            ts, peak, mean = calibrate.grid(dev, wl)
+            wl = fitted.WORKLOADS[key]
+            ts, peak, mean = predict.grid(dev, wl)
             for i, b in enumerate(wl.batch_sizes):
                 for j, f in enumerate(dev.freqs_mhz):
-                    t = devicemodel.time_per_batch_s(dev, wl, b, f) / b
+                    t = physics.time_per_batch_s(dev, wl, b, f) / b
                     assert ts[i, j] == pytest.approx(t, rel=1e-12)
                     assert peak[i, j] == pytest.approx(
-                        devicemodel.peak_power_w(dev, wl, b, f), rel=1e-12
+                        physics.peak_power_w(dev, wl, b, f), rel=1e-12
                     )
                     assert mean[i, j] == pytest.approx(
-                        devicemodel.mean_power_w(dev, wl, b, f), rel=1e-12
+                        physics.mean_power_w(dev, wl, b, f), rel=1e-12
                     )
 
 
 def test_efficiency_files_are_the_fit_and_say_their_target():
-    data = calibrate.CALIBRATION_PATH
+    data = CALIBRATION_PATH
     assert data.exists(), "simulations/calibration.json is committed"
-    for (model, ds), curve in devicemodel.EFFICIENCY_CURVES.items():
+    for (model, ds), curve in fitted.EFFICIENCY_CURVES.items():
         assert curve.fitted, (model, ds)
         text = (SIM / "efficiency" / f"{model}_{ds}.csv").read_text()
         assert f"target_accuracy={curve.target_accuracy:g}" in text
@@ -136,7 +138,7 @@ def test_efficiency_files_are_the_fit_and_say_their_target():
 
 def test_paper_cells_transcription():
     """Spot checks against the paper's text (§5.2 quotes these ratios)."""
-    cells = {c.key: c.time_s for c in calibrate.load_cells()}
+    cells = {c.key: c.time_s for c in load_cells()}
     assert len(cells) == 96
     # "reducing the training time by 1.7x and 1.8x" (Table 4, SVHN) and 2.14x (Table 3)
     t = ("resnet18", "tx2nx", "svhn", 4.5)
@@ -156,18 +158,18 @@ def test_line_floor_is_the_brute_force_minimum():
         t = rng.uniform(3000.0, 15000.0, 3)
         w = 1.0 / rng.uniform(3000.0, 10000.0, 3)
         dense = sum(wk * np.abs(A + C * xk - tk) for xk, tk, wk in zip(x, t, w, strict=True)).min()
-        exact = calibrate.line_floor(list(x), list(t), list(w))
+        exact = line_floor(list(x), list(t), list(w))
         assert exact <= dense + 1e-9
         assert exact == pytest.approx(dense, rel=0.01)  # the grid is 7,500 s·MHz coarse
     # points on such a line have no floor
-    assert calibrate.line_floor(list(x), [500 + 4e6 * v for v in x], [1.0] * 3) < 1e-9
+    assert line_floor(list(x), [500 + 4e6 * v for v in x], [1.0] * 3) < 1e-9
 
 
 def test_table3_dickens_b2_is_off_any_one_batch_line():
     """By hand: on the Nano's caps a line through 4.5 W and no limit puts 7 W at (t1 + 3 t3) / 4;
     Dickens B2 (14278, ?, 7867) gives 9475 against the paper's 12941, a ratio error of
     3466 / 6043 on that cell alone, and Austen's closest line misses by 171 / 3982."""
-    floors = calibrate.baseline_floors(calibrate.load_cells())
+    floors = baseline_floors(load_cells())
     dickens = (12941 - (14278 + 3 * 7867) / 4) / 6043
     austen = (6081 - (9425 + 3 * 5193) / 4) / 3982
     assert floors[("transformer", "nano", "b2")] == pytest.approx(

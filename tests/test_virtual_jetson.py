@@ -6,7 +6,8 @@ import time
 import pytest
 
 from fleet.agent.devices.jetson import JetsonBackend
-from simulations import devicemodel as dm
+from simulations.devicemodel.fitted import WORKLOADS
+from simulations.devicemodel.physics import mean_power_w
 from simulations.virtual_jetson import BOARDS, ClockRecorder, build_board, wait_for
 
 
@@ -46,7 +47,7 @@ def test_power_is_the_device_model_at_the_running_clock_with_drift(tmp_path, kin
     f = sorted(board.freqs_hz)[2]
     with board.kernel(process=False, load=32, lag_s=0.0):
         b.lock(f / 1e6, settle=True)
-        expected = dm.mean_power_w(spec.device, dm.RESNET18, 32, f / 1e6)
+        expected = mean_power_w(spec.device, WORKLOADS["resnet18"], 32, f / 1e6)
         assert wait_for(lambda: abs(b.read_power_w() - expected) < 0.003, 3)
         board.set_drift(add_w=0.8)
         assert wait_for(lambda: abs(b.read_power_w() - expected - 0.8) < 0.003, 3)

@@ -1,0 +1,217 @@
+"""The fit's objective: weighted residuals of a state against the paper, its caps and the priors.
+
+Log-times of every cell and the B1/ours, B2/ours ratios carry the fit; the baselines' caps, the
+models' power order and (optionally) Fig. 1 and Fig. 2 enter as hinges; weak priors hold every
+constant near its hand-set value. :func:`residuals` is the vector the solver squares;
+:func:`figure_misses` scores the figures when choosing between B2 hypotheses.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from simulations.calibrate.paper import BOARDS_OF, BUDGETS, CAPS_MHZ, DATASETS, Cell
+from simulations.calibrate.params import (
+    DEVICE_FIELDS,
+    WORKLOAD_FIELDS,
+    Layout,
+    State,
+    decode,
+    to_free,
+)
+from simulations.calibrate.predict import board_device, grid, predict_cells
+from simulations.devicemodel.boards import JETSON_NANO, Device
+from simulations.devicemodel.fitted import PRIOR_TX2NX, PRIOR_WORKLOADS
+from simulations.devicemodel.paper_checks import FIG1_SAVING, FIG1_TOLERANCE, FIG2_N
+
+# Weights (per unit of residual). Log-times of the cells and the two speed-up ratios carry the
+# fit; constraints are hinges measured in 10 mW or 1 %; priors are weak (0.08 per e-fold).
+W_CELL = 1.0
+W_RATIO = 3.5
+W_HINGE = 5.0
+W_PRIOR = 0.04
+W_SCALE = 1.0
+W_SMOOTH = 1.0
+W_PROXY = 0.3
+W_FIG1 = 3.0
+#: Clearance between a peak and a budget the calibration relies on (W).
+MARGIN_W = 0.02
+#: Whether Fig. 1 and Fig. 2 enter the fit as hinges. They do not. Forced in (Fig. 1's saving
+#: within its 2-point tolerance, Fig. 2's winners by any margin), every figure holds but the
+#: ResNet18 ratio errors rise from 0.05-0.09 to 0.12-0.16 (Nano B1/ours 0.124, B2/ours 0.158;
+#: TX2 NX 0.154, 0.131). Left out, they only choose between the B2 hypotheses
+#: (:func:`figure_misses`); the fit then keeps Fig. 1 (30.3 % saving, paper 31.9 %) and Fig. 2
+#: at 4.5 W and 7 W, while at 5 W b=32 edges out b=8 by ~2 % (the flip moves from between 5 and
+#: 7 W to between 4.5 and 5 W). See :func:`.report.figures_markdown` and tests/test_devicemodel.py.
+FIT_FIGURES = False
+#: Cost of one figure miss when choosing between B2 hypotheses (a cell off by e^1 costs 1).
+W_FIGURE_MISS = 10.0
+
+
+def _hinge(x: float) -> float:
+    """0 when the constraint holds (x <= 0), x otherwise."""
+    return max(0.0, x)
+
+
+def cell_residuals(state, model, cells, soft) -> list[float]:
+    """Log-time misses of every cell and of the B1/ours, B2/ours ratios (hard rules if not soft)."""
+    res = []
+    groups: dict[tuple[str, str], list[Cell]] = {}
+    for c in cells:
+        groups.setdefault((c.board, c.dataset), []).append(c)
+    proxy = DATASETS[model][0]
+    for (board, ds), cs in groups.items():
+        pred = predict_cells(state, board, ds, proxy, soft)
+        have = {(c.budget_w, c.method): c for c in cs}
+        for c in cs:
+            res.append(W_CELL * math.log(pred[(c.budget_w, c.method)] / c.time_s))
+        for budget in BUDGETS:
+            ours = have.get((budget, "ours"))
+            for ref in ("b1", "b2"):
+                other = have.get((budget, ref))
+                if ours and other:
+                    p = math.log(pred[(budget, ref)] / pred[(budget, "ours")])
+                    q = math.log(other.time_s / ours.time_s)
+                    res.append(W_RATIO * (p - q))
+    return res
+
+
+def _power_residuals(state: State, model: str, lighter_than: dict[str, np.ndarray]) -> list[float]:
+    """Caps, Fig. 1's feasibility and the model power order, as hinges in units of 10 mW."""
+    res = []
+    s = 0.01
+    for board in ("nano", "tx2nx"):
+        dev = board_device(board, state)
+        _, peak, _ = grid(dev, state.workload)
+        freqs = list(dev.freqs_mhz)
+        for budget in (4.5, 7.0):
+            j = freqs.index(CAPS_MHZ[board][budget])
+            res.append(W_HINGE * _hinge((peak[:, j].max() - (budget - MARGIN_W)) / s))
+            if model == "resnet18":  # the heaviest model sets the cap: one step up must not fit
+                res.append(W_HINGE * _hinge(((budget + MARGIN_W) - peak[:, j + 1].max()) / s))
+        heavy = lighter_than.get(board)
+        if heavy is not None:
+            gap = heavy[: peak.shape[0]] - peak  # lighter model's batches are a prefix
+            res.append(W_HINGE * _hinge((MARGIN_W - gap.min()) / s))
+    if model == "resnet18" and FIT_FIGURES:
+        res += _fig_residuals(state)
+    return res
+
+
+def _fig_residuals(state: State) -> list[float]:
+    """Fig. 1 (5 W, 31.9 %) and Fig. 2's flip on the Nano ResNet18 grid."""
+    dev = JETSON_NANO
+    ts, peak, _ = grid(dev, state.workload)
+    bs, fs = list(state.workload.batch_sizes), list(dev.freqs_mhz)
+    i128, i64, i8, i32 = bs.index(128), bs.index(64), bs.index(8), bs.index(32)
+    j307, j460 = fs.index(307.2), fs.index(460.8)
+    s = 0.01
+    res = [
+        W_HINGE * _hinge((peak[i128, j307] - (5.0 - MARGIN_W)) / s),
+        W_HINGE * _hinge(((5.0 + MARGIN_W) - peak[i128, j307 + 1]) / s),
+        W_HINGE * _hinge((peak[i64, j460] - (5.0 - MARGIN_W)) / s),
+        W_HINGE * _hinge(((5.0 + MARGIN_W) - peak[i64, j460 + 1]) / s),
+    ]
+    saving = 1.0 - ts[i64, j460] / ts[i128, j307]
+    res.append(W_FIG1 * _hinge(abs(saving - FIG1_SAVING) - 0.015) / 0.01)
+    n8, n32 = FIG2_N[8], FIG2_N[32]
+    for budget in (4.5, 5.0, 7.0):
+        ok8 = np.nonzero(peak[i8] <= budget)[0]
+        ok32 = np.nonzero(peak[i32] <= budget)[0]
+        if not len(ok8) or not len(ok32):
+            res.append(W_HINGE * 10)
+            continue
+        r = (ts[i32, ok32[-1]] * n32) / (ts[i8, ok8[-1]] * n8)  # TT(32) / TT(8)
+        want_8 = budget < 7.0
+        res.append(W_HINGE * _hinge(((1.005 - r) if want_8 else (r - 0.995)) / 0.01))
+    return res
+
+
+def figure_misses(state: State) -> float:
+    """How far the Nano ResNet18 grid misses Fig. 1 and Fig. 2 (0 when both hold).
+
+    Fig. 1: b=128 / b=64 top out at 307.2 / 460.8 MHz under 5 W (1 per miss) and the saving is
+    within 2 points of 31.9 % (excess in points); Fig. 2: the winner under 4.5 / 5 / 7 W (1 per
+    wrong winner). Used to choose between B2 hypotheses, which the tables alone leave close.
+    """
+    if state.workload.key != "resnet18":
+        return 0.0
+    ts, peak, _ = grid(JETSON_NANO, state.workload)
+    bs, fs = list(state.workload.batch_sizes), list(JETSON_NANO.freqs_mhz)
+
+    def top(b: int, budget: float) -> int | None:
+        ok = np.nonzero(peak[bs.index(b)] <= budget)[0]
+        return int(ok[-1]) if len(ok) else None
+
+    miss = 0.0
+    j128, j64 = top(128, 5.0), top(64, 5.0)
+    miss += (j128 != fs.index(307.2)) + (j64 != fs.index(460.8))
+    if j128 is not None and j64 is not None:
+        saving = 1.0 - ts[bs.index(64), j64] / ts[bs.index(128), j128]
+        miss += max(0.0, abs(saving - FIG1_SAVING) - FIG1_TOLERANCE) * 100
+    for budget in (4.5, 5.0, 7.0):
+        j8, j32 = top(8, budget), top(32, budget)
+        if j8 is None or j32 is None:
+            miss += 1
+            continue
+        tt8 = ts[bs.index(8), j8] * FIG2_N[8]
+        tt32 = ts[bs.index(32), j32] * FIG2_N[32]
+        miss += (tt8 < tt32) != (budget < 7.0)
+    return float(miss)
+
+
+def _prior_residuals(state: State, model: str, lay: Layout) -> list[float]:
+    prior_wl = PRIOR_WORKLOADS[model]
+    res = []
+    for name in WORKLOAD_FIELDS:
+        a, b = getattr(state.workload, name), getattr(prior_wl, name)
+        res.append(W_PRIOR * (to_free(name, a) - to_free(name, b)))
+    if "tx2nx" in BOARDS_OF[model]:
+        for name in DEVICE_FIELDS:
+            a, b = getattr(state.tx2nx, name), getattr(PRIOR_TX2NX, name)
+            res.append(W_PRIOR * (to_free(name, a) - to_free(name, b)))
+    # absolute scale: T_s and N_s_acc only appear as a product; hold the per-sample time at the
+    # largest batch and full clock where the hand-set constants put it
+    ts_fit, _, _ = grid(JETSON_NANO, state.workload)
+    ts_pri, _, _ = grid(JETSON_NANO, prior_wl)
+    res.append(W_SCALE * math.log(ts_fit[-1, -1] / ts_pri[-1, -1]) / 0.1)
+    # efficiency: smooth in log b (second differences), ResNet18's grows with b, proxy near targets
+    targets = DATASETS[model][1:]
+    mean_shape = np.mean([state.log_n[d] - state.log_n[d].mean() for d in targets], axis=0)
+    for ds in DATASETS[model]:
+        ln = state.log_n[ds]
+        res += list(W_SMOOTH * np.diff(ln, 2))
+        if model == "resnet18":
+            res += [W_HINGE * _hinge(-d / 0.01) for d in np.diff(ln)]
+        if ds == DATASETS[model][0]:
+            res += list(W_PROXY * ((ln - ln.mean()) - mean_shape))
+    return res
+
+
+def _b2_residuals(state: State, model: str, b2: int | None) -> list[float]:
+    """Hold the proxy's most sample-efficient batch (B2's pick) at the hypothesis ``b2``."""
+    if b2 is None:
+        return []
+    ln = state.log_n[DATASETS[model][0]]
+    i = list(state.workload.batch_sizes).index(b2)
+    return [W_HINGE * _hinge((ln[i] - ln[k] + 0.03) / 0.01) for k in range(ln.size) if k != i]
+
+
+def residuals(
+    lay: Layout,
+    x: np.ndarray,
+    cells: Sequence[Cell],
+    tx2nx: Device,
+    lighter_than: dict[str, np.ndarray],
+    soft: tuple[float, float],
+    b2: int | None = None,
+) -> np.ndarray:
+    state = decode(lay, x, tx2nx)
+    r = cell_residuals(state, lay.model, cells, soft)
+    r += _power_residuals(state, lay.model, lighter_than)
+    r += _prior_residuals(state, lay.model, lay)
+    r += _b2_residuals(state, lay.model, b2)
+    return np.array(r)
