@@ -2,9 +2,10 @@
 
 ``benchmarks/fuzz.py`` mutates files (profile/efficiency CSV, fleet TOML, budget files,
 tensor files, agent lines); this adds the in-memory surfaces it does not reach, with the same
-outcome classes (its ``classify_call``): a SuperNode's node config (``spec_from_node_config``),
-the coordinator's train instruction (``decode_instruction``) and the agent's path fields
-(``fleet.agent.confine``: an accepted path must resolve inside the agent's work directory).
+outcome classes (``fuzz_harness.classify_call``): a SuperNode's node config
+(``spec_from_node_config``), the coordinator's train instruction (``decode_instruction``) and
+the agent's path fields (``fleet.agent.confine``: an accepted path must resolve inside the
+agent's work directory).
 Goal: 0 tracebacks, 0 impossible acceptances, 0 hangs.
 
     PYTHONPATH=$PWD python benchmarks/fuzz_names.py --n 10000
@@ -21,11 +22,12 @@ import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import fuzz  # noqa: E402 - the sibling harness: outcome classes and the fleet check
+# the fuzz harness's outcome classes, its hostile values and the fleet check
+from benchmarks import fuzz_fleet, fuzz_harness, fuzz_mutators  # noqa: E402
 
-HOSTILE = fuzz.HOSTILE + [
+HOSTILE = fuzz_mutators.HOSTILE + [
     "../../../x", "/etc/passwd", "a/b", "..", ".", "nano-1\n", "x" * 70, "x" * 5000, "\x00",
     "nano 1", "-n", "ok-name", "0:7,600:4.5", "0:nan", "0:7,0:5", "none", "inf", "1e-320",
 ]  # fmt: skip
@@ -48,7 +50,7 @@ def mutate_dict(rng: random.Random, base: dict, keys: list[str]) -> dict:
 
 
 def check_spec(spec) -> str | None:
-    if not fuzz.SAFE_NAME.match(spec.name) or ".." in spec.name:
+    if not fuzz_fleet.SAFE_NAME.match(spec.name) or ".." in spec.name:
         return f"device name {spec.name!r} accepted"
     if spec.budget_w is not None and (not math.isfinite(spec.budget_w) or spec.budget_w <= 0):
         return f"budget {spec.budget_w} accepted"
@@ -61,12 +63,12 @@ def check_spec(spec) -> str | None:
 def check_instruction(ins) -> str | None:
     run = ins.run if ins.run.name else SimpleNamespace(**{**vars(ins.run), "name": "unnamed"})
     # an empty run-name is "not given" on the wire (the fleet file's runs always have one)
-    return fuzz.check_fleet(SimpleNamespace(run=run, devices=())) or (
+    return fuzz_fleet.check_fleet(SimpleNamespace(run=run, devices=())) or (
         None if ins.run.seed >= 0 and ins.run.rounds >= 1 else "bad seed/rounds accepted"
     )
 
 
-class NodeConfig(fuzz.Format):
+class NodeConfig(fuzz_harness.Format):
     name = "node config"
     base = {"device-name": "nano-1", "device-type": "jetson-nano", "budget-w": "4.5",
             "profile": "/p.csv", "data": "/d.csv", "budget-schedule": "0:4.5,600:3"}  # fmt: skip
@@ -76,10 +78,10 @@ class NodeConfig(fuzz.Format):
 
         nc = mutate_dict(rng, self.base, list(self.base) + ["learning"])
         call = lambda: spec_from_node_config(nc)  # noqa: E731
-        return (*fuzz.classify_call(call, check_spec, limit_s), repr(nc).encode())
+        return (*fuzz_harness.classify_call(call, check_spec, limit_s), repr(nc).encode())
 
 
-class Instruction(fuzz.Format):
+class Instruction(fuzz_harness.Format):
     name = "train instr."
 
     def __init__(self) -> None:
@@ -103,10 +105,10 @@ class Instruction(fuzz.Format):
         except Exception:  # noqa: BLE001 - Flower refuses the value itself: never reaches us
             return "clean", "ConfigRecord refused the value", repr(cfg).encode()
         call = lambda: self.records.decode_instruction(record)  # noqa: E731
-        return (*fuzz.classify_call(call, check_instruction, limit_s), repr(cfg).encode())
+        return (*fuzz_harness.classify_call(call, check_instruction, limit_s), repr(cfg).encode())
 
 
-class AgentPaths(fuzz.Format):
+class AgentPaths(fuzz_harness.Format):
     name = "agent paths"
 
     def __init__(self, tmp: str) -> None:
@@ -145,7 +147,7 @@ class AgentPaths(fuzz.Format):
                     return f"{key}={req[key]!r:.60} accepted outside the work dir"
             return None
 
-        return (*fuzz.classify_call(call, check, limit_s), repr(req).encode())
+        return (*fuzz_harness.classify_call(call, check, limit_s), repr(req).encode())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -158,12 +160,12 @@ def main(argv: list[str] | None = None) -> int:
     tmp = tempfile.mkdtemp(prefix="fuzz-names-")
     bad = 0
     for fmt in (NodeConfig(), Instruction(), AgentPaths(tmp)):
-        counts, samples, _, secs = fuzz.fuzz_format(
+        counts, samples, _, secs = fuzz_harness.fuzz_format(
             fmt, args.n, args.seed, args.limit_s, args.examples
         )
         entry = {"n": args.n, "seconds": secs, "examples": {o: s for o, s in samples.items() if s}}
-        entry.update({o: counts[o] for o in fuzz.OUTCOMES})
-        fuzz.print_entry(fmt.name, entry)
+        entry.update({o: counts[o] for o in fuzz_harness.OUTCOMES})
+        fuzz_harness.print_entry(fmt.name, entry)
         bad += sum(counts[o] for o in ("impossible", "traceback", "hang"))
     return 1 if bad else 0
 

@@ -4,7 +4,7 @@
 
 For every reference profile under ``simulations/profiles/`` (and measured ones with a real
 grid: at least 2 batch sizes and 3 knob values), probe the design of
-``fleet.agent.predict.design_probes`` (a quarter of the grid), predict the rest, and compare
+``fleet.agent.predict_design.design_probes`` (a quarter of the grid), predict the rest, and compare
 with the full table: mean and worst relative error for step time and peak power on the
 predicted points, and the selection regret at several budgets. Regret is the time-to-accuracy
 of the choice made on the predicted table, costed on the true table, over that of the choice
@@ -31,7 +31,8 @@ import time
 
 import numpy as np
 
-from fleet.agent.predict import QUANTITIES, design_probes, predict_profile
+from fleet.agent.predict import QUANTITIES, predict_profile
+from fleet.agent.predict_design import design_probes
 from fleet.agent.profile_io import read_rows
 from fleet.agent.staircase import Measurement, staircase_plan
 from fleet.common.errors import InfeasibleError

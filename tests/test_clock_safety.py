@@ -383,6 +383,8 @@ AS_NOBODY = textwrap.dedent(
     import torch
     import fleet.agent.devices.jetson, fleet.agent.models, fleet.agent.profiler
     import fleet.agent.sampler, fleet.agent.staircase, fleet.agent.predict
+    import fleet.agent.measurers, fleet.agent.profile_writer, fleet.agent.predict_design
+    import fleet.agent.predict_fit
     from fleet.agent import models
     from fleet.cli import build_parser, main
     build_parser()

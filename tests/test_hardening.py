@@ -175,7 +175,7 @@ def test_hostile_pickle_runs_nothing_in_any_loader_even_on_old_torch(tmp_path, m
     evil.write_bytes(pickle.dumps({"w": Evil(str(marker))}))
     monkeypatch.setattr(torch, "load", _old_torch_load)  # what JetPack 4.6's torch would do
 
-    from clients.hardware_client import TrainFiles
+    from clients.work_dir import TrainFiles
     from fleet.training.task import read_weights
 
     fingerprint = {"target_accuracy": 0.9}

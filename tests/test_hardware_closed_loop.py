@@ -257,7 +257,7 @@ def test_the_deadline_objective_reaches_the_board_and_its_loop_keeps_it(tmp_path
 def test_a_board_late_from_the_start_makes_a_late_row_with_its_note():
     """The agent's reply says its deadline plan missed from the start (``late``): a reached
     target is then a ``late`` row, with the board's note; ``late`` false keeps ``ok``."""
-    from clients.hardware_client import fill_from_train
+    from clients.train_exchange import fill_from_train
     from fleet.rounds.device_round import DeviceResult
 
     spec = DeviceSpec("nano-1", "jetson-nano", 5.0, "p.csv", "d.pt")

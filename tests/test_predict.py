@@ -6,15 +6,10 @@ import math
 
 import pytest
 
-from fleet.agent.predict import (
-    PredictError,
-    carry_deviation,
-    default_max_probes,
-    design_probes,
-    fit_surface,
-    predict_profile,
-    surface_value,
-)
+from fleet.agent.deviation import carry_deviation
+from fleet.agent.predict import predict_profile
+from fleet.agent.predict_design import default_max_probes, design_probes
+from fleet.agent.predict_fit import PredictError, fit_surface, surface_value
 
 NANO = [76.8 * i for i in range(1, 13)]
 BATCHES = [4, 8, 16, 32, 64, 128]

@@ -251,8 +251,9 @@ def test_first_contact_then_reuse_then_sibling(tmp_path):
     on a replay backend) and returns its CSV; the coordinator stores it. Round 2: the board
     gets its own profile back. A second board of the type starts from a sibling copy."""
     from fleet.agent.devices.replay import ReplayBackend
-    from fleet.agent.predict import design_probes
-    from fleet.agent.profiler import profile_grid, write_profile
+    from fleet.agent.predict_design import design_probes
+    from fleet.agent.profile_writer import write_profile
+    from fleet.agent.profiler import profile_grid
     from fleet.trust.store import put_from_device, starting_profile
 
     store = tmp_path / "store"

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from fleet.agent.predict import design_probes, predict_profile
+from fleet.agent.predict import predict_profile
+from fleet.agent.predict_design import design_probes
 from fleet.agent.profile_io import read_rows
 from fleet.core.efficiency import load_efficiency
 from fleet.core.selection import select

@@ -15,20 +15,20 @@ At the next segment boundary the device
    drift says may now be over the budget),
 2. refreshes the table (:func:`refresh_rows`): the drifted points become measured rows with the
    values the window saw, the re-probes replace theirs, and the deviation is carried over the
-   rest of the table by ``predict.carry_deviation`` (paper §4.1: interpolate the deviations
+   rest of the table by ``deviation.carry_deviation`` (paper §4.1: interpolate the deviations
    across operating points); every row it moved says ``source=predicted``,
 3. asks :func:`choice_changes` whether the selection moves, and
 4. writes the refreshed profile atomically (:func:`write_refreshed`, a ``#`` note says when and
    why).
 
-Pure apart from the file write; Python 3.6, stdlib + numpy (through ``predict``). See
+Pure apart from the file write; Python 3.6, stdlib + numpy (through ``deviation``). See
 docs/architecture.md (closed loop, drift).
 """
 
 import datetime
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from .predict import carry_deviation
+from .deviation import carry_deviation
 from .profile_io import cell_number, read_rows, write_rows
 
 Row = Dict[str, Any]

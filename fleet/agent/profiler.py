@@ -9,25 +9,23 @@ the grid. Every exit path gives the device back its original clocks.
 A backend that can answer for a point itself (the replay backend's ``measure(b, f)``) is asked
 instead of training, so a virtual device profiles instantly and without torch. torch and the
 models are imported only when training actually runs. Python 3.6 + torch 1.10 compatible.
+
+This module is the sweep: which points, in which order (grid, staircase or predict design),
+and what the profile says about itself. Measuring one point is ``measurers.py``; writing the
+CSV is ``profile_writer.py``.
 """
 
-import datetime
-import gc
-import platform
-import socket
-import sys
-import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from .devices.base import Backend, DeviceError
-from .profile_io import cell_number, write_rows
+from .measurers import ReplayMeasurer, TrainingMeasurer, measure_idle, settle
+from .profile_io import cell_number
 from .staircase import Measurement, staircase_plan
 
 Row = Dict[str, Any]
 ProgressFn = Callable[[int, int, Optional[Row]], None]
 
 DEFAULT_BATCH_SIZES = (4, 8, 16, 32, 64, 128)
-COLUMN_METADATA = ("device", "model", "input_shape", "idle_power_w")  # on every row of the CSV
 IDLE_WINDOW_S = 1.0  # how long the idle rail is read before the sweep
 
 ProfileResult = NamedTuple(
@@ -72,7 +70,7 @@ def profile_grid(
     (default 3 sampler periods; a 5-step window at b=4 can be shorter than one period).
     ``progress(done, total, row)`` is called after each point; under a budget ``total`` is the
     grid size (an upper bound) and a last call with ``done == total`` marks the end.
-    ``predict`` probes only the design of ``predict.design_probes`` (at most ``max_probes``,
+    ``predict`` probes only the design of ``predict_design.design_probes`` (at most ``max_probes``,
     default a quarter of the grid) and fills the rest with ``source=predicted`` rows.
     ``idle_s``: before the sweep, with the clocks as found and nothing running, the rail is read
     for this long and its mean written as ``idle_power_w`` (what the board draws while it waits
@@ -96,7 +94,7 @@ def profile_grid(
         points = [_current_freq(backend)]
     design = None  # type: Optional[List[Tuple[int, float]]]
     if predict:
-        from .predict import design_probes
+        from .predict_design import design_probes
 
         design = design_probes(bs, points, max_probes)  # PredictError before any probe
     model_name, input_shape = _resolve_model(model_name, input_shape)
@@ -121,9 +119,9 @@ def profile_grid(
     measurer = None  # type: Any
     try:
         if replay:
-            measurer = _ReplayMeasurer(backend)
+            measurer = ReplayMeasurer(backend)
         else:
-            measurer = _TrainingMeasurer(
+            measurer = TrainingMeasurer(
                 backend,
                 model_name,
                 input_shape,
@@ -198,7 +196,8 @@ def _fill_predicted(
     If the probes cannot support a prediction the measured rows are kept alone (measurements
     are never thrown away) and the metadata says why.
     """
-    from .predict import PredictError, predict_profile
+    from .predict import predict_profile
+    from .predict_fit import PredictError
 
     metadata["plan"] = "predict"
     metadata["probes"] = len(rows)
@@ -216,266 +215,6 @@ def _fill_predicted(
         )
     metadata["predicted_rows"] = prediction.predicted
     return prediction.rows
-
-
-def write_profile(
-    path: str, rows: Sequence[Row], metadata: Optional[Dict[str, Any]] = None
-) -> None:
-    """Write the profile CSV atomically: rows plus device/model/input_shape columns, and comment
-    lines recording how it was measured (backend, UTC date, torch, host, steps, warmup, sampler
-    rate, source) so a LUT can be judged years later without its author.
-    """
-    meta = dict(metadata or {})
-    columns = {}
-    for key in COLUMN_METADATA:
-        value = meta.pop(key, None)
-        if value not in (None, ""):
-            columns[key] = value
-    out_rows = []
-    for row in rows:
-        new = dict(row)
-        for key, value in columns.items():
-            if new.get(key) in (None, ""):
-                new[key] = value
-        out_rows.append(new)
-    meta.setdefault("source", "measured")
-    meta.setdefault("date", _utc_now())
-    meta.setdefault("torch", _torch_version())
-    meta.setdefault("python", platform.python_version())
-    meta.setdefault("host", socket.gethostname())
-    first = (
-        "backend", "date", "torch", "python", "host", "steps", "warmup", "sampler_hz", "source",
-    )  # fmt: skip
-    keys = [k for k in first if k in meta] + sorted(k for k in meta if k not in first)
-    comments = ["powerfleet profile"] + [
-        "{}={}".format(k, _one_line(meta[k])) for k in keys if meta[k] is not None
-    ]
-    write_rows(path, out_rows, comments)
-
-
-# --------------------------------------------------------------------------------------------
-# Measuring one point
-
-
-class _ReplayMeasurer:
-    """Ask a backend that already knows each point (replay); no torch, no waiting."""
-
-    source = "replayed"
-
-    def __init__(self, backend: Backend) -> None:
-        self.backend = backend
-
-    def __call__(self, b: int, f: float) -> Row:
-        m = self.backend.measure(b, f)  # type: ignore[attr-defined]
-        if m is None:
-            # Recorded as not runnable, or not recorded at all: the replay cannot tell which.
-            return _row(b, f, None, None, None, None, "unavailable")
-        if isinstance(m, dict):
-            get = m.get
-        else:
-
-            def get(key: str, default: Any = None) -> Any:
-                return getattr(m, key, default)
-
-        status = get("status", "ok") or "ok"
-        if status != "ok":
-            return _row(b, f, None, None, None, None, str(status))
-        row = _row(
-            b,
-            f,
-            cell_number(get("time_per_batch_s")),
-            cell_number(get("peak_power_w")),
-            cell_number(get("mean_power_w")),
-            _int_or_none(get("samples")),
-            "ok",
-        )
-        if row["time_per_batch_s"] is None:
-            raise DeviceError("replay backend gave no time for batch {} at {}".format(b, f))
-        return row
-
-    def close(self) -> None:
-        pass
-
-
-class _TrainingMeasurer:
-    """Run warm-up plus timed real training steps and sample power over the timed window."""
-
-    source = "measured"
-
-    def __init__(
-        self,
-        backend: Backend,
-        model_name: str,
-        input_shape: Any,
-        num_classes: Optional[int],
-        device: str,
-        steps: int,
-        warmup: int,
-        sampler_hz: Optional[float],
-        model: Any,
-        min_window_s: Optional[float],
-        seed: int,
-    ) -> None:
-        import torch
-
-        from . import models
-
-        self.torch = torch
-        self.models = models
-        self.backend = backend
-        self.device = str(device)
-        if self.device.startswith("cuda") and not torch.cuda.is_available():
-            raise DeviceError("device '{}' requested but torch sees no CUDA GPU".format(device))
-        self.name = models.canonical_name(model_name)
-        self.spec = models.input_spec(self.name, input_shape)
-        self.classes = int(num_classes) if num_classes else models.default_classes(self.name)
-        if model is None:
-            model = models.build_model(self.name, self.classes, self.spec.shape, seed=seed)
-        self.model = model.to(self.device)
-        self.model.train()
-        self.opt = torch.optim.Adam(self.model.parameters(), lr=1e-3)
-        self.steps = steps
-        self.warmup = warmup
-        self.seed = seed
-        self.sampler = None  # type: Any
-        if sampler_hz is not None:
-            from .sampler import PowerSampler
-
-            self.min_window_s = 3.0 / sampler_hz if min_window_s is None else float(min_window_s)
-            self.sampler = PowerSampler(backend.read_power_w, hz=sampler_hz)
-            self.sampler.start()
-        else:
-            self.min_window_s = 0.0
-
-    def _sync(self) -> None:
-        self.backend.synchronize()
-        if self.device.startswith("cuda"):
-            self.torch.cuda.synchronize()
-
-    def _step(self, inputs: Any, targets: Any) -> None:
-        self.opt.zero_grad(set_to_none=True)
-        loss = self.models.loss_fn(self.model(inputs), targets)
-        loss.backward()
-        self.opt.step()
-
-    def __call__(self, b: int, f: float) -> Row:
-        inputs = targets = None
-        oom = False
-        try:
-            inputs, targets = self.models.make_batch(
-                self.name, b, self.spec.shape, self.classes, self.seed, self.device
-            )
-            for _ in range(self.warmup):
-                self._step(inputs, targets)
-            self._sync()
-            if self.sampler is not None:
-                self.sampler.mark()
-            start = time.perf_counter()
-            n = 0
-            max_steps = self.steps * 50
-            while n < self.steps:
-                self._step(inputs, targets)
-                n += 1
-            self._sync()
-            # Too short a window for the sampler to see: keep going (time stays a mean per step).
-            while time.perf_counter() - start < self.min_window_s and n < max_steps:
-                self._step(inputs, targets)
-                self._sync()
-                n += 1
-            elapsed = time.perf_counter() - start
-            stats = self.sampler.window_stats() if self.sampler is not None else None
-        except (RuntimeError, MemoryError) as exc:
-            if not is_oom(exc):
-                raise
-            oom = True
-        finally:
-            del inputs, targets
-        if oom:
-            self._free()
-            return _row(b, f, None, None, None, None, "oom")
-        peak = mean = None  # type: Optional[float]
-        power_samples = None  # type: Optional[int]
-        if stats is not None:
-            peak, mean, _energy, power_samples, _dur = stats
-            if not power_samples:
-                # Not one sample landed in the window: an instant reading beats no reading.
-                peak = mean = cell_number(self.backend.read_power_w())
-                power_samples = 0 if peak is None else 1
-        row = _row(b, f, elapsed / n, cell_number(peak), cell_number(mean), n, "ok")
-        row["power_samples"] = power_samples
-        return row
-
-    def _free(self) -> None:
-        """Drop what an out-of-memory step left behind so the next batch size starts clean."""
-        self.opt.zero_grad(set_to_none=True)
-        gc.collect()
-        if self.device.startswith("cuda"):
-            self.torch.cuda.empty_cache()
-
-    def close(self) -> None:
-        if self.sampler is not None:
-            self.sampler.stop()
-            self.sampler = None
-        self.model = None
-        self.opt = None
-        gc.collect()
-        if self.device.startswith("cuda"):
-            self.torch.cuda.empty_cache()
-
-
-def measure_idle(backend: Backend, seconds: float, hz: float) -> Optional[float]:
-    """The board's idle power: the rail read for ``seconds`` before anything is locked or run
-    (clocks as the owner left them, the GPU idle), or None if the rail gave no reading."""
-    from .sampler import idle_power
-
-    stats = idle_power(backend.read_power_w, seconds, hz)
-    mean = cell_number(stats.mean_w)
-    return mean if mean is not None and mean > 0 else None
-
-
-def settle(backend: Backend) -> bool:
-    """Wait (bounded) until a just-locked clock really runs at its target; False on timeout.
-
-    Right after a lock devfreq may still run the old clock for a few ms; power sampled then
-    belongs to the old point (with ``--warmup 0`` it once placed a staircase step too low). A
-    backend without ``wait_settled`` switches instantly (replay) or cannot tell (CPU): True.
-    """
-    wait = getattr(backend, "wait_settled", None)
-    return bool(wait()) if callable(wait) else True
-
-
-def is_oom(exc: BaseException) -> bool:
-    """Out of memory on GPU or CPU (torch.cuda.OutOfMemoryError is a RuntimeError subclass)."""
-    if isinstance(exc, MemoryError):
-        return True
-    if not isinstance(exc, RuntimeError):
-        return False
-    text = str(exc).lower()
-    return any(s in text for s in ("out of memory", "can't allocate memory", "not enough memory"))
-
-
-# --------------------------------------------------------------------------------------------
-# Helpers
-
-
-def _row(
-    b: int,
-    f: float,
-    time_s: Optional[float],
-    peak: Optional[float],
-    mean: Optional[float],
-    samples: Optional[int],
-    status: str,
-) -> Row:
-    return {
-        "batch_size": int(b),
-        "freq_mhz": _clean_freq(f),
-        "time_per_batch_s": time_s,
-        "peak_power_w": peak,
-        "mean_power_w": mean,
-        "samples": samples,
-        "status": status,
-    }
 
 
 def _resolve_model(model_name: str, input_shape: Any) -> Tuple[str, Any]:
@@ -557,7 +296,7 @@ def _metadata(
 ) -> Dict[str, Any]:
     desc = dict(backend.describe())
     shape = input_shape
-    if isinstance(measurer, _TrainingMeasurer):
+    if isinstance(measurer, TrainingMeasurer):
         num_classes = measurer.classes
     if isinstance(shape, (list, tuple)):
         shape = "x".join(str(int(d)) for d in shape)
@@ -591,34 +330,5 @@ def _device_name(desc: Dict[str, Any], backend: Backend) -> str:
     return backend.name
 
 
-def _clean_freq(f: float) -> Any:
-    f = float(f)
-    return int(f) if f == int(f) else f
-
-
-def _int_or_none(value: Any) -> Optional[int]:
-    out = cell_number(value)
-    return None if out is None else int(out)
-
-
 def _or_inf(value: Optional[float]) -> float:
     return float("inf") if value is None else value
-
-
-def _one_line(value: Any) -> str:
-    return " ".join(str(value).split())
-
-
-def _utc_now() -> str:
-    now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
-    return now.isoformat().replace("+00:00", "Z")
-
-
-def _torch_version() -> Optional[str]:
-    mod = sys.modules.get("torch")
-    if mod is None:
-        try:
-            import torch as mod  # noqa: F811
-        except Exception:  # noqa: BLE001 - torch is optional for replayed profiles
-            return None
-    return str(getattr(mod, "__version__", None))

@@ -187,7 +187,8 @@ def handle_profile(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
     ``"rows": false`` leaves the rows out of the response (the CSV is enough for big grids).
     ``"device"`` is the torch device; by default CUDA on GPU backends, the CPU otherwise.
     """
-    from .profiler import DEFAULT_BATCH_SIZES, profile_grid, write_profile
+    from .profile_writer import write_profile
+    from .profiler import DEFAULT_BATCH_SIZES, profile_grid
 
     _check_args(req, _PROFILE_ARGS)
     model = req.get("model")

@@ -11,7 +11,8 @@ from __future__ import annotations
 import argparse
 import math
 
-from fleet.agent.predict import PredictError, describe, predict_profile
+from fleet.agent.predict import describe, predict_profile
+from fleet.agent.predict_fit import PredictError
 from fleet.agent.profile_io import read_rows, write_rows
 from fleet.cli.common import console, emit_json, table
 from fleet.common.errors import InputError

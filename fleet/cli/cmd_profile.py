@@ -89,8 +89,9 @@ def backend_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     from fleet.agent import models
-    from fleet.agent.predict import PredictError
-    from fleet.agent.profiler import profile_grid, write_profile
+    from fleet.agent.predict_fit import PredictError
+    from fleet.agent.profile_writer import write_profile
+    from fleet.agent.profiler import profile_grid
 
     batch_sizes = _numbers(args.batch_sizes, "--batch-sizes", int)
     freqs = _numbers(args.freqs, "--freqs", float) if args.freqs else None

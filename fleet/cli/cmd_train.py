@@ -310,7 +310,8 @@ def _drift_settings(args: argparse.Namespace) -> dict[str, Any]:
 def _profile_first(args, backend, task, model, source, device) -> list[Any]:
     """The staircase under the highest budget the run will face (all points if unbounded)."""
     from fleet.agent.choose import ChooseError, lut_from_rows
-    from fleet.agent.profiler import profile_grid, write_profile
+    from fleet.agent.profile_writer import write_profile
+    from fleet.agent.profiler import profile_grid
 
     highest = source.highest()
     under = f" (staircase under {highest:g} W)" if highest is not None else " (full grid)"

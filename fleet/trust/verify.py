@@ -4,7 +4,7 @@ A predicted point is a model's guess (``fleet.agent.predict``). Training for hou
 that really draws more than the budget, or runs slower than predicted, is what the profile was
 meant to prevent, so :func:`select_verified` measures the chosen point when it is predicted,
 puts the measurement into the table and carries the deviation to the neighbouring predicted
-points (``predict.carry_deviation``), and selects again, until the choice is a measured point.
+points (``deviation.carry_deviation``), and selects again, until the choice is a measured point.
 Pure apart from the ``measure`` callback, so the device round runs it against the board and
 tests run it against a recorded table. See docs/architecture.md.
 """
@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fleet.agent.predict import carry_deviation
+from fleet.agent.deviation import carry_deviation
 from fleet.common.errors import InfeasibleError
 from fleet.core.choice import Choice
 from fleet.core.efficiency import Efficiency

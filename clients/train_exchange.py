@@ -1,0 +1,124 @@
+"""The closed-loop ``train`` exchange with the agent: what the request carries, how the
+reply fills the round's row.
+
+The request: the device's budget (live file, else schedule, else fixed), the aligned profile's
+rows, the shipped efficiency and the objective (:func:`budget_args`), plus the ``[run]`` keys
+the trainer takes as they are (:func:`train_extras`). The reply: measured time, energy and
+power, every segment and guard event, and the status (:func:`fill_from_train`).
+
+Separate from ``hardware_client.py`` (which runs the round on the agent) because this is the
+data mapping alone: plain dicts in and out, testable without an agent.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from clients.agent_link import AgentSettings
+from fleet.budgets.codec import format_budget, format_schedule
+from fleet.config.fleetfile import RunSettings
+from fleet.rounds.device_round import DeviceResult, Round, Segment
+
+
+def budget_args(rnd: Round, settings: AgentSettings) -> dict[str, Any]:
+    """The closed loop's inputs: the budget (live file, else schedule, else fixed), the aligned
+    profile's rows and the shipped efficiency, and the objective when the board's chooser has it
+    (``deadline`` with the round's ``deadline_s``, from ``[run]`` or the planning exchange: the
+    board then keeps every re-selection on the deadline, ``fleet/agent/deadline.py``).
+    """
+    args: dict[str, Any] = {}
+    if settings.budget_file:
+        args["budget_file"] = settings.budget_file
+    elif len(rnd.schedule) > 1:
+        args["budget_schedule"] = format_schedule(rnd.schedule)
+    else:
+        args["budget_w"] = format_budget(rnd.schedule[0].budget_w)
+    args["profile"] = [
+        {
+            "batch_size": p.batch_size,
+            "freq_mhz": p.freq_mhz,
+            "time_per_batch_s": p.time_per_batch_s,
+            "peak_power_w": _finite(p.peak_power_w),
+            "mean_power_w": _finite(p.mean_power_w),
+        }
+        for p in rnd.profile.points
+    ]
+    args["efficiency"] = {str(b): _finite(n) for b, n in rnd.shipped.samples.items()}
+    objective = rnd.run.objective
+    if objective == "deadline":
+        deadline = rnd.context.get("deadline_s")  # run_device refuses a deadline run without
+        if deadline is not None:
+            args["objective"], args["deadline_s"] = objective, float(deadline)
+    elif objective in BOARD_OBJECTIVES:
+        args["objective"] = objective
+    return args
+
+
+# The objectives the board's closed loop knows (fleet/agent/closedloop.py); others keep its
+# default (time).
+BOARD_OBJECTIVES = ("time", "energy", "deadline")
+
+
+def train_extras(run: RunSettings) -> dict[str, Any]:
+    """``[run]`` keys the agent's trainer takes as they are (``max_samples``...)."""
+    keys = ("max_samples", "eval_every_samples", "guard_window_s")
+    return {k: run.extra[k] for k in keys if run.extra.get(k) is not None}
+
+
+def fill_from_train(res: DeviceResult, out: dict[str, Any], target: float) -> None:
+    """The agent's closed-loop reply -> the row: measured time, energy and power, the first
+    segment's (b, f), every segment and guard event, and the status.
+
+    Measured power replaces the profile's, so a board that ran over its budget shows up in the
+    report's budget violations. ``over-budget``: the guard ran out of clocks and stopped
+    training (the checkpoint is kept on the board).
+    """
+    for key in ("time_s", "energy_j", "peak_power_w", "mean_power_w", "accuracy", "samples"):
+        value = out.get(key)
+        if isinstance(value, (int, float)) and math.isfinite(value):
+            setattr(res, key, float(value))
+    segments = [s for s in out.get("segments") or [] if isinstance(s, dict)]
+    res.segments = [segment_of(s) for s in segments]
+    res.guard_events = [dict(e) for e in out.get("guard_events") or [] if isinstance(e, dict)]
+    first = next((s for s in res.segments if s.batch_size is not None), None)
+    if first is not None:
+        res.batch_size, res.freq_mhz = first.batch_size, first.freq_mhz
+    status = out.get("status")
+    late = out.get("late") is True  # the board's deadline plan missed from the start
+    if status == "over-budget":
+        res.status = "over-budget"
+        res.message = str(out.get("stop_reason") or "the guard ran out of clocks under the budget")
+    elif status == "reached" or (status is None and out.get("reached")):
+        res.status, res.message = ("late" if late else "ok"), ""
+    else:
+        res.status = "not reached"
+        res.message = f"target {target:g} not reached within {out.get('samples')} samples"
+    notes = [str(n) for n in out.get("notes") or []]
+    if notes:
+        res.message = "; ".join(([res.message] if res.message else []) + notes)
+
+
+def segment_of(s: dict[str, Any]) -> Segment:
+    """One of the agent's segments as the row's ``Segment`` (its samples are not counted)."""
+
+    def num(key: str) -> float | None:
+        v = s.get(key)
+        return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None
+
+    b = s.get("batch_size")
+    return Segment(
+        start_s=num("start_s") or 0.0,
+        end_s=num("end_s") or 0.0,
+        budget_w=num("budget_w"),
+        batch_size=int(b) if isinstance(b, (int, float)) else None,
+        freq_mhz=num("freq_mhz"),
+        samples=math.nan,
+        energy_j=num("energy_j") if num("energy_j") is not None else math.nan,
+        peak_power_w=num("peak_power_w"),
+        reason=str(s.get("reason") or ""),
+    )
+
+
+def _finite(v: float) -> float | None:
+    return v if math.isfinite(v) else None

@@ -1,0 +1,231 @@
+"""The shared-curve model of a profile column: fit it, evaluate it, score it (issue 11).
+
+Why this shape: on a DVFS GPU the step time is a part that does not scale with the clock plus a
+part that does, ``t(b, f) = a(b) + c(b) / f``, and power is idle/host plus dynamic power,
+``P(b, f) = p0(b) + s(b) * f * V(f)^2`` with an unknown voltage curve. Both are one *shared*
+curve of the knob times a per-batch gain plus a per-batch offset::
+
+    Y(b, k) = u(b) + v(b) * h(k)
+
+so we learn ``h`` from the points measured across batch sizes (never assuming the knob is a
+clock: a power-limit knob in watts gets its own learned curve) and two numbers per batch size.
+Fitting is alternating weighted least squares on relative error. Between probed knobs ``h`` is
+interpolated as a fitted power law ``alpha + beta * k^gamma`` plus a linearly interpolated
+residual, which is exact for ``1/f`` and close for ``f V(f)^2``. A per-row monotone (linear)
+interpolation is the fallback; :func:`loo_errors` scores both by leave-one-out so the caller
+(``predict.py``) can pick.
+
+Separate from ``predict.py`` because this is the numerical model of one column on its own
+(observations in, a surface out); filling a whole profile table (which quantities, failed batch
+sizes, power-limit knobs, row metadata) is the caller's job. ``PredictError`` lives here, the
+lowest of the prediction modules, since the design and the table filling raise it too.
+
+Runs on the board: Python 3.6, numpy 1.19 (only old, stable numpy API).
+"""
+
+import math
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+import numpy as np
+
+GAMMAS = np.linspace(-3.0, 3.0, 121)
+
+
+class PredictError(ValueError):
+    """The probes cannot support a prediction; the message says which and what is needed."""
+
+
+Surface = NamedTuple(
+    "Surface",
+    [
+        ("batch_sizes", List[int]),
+        ("knobs", List[float]),
+        ("u", Dict[int, float]),  # per-batch offset (the part the knob does not move)
+        ("v", Dict[int, float]),  # per-batch gain of the shared knob curve
+        ("h", Dict[float, float]),  # shared knob curve, 0 at the lowest probed knob, 1 at the top
+        ("residual", float),  # RMS relative residual on the probes
+    ],
+)
+
+
+def _phi(k: np.ndarray, gamma: float) -> np.ndarray:
+    if abs(gamma) < 1e-9:
+        return np.log(k)
+    return k**gamma
+
+
+def _smooth_curve(knobs: np.ndarray, known: Dict[int, float]) -> np.ndarray:
+    """h at every knob: a fitted alpha + beta*k^gamma plus linearly interpolated residuals.
+
+    Knobs <= 0 (a CPU's "current clock" 0) get a straight line instead of a power law.
+    """
+    idx = np.array(sorted(known), dtype=int)
+    hk = np.array([known[i] for i in idx])
+    kx = knobs[idx]
+    if len(idx) < 3 or np.any(knobs <= 0):
+        base_all = np.interp(knobs, kx, hk) if len(idx) >= 2 else np.full(len(knobs), hk[0])
+        return base_all
+    best = None
+    for gamma in GAMMAS:
+        x = _phi(kx, gamma)
+        design = np.vstack([np.ones_like(x), x]).T
+        coef, _res, rank, _sv = np.linalg.lstsq(design, hk, rcond=None)
+        if rank < 2:
+            continue
+        err = float(np.sum((design.dot(coef) - hk) ** 2))
+        if best is None or err < best[0] - 1e-15:
+            best = (err, gamma, coef)
+    if best is None:
+        return np.interp(knobs, kx, hk)
+    _err, gamma, coef = best
+    base = coef[0] + coef[1] * _phi(knobs, gamma)
+    resid = hk - base[idx]
+    return base + np.interp(knobs, kx, resid)
+
+
+def fit_surface(
+    obs: Dict[Tuple[int, float], float],
+    batch_sizes: Sequence[int],
+    knobs: Sequence[float],
+    iterations: int = 300,
+) -> Surface:
+    """Fit ``Y(b, k) = u(b) + v(b) h(k)`` to observations ``{(b, k): y}`` (all y > 0).
+
+    Relative least squares (weights 1/y^2) so a 0.2 s step and a 4 s step count alike.
+    ``knobs`` must lie within the probed knob range (no extrapolation). Raises PredictError
+    naming the batch size or knob the probes cannot support.
+    """
+    bs = sorted(set(int(b) for b in batch_sizes))
+    probed_k = sorted(set(k for (_b, k) in obs))
+    ks = sorted(set(float(k) for k in knobs) | set(probed_k))
+    if len(set(b for (b, _k) in obs)) < 2:
+        raise PredictError("prediction needs probes at 2 or more batch sizes")
+    if len(probed_k) < 2:
+        raise PredictError("prediction needs probes at 2 or more knob values")
+    lo, hi = probed_k[0], probed_k[-1]
+    outside = [k for k in ks if k < lo or k > hi]
+    if outside:
+        raise PredictError(
+            "knob {:g} is outside the probed range {:g}..{:g}; prediction does not "
+            "extrapolate".format(outside[0], lo, hi)
+        )
+    for b in bs:
+        mine = set(k for (bb, k) in obs if bb == b)
+        if len(mine) < 2:
+            raise PredictError(
+                "batch size {} has {} probed knob value(s); prediction needs at least 2 "
+                "per batch size".format(b, len(mine))
+            )
+    kx = np.array(ks, dtype=float)
+    kpos = {k: j for j, k in enumerate(ks)}
+    rows_of = {b: [(kpos[k], y) for (bb, k), y in obs.items() if bb == b] for b in bs}
+    extra = set(b for (b, _k) in obs) - set(bs)
+    for b in extra:  # probes of batch sizes not asked for still teach the shared curve
+        mine = [(kpos[k], y) for (bb, k), y in obs.items() if bb == b]
+        if len(set(j for j, _ in mine)) >= 2:
+            rows_of[b] = mine
+    j_lo, j_hi = kpos[lo], kpos[hi]
+    observed_j = sorted(set(kpos[k] for k in probed_k))
+    # Start from a straight line in the knob; alternating least squares does the rest.
+    h = (kx - lo) / (hi - lo)
+    u = {}  # type: Dict[int, float]
+    v = {}  # type: Dict[int, float]
+    prev = None
+    for _ in range(int(iterations)):
+        for b, pts in rows_of.items():
+            j = np.array([p[0] for p in pts])
+            y = np.array([p[1] for p in pts])
+            w = 1.0 / y**2
+            a = np.vstack([np.ones_like(y), h[j]]).T
+            ata = (a * w[:, None]).T.dot(a)
+            if abs(np.linalg.det(ata)) < 1e-18 * max(1.0, float(np.trace(ata)) ** 2):
+                raise PredictError(
+                    "batch size {}: its probes do not separate the knob curve (probe two "
+                    "knob values further apart)".format(b)
+                )
+            sol = np.linalg.solve(ata, (a * w[:, None]).T.dot(y))
+            u[b], v[b] = float(sol[0]), float(sol[1])
+        known = {}  # type: Dict[int, float]
+        for jj in observed_j:
+            num = den = 0.0
+            for b, pts in rows_of.items():
+                for j, y in pts:
+                    if j == jj:
+                        w = 1.0 / y**2
+                        num += w * v[b] * (y - u[b])
+                        den += w * v[b] ** 2
+            if den > 1e-300:
+                known[jj] = num / den
+        if j_lo not in known or j_hi not in known or abs(known[j_hi] - known[j_lo]) < 1e-300:
+            raise PredictError("the probes do not determine the knob curve")
+        # Gauge: h = 0 at the lowest probed knob, 1 at the highest (u, v absorb the rest).
+        h0, h1 = known[j_lo], known[j_hi]
+        known = {jj: (val - h0) / (h1 - h0) for jj, val in known.items()}
+        for jj, val in known.items():  # unprobed knobs do not enter the fit: fill them last
+            h[jj] = val
+        sse = 0.0
+        for b, pts in rows_of.items():
+            for j, y in pts:
+                sse += ((u[b] + v[b] * h[j] - y) / y) ** 2
+        if prev is not None and abs(prev - sse) <= 1e-13 * max(prev, 1e-30):
+            break
+        prev = sse
+    h = _smooth_curve(kx, {jj: float(h[jj]) for jj in observed_j})
+    # Final row solve on the final curve so u, v match h exactly.
+    for b, pts in rows_of.items():
+        j = np.array([p[0] for p in pts])
+        y = np.array([p[1] for p in pts])
+        w = 1.0 / y**2
+        a = np.vstack([np.ones_like(y), h[j]]).T
+        sol = np.linalg.solve((a * w[:, None]).T.dot(a), (a * w[:, None]).T.dot(y))
+        u[b], v[b] = float(sol[0]), float(sol[1])
+    n = sum(len(p) for p in rows_of.values())
+    sse = sum(((u[b] + v[b] * h[j] - y) / y) ** 2 for b, pts in rows_of.items() for j, y in pts)
+    return Surface(
+        bs,
+        ks,
+        {b: u[b] for b in bs},
+        {b: v[b] for b in bs},
+        {k: float(h[kpos[k]]) for k in ks},
+        math.sqrt(sse / max(n, 1)),
+    )
+
+
+def surface_value(surface: Surface, batch_size: int, knob: float) -> float:
+    """The fitted value at one grid point (batch size and knob must be in the surface)."""
+    return surface.u[batch_size] + surface.v[batch_size] * surface.h[float(knob)]
+
+
+def interpolate_row(
+    obs: Dict[Tuple[int, float], float], batch_size: int, knob: float
+) -> Optional[float]:
+    """Monotone fallback: linear interpolation between the probes of the same batch size."""
+    pts = sorted((k, y) for (b, k), y in obs.items() if b == batch_size)
+    if not pts or knob < pts[0][0] or knob > pts[-1][0]:
+        return None
+    return float(np.interp(knob, [p[0] for p in pts], [p[1] for p in pts]))
+
+
+def loo_errors(
+    obs: Dict[Tuple[int, float], float], batch_sizes: Sequence[int], knobs: Sequence[float]
+) -> Tuple[List[float], List[float]]:
+    """Leave-one-out relative errors of the shape model and of the interpolation fallback,
+    on the probes whose removal leaves both able to predict them."""
+    shape_err, interp_err = [], []  # type: List[float], List[float]
+    for key, y in obs.items():
+        rest = dict(obs)
+        del rest[key]
+        guess = interpolate_row(rest, key[0], key[1])
+        if guess is None:
+            continue
+        try:
+            surf = fit_surface(rest, batch_sizes, knobs, iterations=100)
+        except PredictError:
+            continue
+        shape_err.append(abs(surface_value(surf, key[0], key[1]) - y) / y)
+        interp_err.append(abs(guess - y) / y)
+    return shape_err, interp_err
+
+
+def rms(xs: Sequence[float]) -> Optional[float]:
+    return math.sqrt(sum(x * x for x in xs) / len(xs)) if xs else None
