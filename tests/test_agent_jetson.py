@@ -276,7 +276,7 @@ def test_permission_denied_message(tmp_path):
 # -- exit paths -----------------------------------------------------------------------------------
 CHILD = textwrap.dedent(
     """
-    import sys, time
+    import sys
     sys.path.insert(0, {repo!r})
     from fleet.agent.devices.jetson import JetsonBackend
     from fleet.agent.devices.guard import install_restore_handlers
@@ -284,7 +284,7 @@ CHILD = textwrap.dedent(
     install_restore_handlers(b)
     b.lock(float(sys.argv[2]))
     print("locked", flush=True)
-    time.sleep(30)
+    sys.stdin.read()  # hold the clock until the signal (the test never closes our stdin first)
     """
 ).format(repo=str(REPO))
 
@@ -295,6 +295,7 @@ def test_restore_on_signal_in_real_process(tmp_path, sig, codes):
     put(d / "governor", "nvhost_podgov\n")
     proc = subprocess.Popen(
         [sys.executable, "-c", CHILD, str(tmp_path), "614.4"],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         universal_newlines=True,
@@ -303,11 +304,12 @@ def test_restore_on_signal_in_real_process(tmp_path, sig, codes):
         assert proc.stdout.readline().strip() == "locked"
         assert read(d / "min_freq") == read(d / "max_freq") == "614400000"
         proc.send_signal(sig)
-        rc = proc.wait(timeout=10)
+        rc = proc.wait(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        proc.stdin.close()
     err = proc.stderr.read()
     if codes is not None:
         assert rc in codes, err

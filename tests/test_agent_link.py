@@ -89,7 +89,8 @@ def test_agent_that_cannot_start_reports_its_reason() -> None:
 
 
 def test_request_timeout() -> None:
-    link = AgentLink([sys.executable, "-c", "import time; time.sleep(30)"], timeout_s=0.5)
+    # an agent that reads its requests and never answers, alive until the link closes it
+    link = AgentLink([sys.executable, "-c", "import sys; sys.stdin.read()"], timeout_s=0.5)
     link.start()
     try:
         with pytest.raises(AgentTimeout, match="no response within 0.5 s"):

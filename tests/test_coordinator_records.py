@@ -363,7 +363,26 @@ def test_configure_train_one_message_per_node_and_config_untouched(fleet, shippe
         wait_for_nodes(FakeGrid([1]), 2, wait_s=0.2, poll_s=0.05)
 
 
-def test_reporting_grid_calls_back_per_reply() -> None:
+class ServerClock:
+    """The strategy module's clock, held by the test: sleeping advances it, nothing else does."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.sleeps: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, s: float) -> None:
+        self.sleeps.append(s)
+        self.now += s
+
+
+def test_reporting_grid_calls_back_per_reply(monkeypatch: pytest.MonkeyPatch) -> None:
+    import strategies.strategy as strategy_module
+
+    clock = ServerClock()
+    monkeypatch.setattr(strategy_module, "time", clock)
     ins = _instructions([1, 2, 3])
     replies = [_reply(m, HAND_ROWS[i]) for i, m in enumerate(ins)]
     inner = FakeGrid([1, 2, 3], replies)
@@ -371,9 +390,11 @@ def test_reporting_grid_calls_back_per_reply() -> None:
     grid = ReportingGrid(inner, lambda msg: seen.append(msg.metadata.src_node_id), poll_s=0.01)
     assert grid.send_and_receive([]) == []
     # FakeGrid's ids are "id-k", the replies point at the instructions' ids: nothing matches,
-    # so the grid keeps pulling until the timeout and still returns everything that came.
+    # so the grid keeps pulling until the timeout and still returns everything that came
+    # (two replies per pull: two pulls bring all three).
     out = list(grid.send_and_receive(ins, timeout=0.2))
     assert len(out) == 3 and seen == [1, 2, 3]
+    assert clock.now >= 0.2 and set(clock.sleeps) == {0.01}  # pulled every 10 ms until then
 
 
 # ----------------------------------------------------------------------------- settings

@@ -5,12 +5,13 @@ unreachable)."""
 from __future__ import annotations
 
 import gzip
+import inspect
 import io
 import json
 import shutil
 import socket
 import subprocess
-import time
+import threading
 import zipfile
 from pathlib import Path
 
@@ -83,12 +84,70 @@ def test_missing_tool_is_one_line_naming_dataset_and_command(tmp_path: Path, mon
     assert "`apt-get download r-cran-tokenizers`" in msg and "\n" not in msg
 
 
-def test_canonical_url_gives_up_fast_when_offline(tmp_path: Path):
-    started = time.monotonic()
-    ok = canonical.try_url(
-        "https://nonexistent.invalid/x.gz", tmp_path / "x", lambda *a: None, "t", 0
-    )
-    assert not ok and time.monotonic() - started < 15
+@pytest.fixture
+def no_proxy(monkeypatch):
+    """The canonical route as on a machine without a proxy, and not switched off."""
+    for var in ("http_proxy", "https_proxy", "all_proxy", "no_proxy"):
+        monkeypatch.delenv(var, raising=False)
+        monkeypatch.delenv(var.upper(), raising=False)
+    monkeypatch.delenv("POWERFLEET_OFFLINE", raising=False)
+
+
+def test_canonical_url_gives_up_fast_when_offline(tmp_path: Path, monkeypatch, no_proxy):
+    """Offline, no step of the canonical route can hang: a name that does not resolve is given
+    up at once (nothing is opened), a lookup that never answers is abandoned at its time
+    limit while it is still stuck, and every download runs under a finite socket timeout.
+    (No network: the lookups are stand-ins, the server a silent socket on 127.0.0.1.)"""
+    opened = []
+    real_urlopen = canonical.urllib.request.urlopen
+
+    def urlopen(url, timeout):
+        opened.append((url, timeout))
+        return real_urlopen(url, timeout=0.2)  # the silent server below never answers
+
+    monkeypatch.setattr(canonical.urllib.request, "urlopen", urlopen)
+    said = []
+
+    def report(*a):
+        said.append(a[0])
+
+    # 1. DNS fails at once, as it does offline: no connection is tried.
+    def no_dns(host, *a, **k):
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(canonical.socket, "getaddrinfo", no_dns)
+    assert not canonical.try_url("https://nonexistent.invalid/x.gz", tmp_path / "x", report, "t", 0)
+    assert opened == [] and said == []
+
+    # 2. DNS that never answers (a dead resolver): the lookup is abandoned while still stuck.
+    entered, release = threading.Event(), threading.Event()
+
+    def stuck_dns(host, *a, **k):
+        entered.set()
+        release.wait()
+        return []
+
+    monkeypatch.setattr(canonical.socket, "getaddrinfo", stuck_dns)
+    try:
+        assert canonical._resolves("mirror.example", timeout=0.05) is False
+        assert entered.is_set() and not release.is_set()  # returned while the lookup hangs
+    finally:
+        release.set()
+    limit = inspect.signature(canonical._resolves).parameters["timeout"].default
+    assert 0 < limit <= 10  # the limit _try_url's lookups run under (it passes none)
+
+    # 3. A host that resolves but a server that never answers: the download is opened with the
+    # module's finite timeout, and the timeout ends it in a fallback, not an exception.
+    monkeypatch.setattr(canonical.socket, "getaddrinfo", socket.getaddrinfo)
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(1)  # accepts the connection in the kernel, never reads nor answers
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/x.gz"
+        assert not canonical.try_url(url, tmp_path / "x", report, "t", 0)
+    assert opened == [(url, canonical.CANONICAL_TIMEOUT_S)]
+    assert 0 < canonical.CANONICAL_TIMEOUT_S <= 30
+    assert "unreachable" in said[-1] and "falling back to the package" in said[-1]
+    assert not (tmp_path / "x").exists()
 
 
 def mnist_csv_gz() -> bytes:

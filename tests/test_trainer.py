@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -268,11 +269,27 @@ def test_foreign_checkpoint_is_refused_and_untouched(tmp_path):
 # Power windows and the char task
 
 
+class SampledPhases(torch.nn.Module):
+    """The model, made to last until the sampler has read the rail at least once in each
+    phase (training, evaluation): however fast this machine runs the tiny model, both phases
+    are sampled, and the verdict below is about which windows count, not about luck."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+        self.read_in = {True: threading.Event(), False: threading.Event()}
+
+    def forward(self, x):
+        assert self.read_in[self.training].wait(TIMEOUT), "the sampler never read"  # a guard
+        return self.inner(x)
+
+
 def test_energy_counts_training_windows_only():
-    model = fresh_model()
+    model = SampledPhases(fresh_model())
     eval_reads = []
 
     def read():  # 5 W while training, 100 W while the trainer evaluates (model in eval mode)
+        model.read_in[model.training].set()
         if not model.training:
             eval_reads.append(1)
             return 100.0
