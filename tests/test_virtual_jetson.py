@@ -7,7 +7,8 @@ import pytest
 
 from fleet.agent.devices.jetson import JetsonBackend
 from simulations import devicemodel as dm
-from simulations.virtual_jetson import BOARDS, ClockRecorder, build_board, wait_for
+from simulations.virtual_boards import BOARDS
+from simulations.virtual_jetson import ClockRecorder, build_board, wait_for
 
 
 @pytest.mark.parametrize("process", [False, True])
