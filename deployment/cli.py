@@ -2,7 +2,7 @@
 
 Plugins for ``fleet/cli``: ``register_coordinator(sub)`` and ``register_device(sub)`` add their
 parser and set ``func(args) -> exit code``, like ``fleet/cli/cmd_*.py``. The work is in
-``deployment/deploy.py``.
+``deployment/deploy.py`` (the coordinator), ``daemons.py`` and ``processes.py``.
 
     powerfleet coordinator --fleet F --host H --ssl-ca-certfile CA --ssl-certfile CRT \
         --ssl-keyfile KEY --auth-public-keys keys/          # production: TLS + SuperNode auth
@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from deployment import deploy, security
+from deployment import daemons, deploy, processes, security
 from fleet.agent.devices import (
     DeviceError,
     add_backend_arguments,
@@ -105,11 +105,11 @@ def _add_work_dir(p: argparse.ArgumentParser, default: str) -> None:
     )
 
 
-def _tls(args: argparse.Namespace) -> deploy.Tls | None:
+def _tls(args: argparse.Namespace) -> security.Tls | None:
     files = (args.ssl_ca_certfile, args.ssl_certfile, args.ssl_keyfile)
     if not any(files):
         return None
-    return deploy.Tls(*files)
+    return security.Tls(*files)
 
 
 def cmd_coordinator(args: argparse.Namespace) -> int:
@@ -118,7 +118,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     n = args.nodes or len(fleet.devices)
     keys = security.public_keys(args.auth_public_keys or [])
     # refuse bad TLS / --insecure / auth settings before anything starts
-    deploy.superlink_command(
+    daemons.superlink_command(
         args.host, args.port, _tls(args), insecure=args.insecure, supernode_auth=bool(keys)
     )
     public = socket.gethostname() if args.host in ("0.0.0.0", "::") else args.host
@@ -152,7 +152,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
             keep_work_dir=args.keep_work_dir,
             on_status=lambda status: _note("coordinator", f"run status: {status}"),
         )
-    except deploy.DeployError as exc:
+    except processes.DeployError as exc:
         _note("coordinator", f"error: {exc} ({run_dir / 'logs' / 'superlink.log'})")
         return 1
     if not result.ok:
@@ -280,7 +280,7 @@ def cmd_device(args: argparse.Namespace) -> int:
     # and one fresh 0700 Flower directory per run
     safe = re.sub(r"[^A-Za-z0-9._-]", "_", spec.name)
     work = security.owned_dir(args.work_dir or security.state_base() / f"device-{safe}")
-    config = deploy.device_node_config(
+    config = daemons.device_node_config(
         config,
         args.client,
         backend=args.backend,
@@ -290,8 +290,8 @@ def cmd_device(args: argparse.Namespace) -> int:
         work_dir=str(work) if args.client == "hardware" else None,
         **{public.replace("-", "_"): value for public, value in agent_options.items()},
     )
-    port = args.port or deploy.free_port()
-    argv = deploy.supernode_command(
+    port = args.port or processes.free_port()
+    argv = daemons.supernode_command(
         args.superlink,
         port,
         config,
@@ -310,7 +310,7 @@ def cmd_device(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace, name: str, argv: list[str], home: Path, log_path: Path) -> int:
     """Run the SuperNode until it exits or Ctrl-C / SIGTERM; stop its whole process tree."""
-    proc = deploy.start_process(argv, home, log_path)
+    proc = processes.start_process(argv, home, log_path)
     _note("device", f"{name} ({args.client}) -> {args.superlink}; log {log_path}; Ctrl-C stops")
 
     def stop(signum: int, frame: object) -> None:
@@ -325,5 +325,5 @@ def _serve(args: argparse.Namespace, name: str, argv: list[str], home: Path, log
         _note("device", "stopping")
         return 0
     finally:
-        deploy.stop_tree(proc)
+        processes.stop_tree(proc)
         signal.signal(signal.SIGTERM, old)

@@ -5,6 +5,8 @@ listens on or connects over a network, so they are kept small, free of Flower im
 unit-tested against the real resolver and the real filesystem (docs/architecture.md,
 "Deployment security").
 
+- TLS is the default: the SuperLink's three files (``Tls``: CA certificate, certificate, key)
+  are checked to exist before it starts; clients need only the CA certificate.
 - Plaintext (``--insecure``) is allowed only when the address *resolves* to loopback addresses
   and nothing else; Flower is then handed the resolved IP literal, so a later, different answer
   from the resolver cannot move the plaintext connection off the host.
@@ -26,9 +28,38 @@ import os
 import socket
 import stat
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from fleet.common.errors import InputError
+
+# --------------------------------------------------------------------------- TLS files
+
+
+@dataclass(frozen=True)
+class Tls:
+    """TLS files. The SuperLink needs all three; clients need only ``ca_certfile``."""
+
+    ca_certfile: str | None = None
+    certfile: str | None = None
+    keyfile: str | None = None
+
+    def check_server(self) -> None:
+        missing = [
+            flag
+            for flag, value in (
+                ("--ssl-ca-certfile", self.ca_certfile),
+                ("--ssl-certfile", self.certfile),
+                ("--ssl-keyfile", self.keyfile),
+            )
+            if not value
+        ]
+        if missing:
+            raise InputError(f"TLS needs {', '.join(missing)} as well")
+        for value in (self.ca_certfile, self.certfile, self.keyfile):
+            if not Path(str(value)).is_file():
+                raise InputError(f"TLS file not found: {value}")
+
 
 # --------------------------------------------------------------------------- loopback
 

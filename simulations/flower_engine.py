@@ -35,7 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from deployment import deploy
+from deployment import daemons, flwr_cli, processes
 from fleet.common.errors import InputError
 from fleet.config.fleetfile import load_fleet
 from fleet.reports.report import read_report
@@ -93,8 +93,8 @@ def stop_pids(pids: list[int], timeout_s: float = 10.0) -> None:
     """SIGTERM these processes and all they started, SIGKILL what is left after ``timeout_s``."""
     everything = []
     for pid in pids:
-        everything += [pid, *deploy.descendants(pid)]
-    deploy.signal_all(everything, timeout_s)
+        everything += [pid, *processes.descendants(pid)]
+    processes.signal_all(everything, timeout_s)
 
 
 def _follow(path: Path, seen: int, progress: Callable[[int, int, str], None] | None) -> int:
@@ -134,25 +134,25 @@ def flwr_run_local(
     try:
         (home / "config.toml").write_text(connection_config(num_supernodes, ray_cpus, verbose))
         overrides = home / "run-config.toml"
-        lines = [f"{k} = {deploy.toml_value(v)}\n" for k, v in run_config.items()]
+        lines = [f"{k} = {daemons.toml_value(v)}\n" for k, v in run_config.items()]
         overrides.write_text("".join(lines))
-        http_port, control_port = deploy.free_port(), deploy.free_port()
-        env = deploy.flower_env(home)
+        http_port, control_port = processes.free_port(), processes.free_port()
+        env = processes.flower_env(home)
         env["FLWR_LOCAL_SUPERLINK_HTTP_API_PORT"] = str(http_port)
         env["FLWR_LOCAL_CONTROL_API_PORT"] = str(control_port)
         # The SuperLink `flwr run` would start for a ":local:" connection, started here with the
         # same command: flwr gives it 15 s to answer, too little on a loaded 2-core machine, and
         # owning the process makes stopping it exact. `flwr run` finds it up and uses it.
-        link = deploy.start_process(
+        link = processes.start_process(
             local_superlink_command(home, http_port, control_port),
             home,
             home / "local-superlink" / "superlink.log",
         )
         try:
-            deploy.wait_healthy("127.0.0.1", http_port, link, timeout_s=120.0)
-        except deploy.DeployError as exc:
+            processes.wait_healthy("127.0.0.1", http_port, link, timeout_s=120.0)
+        except processes.DeployError as exc:
             raise FlowerRunError(f"local simulation SuperLink: {exc}") from None
-        argv = [deploy.flower_bin("flwr"), "run", str(app_dir), CONNECTION, "--stream"]
+        argv = [processes.flower_bin("flwr"), "run", str(app_dir), CONNECTION, "--stream"]
         if run_config:
             argv += ["-c", str(overrides)]
         log_path = home / "flwr-run.log"
@@ -174,10 +174,10 @@ def flwr_run_local(
                     time.sleep(0.2)
             finally:
                 if proc.poll() is None:
-                    deploy.stop_tree(proc)
+                    processes.stop_tree(proc)
         return _last_words(log_path.read_text(errors="replace"))
     finally:
-        deploy.stop_tree(link)
+        processes.stop_tree(link)
         stop_pids(local_superlinks(home))
         shutil.rmtree(home, ignore_errors=True)
 
@@ -185,7 +185,7 @@ def flwr_run_local(
 def local_superlink_command(home: Path, http_port: int, control_port: int) -> list[str]:
     """flwr's own command for a local simulation SuperLink (flwr.cli.local_superlink)."""
     return [
-        deploy.flower_bin("flower-superlink"),
+        processes.flower_bin("flower-superlink"),
         "--insecure",
         "--simulation",
         "--isolation",
@@ -223,7 +223,7 @@ def run_flower(
     round_timeout_s: float = 600.0,
     timeout_s: float = 3600.0,
     verbose: bool = False,
-    app_dir: str | Path = deploy.APP_DIR,
+    app_dir: str | Path = flwr_cli.APP_DIR,
 ) -> dict[str, Any]:
     """Simulate the fleet with Flower (one virtual SuperNode per device); return report.json."""
     fleet_path = Path(fleet_path).resolve()

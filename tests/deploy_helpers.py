@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from deployment import deploy
+from deployment import daemons, flwr_cli, processes
 
 
 @contextmanager
@@ -30,12 +30,12 @@ def stopped_at_exit() -> Iterator[list[subprocess.Popen]]:
     try:
         yield procs
         for p in procs:
-            spawned.update(deploy.descendants(p.pid))
+            spawned.update(processes.descendants(p.pid))
     finally:
         for p in procs:
-            spawned.update(deploy.descendants(p.pid))
-            deploy.stop_tree(p)
-    left = [pid for pid in spawned | {p.pid for p in procs} if deploy.is_alive(pid)]
+            spawned.update(processes.descendants(p.pid))
+            processes.stop_tree(p)
+    left = [pid for pid in spawned | {p.pid for p in procs} if processes.is_alive(pid)]
     assert not left, f"processes left running: {left}"
 
 
@@ -48,9 +48,9 @@ def start_superlink(
     tls: bool = False,
 ) -> subprocess.Popen:
     """Start a SuperLink (registered in ``procs`` at once) and wait until it serves on ``port``."""
-    link = deploy.start_process(argv, home, log)
+    link = processes.start_process(argv, home, log)
     procs.append(link)
-    deploy.wait_healthy("127.0.0.1", port, link, tls=tls)
+    processes.wait_healthy("127.0.0.1", port, link, tls=tls)
     return link
 
 
@@ -65,21 +65,21 @@ def run_loopback_round(
     Flower homes under ``tmp_path/flwr``, logs under ``tmp_path/logs``; submit one run with
     ``run_config`` once every node is online and return its final (status, details)."""
     home = tmp_path / "flwr"
-    port = deploy.free_port()
+    port = processes.free_port()
     start_superlink(
         procs,
-        deploy.superlink_command("127.0.0.1", port, insecure=True),
+        daemons.superlink_command("127.0.0.1", port, insecure=True),
         (home / "superlink").resolve(),
         tmp_path / "logs" / "superlink.log",
         port,
     )
     for name, config in node_configs.items():
-        argv = deploy.supernode_command(
-            f"127.0.0.1:{port}", deploy.free_port(), config, insecure=True
+        argv = daemons.supernode_command(
+            f"127.0.0.1:{port}", processes.free_port(), config, insecure=True
         )
-        procs.append(deploy.start_process(argv, home / name, tmp_path / "logs" / name))
+        procs.append(processes.start_process(argv, home / name, tmp_path / "logs" / name))
     cli = home / "cli"
-    deploy.write_cli_config(cli, f"127.0.0.1:{port}")
-    deploy.wait_for_nodes(cli, len(node_configs), timeout_s=40)
-    run_id = deploy.submit_run(cli, run_config)
-    return deploy.wait_for_run(cli, run_id, timeout_s=timeout_s)
+    flwr_cli.write_cli_config(cli, f"127.0.0.1:{port}")
+    flwr_cli.wait_for_nodes(cli, len(node_configs), timeout_s=40)
+    run_id = flwr_cli.submit_run(cli, run_config)
+    return flwr_cli.wait_for_run(cli, run_id, timeout_s=timeout_s)

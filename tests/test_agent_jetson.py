@@ -18,10 +18,12 @@ import pytest
 from fleet.agent.devices import DeviceError, open_backend
 from fleet.agent.devices.guard import install_restore_handlers, locked
 from fleet.agent.devices.jetson import JetsonBackend
-from simulations.virtual_jetson import BOARDS, build_board, kernel_accepts, put
-from simulations.virtual_jetson import write_devfreq as devfreq
-from simulations.virtual_jetson import write_hwmon_rails as hwmon_rails
-from simulations.virtual_jetson import write_iio_rails as iio_rails
+from simulations.virtual_boards import BOARDS, put
+from simulations.virtual_boards import write_devfreq as devfreq
+from simulations.virtual_boards import write_hwmon_rails as hwmon_rails
+from simulations.virtual_boards import write_iio_rails as iio_rails
+from simulations.virtual_jetson import build_board
+from simulations.virtual_kernel import kernel_accepts
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -351,7 +353,7 @@ def test_handlers_chain_previous_and_uninstall(tmp_path):
     ],
 )
 def test_device_type_names_match_the_fleet_types(node, of_node, board, expected):
-    from fleet.agent.devices.jetson import device_type
+    from fleet.agent.devices.board_identity import device_type
 
     assert device_type(node, of_node, board) == expected
 

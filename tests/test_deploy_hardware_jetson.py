@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from deployment import deploy
+from deployment import daemons, deploy
 from fleet.agent.models import build_model
 from fleet.config.fleetfile import load_fleet
 from fleet.training.task import read_weights, write_weights
@@ -78,7 +78,7 @@ def test_two_virtual_jetsons_one_deployment_round(tmp_path: Path, monkeypatch) -
     run_dir = tmp_path / "run"
     configs = {}
     for spec in fleet.devices:
-        configs[spec.name] = deploy.device_node_config(spec.to_node_config(), "hardware")
+        configs[spec.name] = daemons.device_node_config(spec.to_node_config(), "hardware")
         configs[spec.name].update(
             {
                 "backend": "jetson",

@@ -3,7 +3,7 @@ and a TLS + SuperNode-authentication deployment on 127.0.0.1 that refuses an unr
 
 The resolution checks use the real resolver (no DNS here: ``127.attacker.example`` does not
 resolve, which must be refused just like a name that resolves elsewhere). The integration test
-reuses ``tests/test_flower_deploy.py``'s fleet and the ``deployment.deploy`` helpers, and stops
+reuses ``tests/test_flower_deploy.py``'s fleet and the ``deployment`` helpers, and stops
 every process it starts (SuperExec children included), checking that none survives.
 """
 
@@ -25,7 +25,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 
-from deployment import deploy, security
+from deployment import daemons, deploy, flwr_cli, processes, security
 from fleet import cli
 from fleet.common.errors import InputError
 from fleet.config.fleetfile import load_fleet
@@ -39,7 +39,7 @@ def _name(cn: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
 
 
-def make_tls(directory: Path) -> deploy.Tls:
+def make_tls(directory: Path) -> security.Tls:
     """A CA and a server certificate for localhost / 127.0.0.1 signed by it (one day)."""
     now = datetime.datetime.now(datetime.UTC)
     ca_key = ec.generate_private_key(ec.SECP384R1())
@@ -76,7 +76,7 @@ def make_tls(directory: Path) -> deploy.Tls:
     )
     (directory / "server.key").write_bytes(private)
     os.chmod(directory / "server.key", 0o600)
-    return deploy.Tls(
+    return security.Tls(
         str(directory / "ca.pem"), str(directory / "server.pem"), str(directory / "server.key")
     )
 
@@ -113,32 +113,32 @@ def test_loopback_by_real_resolution() -> None:
     for host in ("127.attacker.example", "192.0.2.10", "0.0.0.0", "::", ""):
         assert security.loopback_ip(host) is None, host
     # Flower is handed the resolved literal, never the name
-    link = deploy.superlink_command("localhost", 9091, insecure=True)
+    link = daemons.superlink_command("localhost", 9091, insecure=True)
     assert link[link.index("--host") + 1] in ("127.0.0.1", "::1")
-    node = deploy.supernode_command("localhost:9091", 9094, {}, insecure=True)
+    node = daemons.supernode_command("localhost:9091", 9094, {}, insecure=True)
     assert node[node.index("--superlink") + 1] in ("127.0.0.1:9091", "[::1]:9091")
-    node6 = deploy.supernode_command("[::1]:9091", 9094, {}, insecure=True)
+    node6 = daemons.supernode_command("[::1]:9091", 9094, {}, insecure=True)
     assert node6[node6.index("--superlink") + 1] == "[::1]:9091"
 
 
 def test_plaintext_refused_unless_insecure_and_loopback(tmp_path: Path) -> None:
     for host in ("127.attacker.example", "192.0.2.10", "0.0.0.0"):
         with pytest.raises(InputError, match=f"'{host}' does not resolve to loopback"):
-            deploy.superlink_command(host, 9091, insecure=True)
+            daemons.superlink_command(host, 9091, insecure=True)
         with pytest.raises(InputError, match=f"'{host}' does not resolve to loopback"):
-            deploy.supernode_command(f"{host}:9091", 9094, {}, insecure=True)
+            daemons.supernode_command(f"{host}:9091", 9094, {}, insecure=True)
     with pytest.raises(InputError, match="without TLS: .* or --insecure"):
-        deploy.superlink_command("127.0.0.1", 9091)
+        daemons.superlink_command("127.0.0.1", 9091)
     with pytest.raises(InputError, match="without TLS: .* or --insecure"):
-        deploy.supernode_command("127.0.0.1:9091", 9094, {})
+        daemons.supernode_command("127.0.0.1:9091", 9094, {})
     tls = make_tls(tmp_path / "pki")
     with pytest.raises(InputError, match="exclude each other"):
-        deploy.superlink_command("127.0.0.1", 9091, tls, insecure=True)
+        daemons.superlink_command("127.0.0.1", 9091, tls, insecure=True)
     with pytest.raises(InputError, match="SuperNode authentication needs TLS"):
-        deploy.superlink_command("127.0.0.1", 9091, insecure=True, supernode_auth=True)
+        daemons.superlink_command("127.0.0.1", 9091, insecure=True, supernode_auth=True)
     key, _ = make_node_key(tmp_path, "n")
     with pytest.raises(InputError, match="--auth-private-key needs TLS"):
-        deploy.supernode_command("127.0.0.1:9091", 9094, {}, insecure=True, auth_private_key=key)
+        daemons.supernode_command("127.0.0.1:9091", 9094, {}, insecure=True, auth_private_key=key)
 
 
 def _installed_commands() -> list[EntryPoint]:
@@ -210,7 +210,7 @@ def test_each_run_gets_a_fresh_private_directory(tmp_path: Path) -> None:
     assert one != two and one.parent == two.parent == base.resolve()
     for d in (base, one, two):
         assert stat.S_IMODE(d.stat().st_mode) == 0o700, d
-    env = deploy.process_env(one)
+    env = processes.process_env(one)
     assert env["FLWR_HOME"] == str(one) and env["TMPDIR"] == str(one / "tmp")
     assert stat.S_IMODE((one / "tmp").stat().st_mode) == 0o700
     shared = tmp_path / "shared"
@@ -242,35 +242,35 @@ def test_tls_and_supernode_auth_round_refuses_unregistered_node(tmp_path: Path) 
     rogue_key, _ = make_node_key(tmp_path / "pki", "nano-a")  # never registered
     home = security.run_dir(tmp_path / "work", "test")
     run_dir, logs = tmp_path / "run", tmp_path / "logs"
-    port = deploy.free_port()
-    argv = deploy.superlink_command("127.0.0.1", port, tls, supernode_auth=True)
+    port = processes.free_port()
+    argv = daemons.superlink_command("127.0.0.1", port, tls, supernode_auth=True)
     assert "--enable-supernode-auth" in argv and "--insecure" not in argv
     with stopped_at_exit() as procs:
         start_superlink(procs, argv, home / "superlink", logs / "superlink.log", port, tls=True)
         cli = home / "cli"
-        deploy.write_cli_config(cli, f"127.0.0.1:{port}", tls.ca_certfile)
-        registered = deploy.register_supernodes(cli, security.public_keys([good_pub]))
+        flwr_cli.write_cli_config(cli, f"127.0.0.1:{port}", tls.ca_certfile)
+        registered = flwr_cli.register_supernodes(cli, security.public_keys([good_pub]))
         nodes = {}
         for name, key in (("tx2-b", good_key), ("nano-a", rogue_key)):
-            config = deploy.device_node_config(fleet[name].to_node_config(), "replay")
-            node_argv = deploy.supernode_command(
+            config = daemons.device_node_config(fleet[name].to_node_config(), "replay")
+            node_argv = daemons.supernode_command(
                 f"127.0.0.1:{port}",
-                deploy.free_port(),
+                processes.free_port(),
                 config,
                 tls.ca_certfile,
                 auth_private_key=str(key),
             )
-            nodes[name] = deploy.start_process(node_argv, home / name, logs / f"{name}.log")
+            nodes[name] = processes.start_process(node_argv, home / name, logs / f"{name}.log")
             procs.append(nodes[name])
-        deploy.wait_for_nodes(cli, 1, timeout_s=40)
+        flwr_cli.wait_for_nodes(cli, 1, timeout_s=40)
         rogue_code = nodes["nano-a"].wait(timeout=40)
-        listed = deploy.flwr(["supernode", "list", deploy.CONNECTION], cli)["nodes"]
-        run_id = deploy.submit_run(
+        listed = flwr_cli.flwr(["supernode", "list", flwr_cli.CONNECTION], cli)["nodes"]
+        run_id = flwr_cli.submit_run(
             cli,
             {"fleet-path": str(fleet_file), "run-dir": str(run_dir), "run-token": "t-auth",
              "num-nodes": 1},
         )  # fmt: skip
-        status, details = deploy.wait_for_run(cli, run_id, timeout_s=60)
+        status, details = flwr_cli.wait_for_run(cli, run_id, timeout_s=60)
         time.sleep(0.5)
 
     # the unregistered SuperNode: refused at activation, exited non-zero, never listed
@@ -303,7 +303,7 @@ def test_coordinator_removes_its_private_directory_when_the_superlink_fails(
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
-        with pytest.raises(deploy.DeployError, match="the SuperLink exited"):
+        with pytest.raises(processes.DeployError, match="the SuperLink exited"):
             deploy.run_coordinator(
                 fleet_file,
                 tmp_path / "run",

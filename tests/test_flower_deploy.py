@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from deployment import deploy
+from deployment import daemons, deploy, flwr_cli, security
 from fleet.common.errors import InputError
 from fleet.config.fleetfile import Fleet, load_fleet
 from fleet.core.choice import align
@@ -58,7 +58,7 @@ def node_configs(fleet: Fleet) -> dict[str, dict[str, object]]:
     so it plans and selects from it), tx2-b the replay client."""
     configs = {}
     for spec in fleet.devices:
-        config = deploy.device_node_config(spec.to_node_config(), "replay")
+        config = daemons.device_node_config(spec.to_node_config(), "replay")
         if spec.name == "nano-a":
             config = {k: v for k, v in config.items() if k != "data"}
             config.update(client="hardware", backend="replay", **{"profile-csv": spec.profile})
@@ -69,21 +69,21 @@ def node_configs(fleet: Fleet) -> dict[str, dict[str, object]]:
 def test_node_config_and_commands_without_processes(tmp_path: Path) -> None:
     """The command lines and config files deployment writes (no process is started)."""
     cfg = {"device-name": "nano 1", "budget-w": -1.0, "profile": '/p/"q".csv', "on": True}
-    text = deploy.format_node_config(cfg)
+    text = daemons.format_node_config(cfg)
     assert text == 'device-name="nano 1" budget-w=-1.0 profile="/p/\\"q\\".csv" on=true'
-    link = deploy.superlink_command("127.0.0.1", 9091, insecure=True)
+    link = daemons.superlink_command("127.0.0.1", 9091, insecure=True)
     assert link[-1] == "--insecure" and "--disable-runtime-dependency-installation" in link
     with pytest.raises(InputError, match="refusing to serve on 0.0.0.0 without TLS"):
-        deploy.superlink_command("0.0.0.0", 9091)
+        daemons.superlink_command("0.0.0.0", 9091)
     with pytest.raises(InputError, match="needs --ssl-certfile, --ssl-keyfile"):
-        deploy.superlink_command("0.0.0.0", 9091, deploy.Tls(ca_certfile="/ca.pem"))
-    node = deploy.supernode_command("127.0.0.1:9091", 9094, {"device-name": "a"}, insecure=True)
+        daemons.superlink_command("0.0.0.0", 9091, security.Tls(ca_certfile="/ca.pem"))
+    node = daemons.supernode_command("127.0.0.1:9091", 9094, {"device-name": "a"}, insecure=True)
     assert node[-1] == "--insecure" and node[node.index("--port") + 1] == "9094"
     with pytest.raises(InputError, match="refusing to connect to coordinator.example without TLS"):
-        deploy.supernode_command("coordinator.example:9091", 9094, {})
-    conf = deploy.write_cli_config(tmp_path, "127.0.0.1:9091").read_text()
+        daemons.supernode_command("coordinator.example:9091", 9094, {})
+    conf = flwr_cli.write_cli_config(tmp_path, "127.0.0.1:9091").read_text()
     assert 'address = "127.0.0.1:9091"' in conf and "insecure = true" in conf
-    full = deploy.device_node_config({"device-name": "a"}, "hardware", agent_python="/py", rail="")
+    full = daemons.device_node_config({"device-name": "a"}, "hardware", agent_python="/py", rail="")
     assert full == {"device-name": "a", "client": "hardware", "agent-python": "/py"}
 
 

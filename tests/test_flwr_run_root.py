@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from deployment import deploy
+from deployment import flwr_cli, processes
 from fleet.config.fleetfile import load_fleet
 from simulations.flower_engine import local_superlinks, stop_pids
 
@@ -31,7 +31,7 @@ def _app(pyproject: Path) -> dict:
 
 def test_root_app_and_deployment_app_agree() -> None:
     """Two pyproject files declare the app; they must name the same components and keys."""
-    root, packaged = _app(ROOT / "pyproject.toml"), _app(deploy.APP_DIR / "pyproject.toml")
+    root, packaged = _app(ROOT / "pyproject.toml"), _app(flwr_cli.APP_DIR / "pyproject.toml")
     assert root["components"] == packaged["components"]
     assert root["components"]["clientapp"] == "clients.client_app:app"
     assert set(root["config"]) == set(packaged["config"])
@@ -61,8 +61,8 @@ def test_flwr_run_from_a_fresh_clone_writes_the_default_report(tmp_path: Path) -
         RAY_USAGE_STATS_ENABLED="0",
         PYTHONPATH=str(clone),  # the clone's code, not whatever checkout the venv points at
         # A SuperLink of our own even if another `flwr run` is up on Flower's default ports.
-        FLWR_LOCAL_SUPERLINK_HTTP_API_PORT=str(deploy.free_port()),
-        FLWR_LOCAL_CONTROL_API_PORT=str(deploy.free_port()),
+        FLWR_LOCAL_SUPERLINK_HTTP_API_PORT=str(processes.free_port()),
+        FLWR_LOCAL_CONTROL_API_PORT=str(processes.free_port()),
     )
     started: set[int] = set()
     proc = subprocess.Popen(
@@ -79,11 +79,11 @@ def test_flwr_run_from_a_fresh_clone_writes_the_default_report(tmp_path: Path) -
     finally:
         links = local_superlinks(home)
         for pid in links:
-            started.update([pid, *deploy.descendants(pid)])
-        deploy.stop_tree(proc)
+            started.update([pid, *processes.descendants(pid)])
+        processes.stop_tree(proc)
         stop_pids(links)
     assert links, "flwr run started no local SuperLink under this FLWR_HOME"
-    assert [p for p in started if deploy.is_alive(p)] == []
+    assert [p for p in started if processes.is_alive(p)] == []
 
     reports = sorted((clone / "runs").glob("mixed-nano-tx2nx-*/report.json"))
     assert len(reports) == 1, out[-2000:]

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from clients import records
-from deployment import deploy
+from deployment import daemons
 from fleet.agent.devices.jetson import JetsonBackend
 from fleet.common.errors import InputError
 from fleet.config.fleetfile import load_fleet
@@ -111,7 +111,7 @@ def test_first_contact_profiles_once_and_round_two_reuses(tmp_path: Path) -> Non
     fleet = load_fleet(fleet_file)
     spec = fleet.devices[0]
     run_dir = tmp_path / "run"
-    config = deploy.device_node_config(spec.to_node_config(), "hardware")
+    config = daemons.device_node_config(spec.to_node_config(), "hardware")
     config.update(backend="replay", **{"profile-csv": str(NANO)})
     config["work-dir"] = str(tmp_path / "board")
     run_config = {"fleet-path": str(fleet_file), "run-dir": str(run_dir), "run-token": "t-fc"}
@@ -167,7 +167,7 @@ def test_a_new_board_of_a_known_type_starts_from_a_sibling_and_verifies(tmp_path
     shipped = keeper.shipment()
     assert shipped["nano-new"]["origin"] == "stored" and shipped["nano-b"]["origin"] == "sibling"
     spec = fleet.devices[1]
-    config = deploy.device_node_config(spec.to_node_config(), "hardware")
+    config = daemons.device_node_config(spec.to_node_config(), "hardware")
     config.update(backend="replay", **{"profile-csv": str(NANO), "work-dir": str(tmp_path / "b")})
     eff = load_efficiency(fleet.run.efficiency)
     ins = records.TrainInstruction(eff, fleet.run, str(fleet_file), 1, profiles=shipped)

@@ -8,7 +8,8 @@ import pytest
 from fleet.agent.devices.jetson import JetsonBackend
 from simulations.devicemodel.fitted import WORKLOADS
 from simulations.devicemodel.physics import mean_power_w
-from simulations.virtual_jetson import BOARDS, ClockRecorder, build_board, wait_for
+from simulations.virtual_boards import BOARDS
+from simulations.virtual_jetson import ClockRecorder, build_board, wait_for
 
 
 @pytest.mark.parametrize("process", [False, True])
@@ -26,22 +27,17 @@ def test_requests_snap_to_the_table_and_min_over_max_is_rejected(tmp_path, proce
 
 
 def test_cur_freq_follows_with_the_configured_lag(tmp_path):
-    """cur_freq moves to a lock's clock no sooner than the lag after the write (a lower bound
-    that holds however busy the machine is); the wait's timeout is only a hang guard."""
     board = build_board(tmp_path, "tx2nx")
     b = JetsonBackend(str(tmp_path), state_dir=str(tmp_path / "s"))
-    top, target = max(board.freqs_hz), 318750000
     with board.kernel(process=True, load=16, lag_s=0.25):
-        assert wait_for(lambda: board.clocks()["cur_freq"] == top, 10)
+        assert wait_for(lambda: board.clocks()["cur_freq"] == max(board.freqs_hz), 3)
         t0 = time.monotonic()
         b.lock(318.75)
-        cur, seen_at = board.clocks()["cur_freq"], time.monotonic() - t0
-        assert cur == top or seen_at >= 0.25, seen_at  # not before the lag
-        assert b.wait_settled(timeout_s=30)
+        assert board.clocks()["cur_freq"] == max(board.freqs_hz)  # not yet
+        assert b.wait_settled(timeout_s=3)
         took = time.monotonic() - t0
-        assert board.clocks()["cur_freq"] == target
         b.restore()
-    assert took >= 0.25 and b.settle_s is not None and b.settle_s <= took
+    assert 0.2 <= took < 1.5
 
 
 @pytest.mark.parametrize("kind", sorted(BOARDS))
@@ -64,19 +60,12 @@ def test_power_is_the_device_model_at_the_running_clock_with_drift(tmp_path, kin
         b.restore()
 
 
-def distinct_readings(rows):
-    """The rail's successive values (a reader faster than the kernel sees one draw twice)."""
-    watts = [r["power_w"] for r in rows]
-    return [w for i, w in enumerate(watts) if i == 0 or w != watts[i - 1]]
-
-
 def test_noise_has_the_configured_spread(tmp_path):
-    """The spread of 100 draws, however long this machine takes to make them."""
     board = build_board(tmp_path, "nano")
     with board.kernel(process=True, load=64, noise_w=0.1), ClockRecorder(board, 0.01) as rec:
-        assert wait_for(lambda: len(distinct_readings(rec.seen)) >= 100, 60)  # ~1 s; a guard
-    watts = distinct_readings(rec.seen)
-    assert len(watts) >= 100
+        time.sleep(1.5)
+    watts = [r["power_w"] for r in rec.seen]
+    assert len(watts) > 50
     assert 0.05 < statistics.pstdev(watts) < 0.2
 
 

@@ -1,12 +1,11 @@
-"""NVIDIA Jetson backend: GPU frequency through devfreq sysfs, power from the INA3221 monitor.
+"""NVIDIA Jetson backend: lock the GPU clock through devfreq, save and restore the originals.
 
 Why sysfs and not jetson_clocks/nvpmodel: the profile needs every GPU frequency the board offers,
 one at a time, and devfreq's ``min_freq``/``max_freq`` pin it exactly without touching CPU or EMC
-clocks. The files live under different names on each module (Nano ``57000000.gpu``, TX2/TX2 NX
-``17000000.gp10b``, Orin ``17000000.ga10b``) and the power monitor moved from an out-of-tree iio
-driver (``ina3221x``, JetPack 4) to the mainline hwmon one (``ina3221``, JetPack 5+), so both are
-discovered rather than hard-coded. Every path is prefixed by ``sysfs_root`` so tests and dry runs
-work on a copied tree.
+clocks. What this module holds is the clock lock and its safety; the pieces it stands on live
+apart: which devfreq node is the GPU and its frequency table (``devfreq.py``), the INA3221 rails
+and their watts (``power_rails.py``), which board this is (``board_identity.py``), the sysfs
+readers under ``sysfs_root`` (``sysfs.py``) and the state file (``clockstate.py``).
 
 Crash safety (docs/architecture.md, device backends): the original bounds and governor are saved
 to a state file (``clockstate``) before the first write and the file is deleted after the restore;
@@ -19,224 +18,25 @@ start at the clock they are attributed to.
 Python 3.6 compatible, stdlib only (this runs on JetPack 4.6).
 """
 
-import glob
 import logging
 import os
-import re
 import sys
 import threading
 import time
-from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from . import clockstate
 from .base import Backend, BackendSpec, Capabilities, DeviceError, Option
+from .board_identity import board_model, board_serial, device_type, l4t_release
+from .devfreq import available_hz, find_gpu_devfreq
 from .guard import deferred_signals
+from .power_rails import choose_rail, find_rails, read_rail_w
+from .sysfs import read_number, read_text
 
 log = logging.getLogger("fleet.agent")
 
 #: Default bound on waiting for ``cur_freq`` to reach a locked target (devfreq switches in ms).
 SETTLE_TIMEOUT_S = 1.0
-
-# Substrings of devfreq entry names (or of_node names) that denote the integrated GPU.
-GPU_NODE_TOKENS = ("gpu", "gp10b", "ga10b", "gv11b", "gm20b")
-# Board input rails, in order of preference: old iio layout (Nano, TX2 NX), then newer boards.
-DEFAULT_RAILS = ("POM_5V_IN", "VDD_IN")
-
-Rail = NamedTuple(
-    "Rail",
-    [
-        ("name", str),
-        ("layout", str),  # "iio-ina3221x" or "hwmon-ina3221"
-        ("power_path", Optional[str]),  # mW (iio only)
-        ("voltage_path", Optional[str]),  # mV
-        ("current_path", Optional[str]),  # mA
-    ],
-)
-
-DevfreqNode = NamedTuple("DevfreqNode", [("path", str), ("name", str), ("of_node", str)])
-
-
-def _under(root: str, rel: str) -> str:
-    return os.path.join(root, rel.lstrip("/"))
-
-
-def _read_text(path: str) -> str:
-    """Read a sysfs/device-tree attribute; device-tree strings end in NUL, sysfs in newline."""
-    with open(path, "r") as fh:
-        return fh.read().strip("\x00\n\r\t ")
-
-
-def _read_number(path: str) -> float:
-    try:
-        text = _read_text(path)
-    except OSError as exc:
-        raise DeviceError("cannot read {}: {}".format(path, exc.strerror or exc)) from exc
-    try:
-        return float(text)
-    except ValueError:
-        raise DeviceError("{}: expected a number, got {!r}".format(path, text[:40])) from None
-
-
-def _is_gpu_name(name: str) -> bool:
-    low = name.lower()
-    return any(tok in low for tok in GPU_NODE_TOKENS)
-
-
-def find_gpu_devfreq(sysfs_root: str = "/", gpu_node: Optional[str] = None) -> DevfreqNode:
-    """Locate the GPU's devfreq directory under ``<root>/sys/class/devfreq``.
-
-    The device-tree ``of_node/name`` is checked first (it says "gpu" on Nano and TX2), then the
-    entry name. ``gpu_node`` forces a particular entry.
-    """
-    base = _under(sysfs_root, "sys/class/devfreq")
-    try:
-        entries = sorted(os.listdir(base))
-    except OSError:
-        entries = []
-    candidates = []  # type: List[Tuple[int, DevfreqNode]]
-    for entry in entries:
-        path = os.path.join(base, entry)
-        try:
-            of_name = _read_text(os.path.join(path, "device", "of_node", "name"))
-        except OSError:
-            of_name = ""
-        node = DevfreqNode(path, entry, of_name)
-        if gpu_node is not None:
-            if entry == gpu_node:
-                return node
-            continue
-        if of_name and _is_gpu_name(of_name):
-            candidates.append((0, node))
-        elif _is_gpu_name(entry):
-            candidates.append((1, node))
-    if gpu_node is not None:
-        raise DeviceError(
-            "devfreq node {!r} not found in {}; entries there: {}".format(
-                gpu_node, base, ", ".join(entries) or "none"
-            )
-        )
-    if not candidates:
-        raise DeviceError(
-            "no GPU devfreq node in {}: expected an entry like 57000000.gpu, 17000000.gp10b or "
-            "17000000.ga10b, or one whose device/of_node/name is 'gpu' (found: {})".format(
-                base, ", ".join(entries) or "none"
-            )
-        )
-    candidates.sort(key=lambda c: c[0])
-    return candidates[0][1]
-
-
-def _iio_rails(sysfs_root: str) -> List[Rail]:
-    rails = []  # type: List[Rail]
-    pattern = _under(sysfs_root, "sys/bus/i2c/drivers/ina3221x/*/iio:device*/rail_name_*")
-    for label_path in sorted(glob.glob(pattern)):
-        directory, fname = os.path.split(label_path)
-        chan = fname[len("rail_name_") :]
-        if not chan.isdigit():
-            continue
-        try:
-            name = _read_text(label_path)
-        except OSError:
-            continue
-        power = os.path.join(directory, "in_power{}_input".format(chan))
-        volt = os.path.join(directory, "in_voltage{}_input".format(chan))
-        curr = os.path.join(directory, "in_current{}_input".format(chan))
-        has_power = os.path.isfile(power)
-        has_vi = os.path.isfile(volt) and os.path.isfile(curr)
-        if not (has_power or has_vi):
-            continue
-        rails.append(
-            Rail(
-                name,
-                "iio-ina3221x",
-                power if has_power else None,
-                volt if has_vi else None,
-                curr if has_vi else None,
-            )
-        )
-    return rails
-
-
-def _hwmon_dirs(sysfs_root: str) -> List[str]:
-    dirs = sorted(glob.glob(_under(sysfs_root, "sys/bus/i2c/drivers/ina3221/*/hwmon/hwmon*")))
-    for cand in sorted(glob.glob(_under(sysfs_root, "sys/class/hwmon/hwmon*"))):
-        try:
-            if _read_text(os.path.join(cand, "name")) == "ina3221":
-                dirs.append(cand)
-        except OSError:
-            continue
-    unique = []  # type: List[str]
-    seen = set()
-    for d in dirs:
-        real = os.path.realpath(d)
-        if real not in seen:
-            seen.add(real)
-            unique.append(d)
-    return unique
-
-
-def _hwmon_rails(sysfs_root: str) -> List[Rail]:
-    rails = []  # type: List[Rail]
-    for directory in _hwmon_dirs(sysfs_root):
-        for label_path in sorted(glob.glob(os.path.join(directory, "in*_label"))):
-            chan = os.path.basename(label_path)[2 : -len("_label")]
-            if not chan.isdigit():
-                continue
-            volt = os.path.join(directory, "in{}_input".format(chan))
-            curr = os.path.join(directory, "curr{}_input".format(chan))
-            if not (os.path.isfile(volt) and os.path.isfile(curr)):
-                continue
-            try:
-                name = _read_text(label_path)
-            except OSError:
-                continue
-            rails.append(Rail(name, "hwmon-ina3221", None, volt, curr))
-    return rails
-
-
-def find_rails(sysfs_root: str = "/") -> List[Rail]:
-    """All INA3221 rails on the board, old iio layout first; the first of each name wins."""
-    rails = []  # type: List[Rail]
-    names = set()
-    for rail in _iio_rails(sysfs_root) + _hwmon_rails(sysfs_root):
-        if rail.name not in names:
-            names.add(rail.name)
-            rails.append(rail)
-    return rails
-
-
-def choose_rail(rails: List[Rail], wanted: Optional[str], sysfs_root: str = "/") -> Rail:
-    """Pick the named rail (case-insensitive) or the board input rail by default."""
-    if not rails:
-        raise DeviceError(
-            "no INA3221 power rail under {}: expected iio ina3221x rail_name_N + in_powerN_input "
-            "or hwmon ina3221 inN_label + inN_input + currN_input".format(
-                _under(sysfs_root, "sys/bus/i2c/drivers")
-            )
-        )
-    by_name = {r.name.upper(): r for r in rails}
-    found = ", ".join(r.name for r in rails)
-    if wanted is not None:
-        rail = by_name.get(wanted.upper())
-        if rail is None:
-            raise DeviceError("rail {!r} not found; INA3221 rails found: {}".format(wanted, found))
-        return rail
-    for name in DEFAULT_RAILS:
-        if name in by_name:
-            return by_name[name]
-    raise DeviceError(
-        "no board input rail ({}) among INA3221 rails: {}; choose one by name".format(
-            " or ".join(DEFAULT_RAILS), found
-        )
-    )
-
-
-def read_rail_w(rail: Rail) -> float:
-    """Instantaneous rail power in watts (iio in_power is mW; otherwise mV x mA = uW)."""
-    if rail.power_path is not None:
-        return _read_number(rail.power_path) / 1000.0
-    assert rail.voltage_path is not None and rail.current_path is not None
-    return _read_number(rail.voltage_path) * _read_number(rail.current_path) / 1e6
 
 
 class JetsonBackend(Backend):
@@ -263,7 +63,7 @@ class JetsonBackend(Backend):
         self.rail = choose_rail(find_rails(sysfs_root), rail, sysfs_root)
         self.writes = []  # type: List[Tuple[str, str]]
         self._originals = None  # type: Optional[Tuple[int, int, Optional[str]]]
-        self._freqs_hz = self._available_hz()
+        self._freqs_hz = available_hz(self.node)
         self.state_dir = state_dir or clockstate.default_state_dir(sysfs_root)
         self.settle_timeout_s = float(settle_timeout_s)
         self._io = threading.RLock()  # one write pair at a time, whichever thread writes
@@ -276,24 +76,8 @@ class JetsonBackend(Backend):
     def _path(self, attr: str) -> str:
         return os.path.join(self.node.path, attr)
 
-    def _available_hz(self) -> List[int]:
-        path = self._path("available_frequencies")
-        try:
-            text = _read_text(path)
-        except OSError as exc:
-            raise DeviceError("cannot read {}: {}".format(path, exc.strerror or exc)) from exc
-        try:
-            values = sorted(set(int(float(tok)) for tok in text.split()))
-        except ValueError:
-            raise DeviceError(
-                "{}: expected space-separated Hz values, got {!r}".format(path, text[:60])
-            ) from None
-        if not values:
-            raise DeviceError("{}: empty, expected space-separated Hz values".format(path))
-        return values
-
     def _read_hz(self, attr: str) -> int:
-        return int(_read_number(self._path(attr)))
+        return int(read_number(self._path(attr)))
 
     def _write(self, attr: str, value: object) -> None:
         path = self._path(attr)
@@ -326,7 +110,7 @@ class JetsonBackend(Backend):
 
     def _governor(self) -> Optional[str]:
         try:
-            return _read_text(self._path("governor"))
+            return read_text(self._path("governor"))
         except OSError:
             return None
 
@@ -348,10 +132,7 @@ class JetsonBackend(Backend):
 
     def identity(self) -> Dict[str, Any]:
         """What ties a state file to this board: sysfs root, devfreq node, model, table."""
-        try:
-            board = _read_text(_under(self.sysfs_root, "proc/device-tree/model"))
-        except OSError:
-            board = ""
+        board = board_model(self.sysfs_root) or ""
         return {
             "backend": self.name,
             "sysfs_root": os.path.realpath(self.sysfs_root),
@@ -538,56 +319,17 @@ class JetsonBackend(Backend):
             "rail": self.rail.name,
             "sensor": self.rail.layout,
         }  # type: Dict[str, object]
-        board = ""
-        try:
-            board = _read_text(_under(self.sysfs_root, "proc/device-tree/model"))
-            info["board"] = board
-        except OSError:
-            pass
+        model = board_model(self.sysfs_root)
+        if model is not None:
+            info["board"] = model
+        board = model or ""
         kind = device_type(self.node.name, self.node.of_node, board)
         if kind:
             info["device"] = kind
         # Provenance for the coordinator's profile store: empty where the board does not say.
         info["l4t"] = l4t_release(self.sysfs_root)
-        try:
-            info["serial"] = _read_text(_under(self.sysfs_root, "proc/device-tree/serial-number"))
-        except (OSError, UnicodeDecodeError):
-            info["serial"] = ""
+        info["serial"] = board_serial(self.sysfs_root)
         return info
-
-
-def l4t_release(root: str) -> str:
-    """The L4T version from ``etc/nv_tegra_release`` under ``root`` ("32.7.1"), or ''.
-
-    The file's first line reads ``# R32 (release), REVISION: 7.1, GCID: ...``.
-    """
-    try:
-        with open(_under(root, "etc/nv_tegra_release"), "r") as fh:
-            line = fh.readline()
-    except (OSError, UnicodeDecodeError):
-        return ""
-    major = re.search(r"R(\d+)", line)
-    rev = re.search(r"REVISION:\s*([0-9.]+)", line)
-    if not major:
-        return ""
-    return major.group(1) + ("." + rev.group(1).rstrip(".") if rev else "")
-
-
-def device_type(node_name: str, of_node: str, board: str = "") -> str:
-    """The fleet's device-type name for this GPU ('jetson-nano', ...), or '' if unknown.
-
-    Profiles record it in their ``device`` column so that a profile measured on a board and a
-    fleet entry of that type recognise each other (and a mismatch is caught).
-    """
-    text = " ".join((node_name, of_node, board)).lower()
-    b = board.lower()
-    if "ga10b" in text or "orin" in b:  # first: an "Orin Nano" is not a Nano
-        return "jetson-orin"
-    if "gp10b" in text or "tx2" in b:
-        return "jetson-tx2" if "tx2" in b and "nx" not in b else "jetson-tx2nx"
-    if "gm20b" in text or "57000000.gpu" in text or "nano" in b:
-        return "jetson-nano"
-    return ""
 
 
 # What this backend offers every surface (CLI flags, agent argv, node config): see

@@ -1,0 +1,142 @@
+"""The `flwr` CLI as the deployment drives it: its config, JSON answers, nodes, runs.
+
+Why a module of its own: the Control API is reached only through `flwr` commands (register a
+SuperNode's key, list nodes, submit a run, poll and stop it), each run with ``--format json``
+against one connection (``powerfleet``) in a private ``FLWR_HOME``; the answers' shapes and
+Flower 1.41's habits (``flwr run`` exits 0 even when the run fails, so success is
+``finished:completed`` from ``flwr ls``) are known here once.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from deployment.daemons import toml_value
+from deployment.processes import DeployError, flower_bin, process_env
+
+APP_DIR = Path(__file__).resolve().parent / "flower_app"
+CONNECTION = "powerfleet"  # the connection name in the CLI's config.toml
+
+
+def write_cli_config(
+    flwr_home: str | Path, address: str, root_certificates: str | None = None
+) -> Path:
+    """$FLWR_HOME/config.toml with one connection (`powerfleet`) to the SuperLink."""
+    lines = ["[superlink]", f'default = "{CONNECTION}"', "", f"[superlink.{CONNECTION}]"]
+    lines.append(f"address = {toml_value(address)}")
+    if root_certificates:
+        lines.append(f"root-certificates = {toml_value(str(Path(root_certificates).resolve()))}")
+        lines.append("insecure = false")
+    else:
+        lines.append("insecure = true")
+    path = Path(flwr_home) / "config.toml"
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def flwr(args: list[str], flwr_home: str | Path, timeout_s: float = 60.0) -> dict[str, Any]:
+    """Run a `flwr` CLI command with ``--format json``; its JSON answer or a DeployError."""
+    argv = [flower_bin("flwr"), *args, "--format", "json"]
+    try:
+        out = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            env=process_env(flwr_home),
+            cwd=str(flwr_home),
+            timeout=timeout_s,
+        )
+    except subprocess.TimeoutExpired:
+        raise DeployError(f"flwr {args[0]} did not answer within {timeout_s:g} s") from None
+    try:
+        data = json.loads(out.stdout)
+    except ValueError:
+        tail = (out.stderr or out.stdout).strip().splitlines()[-1:] or [f"exit {out.returncode}"]
+        raise DeployError(f"flwr {args[0]}: {tail[0]}") from None
+    if isinstance(data, dict) and data.get("success") is False:
+        raise DeployError(f"flwr {args[0]}: {data.get('error-message', data)}")
+    return data
+
+
+def register_supernodes(flwr_home: str | Path, keys: list[Path]) -> list[int]:
+    """Register each authorised SuperNode public key with the SuperLink (its Control API, the
+    way Flower 1.41 admits SuperNodes under ``--enable-supernode-auth``); their node ids."""
+    ids = []
+    for key in keys:
+        data = flwr(["supernode", "register", str(key), CONNECTION], flwr_home)
+        ids.append(int(data["node-id"]))
+    return ids
+
+
+def online_nodes(flwr_home: str | Path) -> int:
+    data = flwr(["supernode", "list", CONNECTION], flwr_home)
+    return sum(1 for n in data.get("nodes", []) if n.get("status") == "online")
+
+
+def wait_for_nodes(flwr_home: str | Path, expected: int, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        n = online_nodes(flwr_home)
+        if n >= expected:
+            return
+        if time.monotonic() >= deadline:
+            raise DeployError(f"only {n} of {expected} SuperNodes online after {timeout_s:g} s")
+        time.sleep(0.5)
+
+
+def submit_run(
+    flwr_home: str | Path, run_config: dict[str, object], app_dir: str | Path = APP_DIR
+) -> int:
+    """`flwr run` the powerfleet app with these run-config overrides; returns the run id.
+
+    The overrides go through a TOML file (``-c FILE``): paths with spaces or quotes need no
+    shell-style quoting that way.
+    """
+    overrides = Path(flwr_home) / f"run-config-{uuid.uuid4().hex[:8]}.toml"
+    overrides.write_text("".join(f"{k} = {toml_value(v)}\n" for k, v in run_config.items()))
+    data = flwr(["run", str(app_dir), CONNECTION, "-c", str(overrides)], flwr_home, 120.0)
+    run_id = data.get("run-id")
+    if run_id is None:
+        raise DeployError(f"flwr run returned no run id: {data}")
+    return int(run_id)
+
+
+def run_status(flwr_home: str | Path, run_id: int) -> tuple[str, str]:
+    data = flwr(["ls", CONNECTION, "--run-id", str(run_id)], flwr_home)
+    runs = data.get("runs") or []
+    if not runs:
+        raise DeployError(f"run {run_id} is unknown to the SuperLink")
+    return str(runs[0].get("status", "")), str(runs[0].get("status-details", ""))
+
+
+def wait_for_run(
+    flwr_home: str | Path,
+    run_id: int,
+    timeout_s: float = 3600.0,
+    poll_s: float = 1.0,
+    on_status: Callable[[str], None] | None = None,
+) -> tuple[str, str]:
+    """Poll `flwr ls` until the run is finished:*; (status, details). Stops it on timeout."""
+    deadline = time.monotonic() + timeout_s
+    last = ""
+    while True:
+        status, details = run_status(flwr_home, run_id)
+        if status != last and on_status is not None:
+            on_status(status)
+        last = status
+        if status.startswith("finished"):
+            return status, details
+        if time.monotonic() >= deadline:
+            try:
+                flwr(["stop", str(run_id), CONNECTION], flwr_home)
+            except DeployError:
+                pass
+            return "timeout", f"the run did not finish within {timeout_s:g} s and was stopped"
+        time.sleep(poll_s)
