@@ -96,6 +96,7 @@ def _expected_requests(line: bytes) -> int:
 def agent_format(tmp: str):
     from fleet.agent import protocol
     from fleet.agent.devices import open_backend
+    from fleet.agent.handler_api import Context
 
     class Fmt(Format):
         name = "agent lines"
@@ -104,7 +105,7 @@ def agent_format(tmp: str):
             line = agent_line(rng)
             backend = open_backend("replay", profile_csv=str(PROFILE_SEED))
             out: list[dict] = []
-            ctx = protocol.Context(backend, "replay", out.append, {"profile_csv": "p"})
+            ctx = Context(backend, "replay", out.append, {"profile_csv": "p"})
             stream = io.BytesIO(line + b"\n" + b'{"id":"probe","cmd":"hello"}\n')
             stdin = io.TextIOWrapper(stream, encoding="utf-8", errors="replace")
 

@@ -42,9 +42,9 @@ def project_errors() -> tuple[type, ...]:
     names = [
         ("fleet.common.errors", "InputError"),
         ("fleet.agent.profile_io", "ProfileFormatError"),
-        ("fleet.agent.trainer", "TrainerError"),
+        ("fleet.agent.train_state", "TrainerError"),
         ("fleet.agent.dataerror", "DatasetError"),
-        ("fleet.agent.protocol", "ProtocolError"),
+        ("fleet.agent.wire", "ProtocolError"),
         ("fleet.agent.devices.base", "DeviceError"),
         ("fleet.agent.tensorfile", "TensorFileError"),
     ]

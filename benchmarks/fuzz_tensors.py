@@ -67,7 +67,7 @@ def counters_problem(counters: dict) -> str | None:
 def tensor_format(tmp: str):
     import torch
 
-    from fleet.agent import protocol, trainer
+    from fleet.agent import checkpoint, train_args, trainer
     from fleet.agent.models import build_model
 
     save, how = tensor_io()
@@ -95,8 +95,8 @@ def tensor_format(tmp: str):
 
     loaders = {
         "weights": read_weights,
-        "data": protocol._load_train_data,
-        "checkpoint": lambda p: trainer._load_checkpoint(p, fingerprint),
+        "data": train_args.load_train_data,
+        "checkpoint": lambda p: checkpoint.load_checkpoint(p, fingerprint),
     }
 
     class HostilePickle:

@@ -23,8 +23,9 @@ from fleet.agent.budget import (
     parse_schedule,
 )
 from fleet.agent.choose import choose, efficiency_from, lut_from_rows, scaled_lr
-from fleet.agent.closedloop import STATUS_OVER_BUDGET, ClosedLoop, train_under_budget
+from fleet.agent.closedloop import STATUS_OVER_BUDGET, ClosedLoop
 from fleet.agent.models import build_model
+from fleet.agent.underbudget import train_under_budget
 from tests.closedloop_helpers import FREQS, FollowBackend, lut_rows, model_power
 
 EFF = {8: 4000.0, 16: 4000.0, 32: 4400.0}  # b=32 wins when the budget allows its clock
@@ -330,7 +331,9 @@ def test_frequencies_are_locked_only_from_the_lut():
 
 
 def test_agent_train_runs_the_closed_loop_and_falls_back_to_cpu(tmp_path):
-    from fleet.agent.protocol import Context, ProtocolError, handle_train
+    from fleet.agent.handler_api import Context
+    from fleet.agent.train_command import handle_train
+    from fleet.agent.wire import ProtocolError
     from tests.test_trainer import _train_request
 
     backend = FollowBackend()

@@ -17,9 +17,10 @@ from hypothesis import strategies as st
 
 from fleet.agent.budget import FileBudget, FixedBudget
 from fleet.agent.choose import LutPoint, choose, lut_from_rows
-from fleet.agent.closedloop import ClosedLoop, ClosedLoopError, train_under_budget
+from fleet.agent.closedloop import ClosedLoop, ClosedLoopError
 from fleet.agent.deadline import choose_deadline
 from fleet.agent.models import build_model
+from fleet.agent.underbudget import train_under_budget
 from fleet.budgets.codec import BudgetStep
 from fleet.core.deadline import choose_step, rates
 from fleet.core.efficiency import Efficiency
@@ -367,18 +368,19 @@ def test_a_board_slower_than_its_lut_falls_behind_and_runs_its_fastest_point():
     ],
 )
 def test_the_agent_refuses_bad_deadline_arguments_in_one_line(extra, words):
-    from fleet.agent.protocol import ProtocolError, _closed_loop_args
+    from fleet.agent.train_args import closed_loop_args
+    from fleet.agent.wire import ProtocolError
 
     req = {"cmd": "train", "budget_w": "5", "profile": lut_rows(), "efficiency": {"16": 4000}}
     with pytest.raises(ProtocolError, match=words):
-        _closed_loop_args(dict(req, **extra))
-    ok = _closed_loop_args(dict(req, objective="deadline", deadline_s=30))
+        closed_loop_args(dict(req, **extra))
+    ok = closed_loop_args(dict(req, objective="deadline", deadline_s=30))
     assert (ok["objective"], ok["deadline_s"]) == ("deadline", 30.0)
     timeless = [
         {k: r[k] for k in ("batch_size", "freq_mhz", "time_per_batch_s")} for r in lut_rows()
     ]
     with pytest.raises(ProtocolError, match="time-only"):
-        _closed_loop_args(dict(req, profile=timeless, objective="deadline", deadline_s=30))
+        closed_loop_args(dict(req, profile=timeless, objective="deadline", deadline_s=30))
 
 
 def test_a_resumed_checkpoint_counts_and_the_loop_re_selects_for_what_is_left():

@@ -19,9 +19,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from fleet.agent import protocol, tensorfile, trainer
+from fleet.agent import checkpoint, handler_api, tensorfile, train_args, train_command, trainer
 from fleet.agent.devices.replay import ReplayBackend
 from fleet.agent.models import build_model
+from fleet.agent.train_state import TrainerError
 from fleet.common.errors import InputError
 from fleet.core.efficiency import load_efficiency
 from fleet.core.profile import load_profile
@@ -181,11 +182,11 @@ def test_hostile_pickle_runs_nothing_in_any_loader_even_on_old_torch(tmp_path, m
     fingerprint = {"target_accuracy": 0.9}
     loaders = {
         "tensorfile.load": lambda p: tensorfile.load(p),
-        "trainer.torch_load_cpu": lambda p: trainer.torch_load_cpu(p),
-        "trainer checkpoint": lambda p: trainer._load_checkpoint(p, fingerprint),
-        "agent data file": lambda p: protocol._load_train_data(p),
-        "agent weights": lambda p: protocol.handle_train(
-            protocol.Context(ReplayBackend(str(NANO_CSV)), "replay", lambda ev: None),
+        "checkpoint.torch_load_cpu": lambda p: checkpoint.torch_load_cpu(p),
+        "trainer checkpoint": lambda p: checkpoint.load_checkpoint(p, fingerprint),
+        "agent data file": lambda p: train_args.load_train_data(p),
+        "agent weights": lambda p: train_command.handle_train(
+            handler_api.Context(ReplayBackend(str(NANO_CSV)), "replay", lambda ev: None),
             {
                 "cmd": "train",
                 "model": "small_cnn",
@@ -239,7 +240,7 @@ def test_tampered_or_damaged_checkpoint_is_refused(tmp_path):
 
     saved["counters"]["samples"] = 6400  # believable, valid digest, contradicts its own curve
     tensorfile.save(saved, ckpt, "checkpoint")
-    with pytest.raises(trainer.TrainerError, match="contradicts itself: 6400 samples but the last"):
+    with pytest.raises(TrainerError, match="contradicts itself: 6400 samples but the last"):
         trainer.train_to_target(model(), train, test, max_samples=128, checkpoint_path=ckpt, **kw)
 
     saved["counters"]["samples"] = 64
@@ -247,7 +248,7 @@ def test_tampered_or_damaged_checkpoint_is_refused(tmp_path):
     raw = bytearray(Path(ckpt).read_bytes())
     raw[-3] ^= 0x10
     Path(ckpt).write_bytes(bytes(raw))
-    with pytest.raises(trainer.TrainerError, match="digest mismatch.*delete it to start over"):
+    with pytest.raises(TrainerError, match="digest mismatch.*delete it to start over"):
         trainer.train_to_target(model(), train, test, max_samples=128, checkpoint_path=ckpt, **kw)
 
 

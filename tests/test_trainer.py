@@ -21,10 +21,13 @@ import torch
 
 from fleet.agent import tensorfile
 from fleet.agent.devices.replay import ReplayBackend
+from fleet.agent.evaluation import evaluate
+from fleet.agent.handler_api import Context
 from fleet.agent.models import build_model
-from fleet.agent.protocol import Context, handle_train
 from fleet.agent.sampler import PowerSampler
-from fleet.agent.trainer import TrainerError, evaluate, train_to_target
+from fleet.agent.train_command import handle_train
+from fleet.agent.train_state import TrainerError
+from fleet.agent.trainer import train_to_target
 from tests.test_agent_protocol import Agent
 
 ROOT = Path(__file__).resolve().parents[1]

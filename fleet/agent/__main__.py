@@ -17,7 +17,9 @@ from typing import List, Optional
 from .confine import ConfineError, Confinement, default_work_dir
 from .devices import DeviceError, add_backend_arguments, given_options, open_backend, options_for
 from .devices.guard import install_restore_handlers, start_prompt_restore
-from .protocol import Context, line_writer, restore_quietly, serve
+from .handler_api import Context
+from .protocol import restore_quietly, serve
+from .wire import line_writer
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -35,55 +35,43 @@ profile says is over the new budget.
 
 Times are seconds since ``start()`` on the monotonic clock; the schedule is read on the same
 scale. See ``docs/architecture.md`` (closed loop). Python 3.6 compatible, stdlib only.
+
+Where the parts live: this module is the loop itself and the trainer's hooks (``before_step``,
+``after_step``, ``resumed``); what it does at each power sample is ``budgetwatch.py`` (follow
+the budget, guard the rail), the deadline objective's re-selection is ``deadline_reselect.py``,
+the record of the run (segments, energy, the summary) is ``segments.py``, and the entry point
+that trains under the loop is ``underbudget.train_under_budget``.
 """
 
-import math
 import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .budget import BudgetSource, ScheduleBudget
-from .choose import ChooseError, LutPoint, choose, fits, lowest_peak, lut_from_rows
-from .deadline import REL_TOL, check_deadline_s, check_power, choose_deadline, finish_at
+from .budgetwatch import follow_budget, guard, nothing_fits
+from .choose import ChooseError, LutPoint, choose, fits, lut_from_rows
+from .deadline import check_deadline_s, check_power
+from .deadline_reselect import check_behind, choose_deadline_point, reselect_for_deadline
 from .devices.base import Backend, DeviceError
-from .driftwatch import DriftWatch, rows_from_points
+from .driftwatch import DriftWatch
 from .sampler import PowerSampler
+from .segments import (
+    REASON_DEADLINE,
+    REASON_REFRESH,
+    REASON_REPROBE,
+    REASON_START,
+    REASON_SWITCH,
+    account,
+    loop_summary,
+    open_segment,
+)
 
 STATUS_OVER_BUDGET = "over-budget"
-REASON_START = "start"
-REASON_BUDGET = "budget-change"
-REASON_SWITCH = "batch-switch"
-REASON_GUARD = "guard"
-REASON_REPROBE = "drift-reprobe"
-REASON_REFRESH = "drift-refresh"
-REASON_DEADLINE = "deadline"  # the running point stopped meeting the deadline: re-selected
 LOOP_OBJECTIVES = ("time", "energy", "deadline")
-BEHIND_CHECK_S = 0.25  # how often the deadline objective re-prices the running point
-
-
-#: The summary's objective keys, reported as they are by the agent's ``train`` reply and by
-#: ``powerfleet train --json`` (one list, so the two surfaces cannot drift apart).
-OBJECTIVE_KEYS = (
-    "objective",
-    "deadline_s",
-    "predicted_finish_s",
-    "predicted_energy_j",
-    "late",
-    "behind_at_s",
-    "done_fraction",
-)
 
 
 class ClosedLoopError(RuntimeError):
     """The loop cannot start (no point fits the first budget); one line."""
-
-
-def _label(w: Optional[float]) -> str:
-    return "unlimited" if w is None else "{:g} W".format(w)
-
-
-def _finite(v: Optional[float]) -> Optional[float]:
-    return v if v is not None and math.isfinite(v) else None
 
 
 def _watts(w: Optional[float]) -> str:
@@ -194,9 +182,9 @@ class ClosedLoop(object):
             self._budget = self.source.budget_at(0.0)
             p = self._choose(self._budget, 0.0)
             if p is None:
-                raise ClosedLoopError(self._nothing_fits(self._budget))
+                raise ClosedLoopError(nothing_fits(self, self._budget))
             self._apply_point(p, 0.0)
-            self._open_segment(0.0, REASON_START)
+            open_segment(self, 0.0, REASON_START)
         self.sampler.start()
         return self
 
@@ -264,15 +252,15 @@ class ClosedLoop(object):
             if p is not None and (p.batch_size, p.freq_mhz) in self.infeasible:
                 p = self._choose(self._budget)  # the guard struck in between: choose again
                 if p is None:
-                    self._stop(self._nothing_fits(self._budget))
+                    self._stop(nothing_fits(self, self._budget))
                     return self._batch, True
             if p is not None and (p.batch_size != self._batch or p.freq_mhz != self._freq):
                 t = self.now()
                 self._apply_point(p, t)
-                self._open_segment(t, REASON_SWITCH)
+                open_segment(self, t, REASON_SWITCH)
             if self._reselect and p is None:
                 self._reselect = False
-                self._reselect_for_deadline(self.now(), REASON_DEADLINE)
+                reselect_for_deadline(self, self.now(), REASON_DEADLINE)
                 if self.stop_reason is not None:
                     return self._batch, True
             if drift is not None and drift.active():
@@ -301,7 +289,7 @@ class ClosedLoop(object):
                 n = self.efficiency.get(self._batch)
                 if n:
                     self.done += self._batch / n
-                self._check_behind(self.now())
+                check_behind(self, self.now())
         if self.drift is None:
             return
         with self._mu:
@@ -326,7 +314,7 @@ class ClosedLoop(object):
                 if key != (self._batch, self._freq):
                     t = self.now()
                     self._apply_point(p, t)
-                    self._open_segment(t, REASON_REPROBE)
+                    open_segment(self, t, REASON_REPROBE)
                 return
             drift.skip_probe()  # the guard or a new budget ruled it out since
             key = drift.probe_point()
@@ -341,11 +329,11 @@ class ClosedLoop(object):
             self._note("drift: refreshed table unusable, keeping the old one: {}".format(exc))
         p = self._choose(self._budget, t)
         if p is None:
-            self._stop(self._nothing_fits(self._budget))
+            self._stop(nothing_fits(self, self._budget))
             return
         if (p.batch_size, p.freq_mhz) != (self._batch, self._freq):
             self._apply_point(p, t)
-        self._open_segment(t, REASON_REFRESH)
+        open_segment(self, t, REASON_REFRESH)
         self._note(
             "drift: profile refreshed ({} re-probe(s)); running {}@{:g} MHz".format(
                 len(drift.refreshes[-1]["reprobed"]), p.batch_size, p.freq_mhz
@@ -359,271 +347,31 @@ class ClosedLoop(object):
                 return
             t = t_abs - self._t0
             try:
-                self._follow_budget(t)
+                follow_budget(self, t)
                 if watts is not None:
-                    self._account(t, watts)
+                    account(self, t, watts)
                     if self.drift is not None:
                         self.drift.on_sample(watts)
-                    self._guard(t, watts)
+                    guard(self, t, watts)
             except DeviceError as exc:  # a refused lock: stop rather than run unguarded
                 self._stop("could not change the clock: {}".format(exc))
-
-    def _follow_budget(self, t: float) -> None:
-        budget = self.source.budget_at(t)
-        if budget == self._budget or self.stop_reason is not None:
-            return
-        self._budget = budget
-        self._over_since = None
-        p = self._choose(budget, t)
-        if p is None:
-            self._stop(self._nothing_fits(budget))
-            lowest = self._choose_for_batch(self._batch, budget, self._freq)
-            if lowest is not None and lowest.freq_mhz < self._freq:
-                self._lock(lowest.freq_mhz, t)  # the least power until the step ends
-            self._open_segment(t, REASON_BUDGET)
-            return
-        if p.batch_size == self._batch:
-            self._lock(p.freq_mhz, t)
-        else:
-            # Until the step boundary the running batch goes on at its fastest point that fits
-            # the new budget, never above the new clock nor above the running one.
-            bridge = self._choose_for_batch(self._batch, budget, p.freq_mhz)
-            interim = min(p.freq_mhz, self._freq)
-            if bridge is not None:
-                interim = min(interim, bridge.freq_mhz)
-            if interim != self._freq:
-                self._lock(interim, t)
-        self._pending = p if p.batch_size != self._batch else None
-        self._open_segment(t, REASON_BUDGET)
-
-    def _guard(self, t: float, watts: float) -> None:
-        budget = self._budget
-        if budget is None or t < self._settle_until:
-            self._over_since = None
-            return
-        if watts <= budget:
-            self._over_since = None
-            return
-        if self._over_since is None:
-            self._over_since = t
-            return
-        if t - self._over_since < self.guard_window_s or self.stop_reason is not None:
-            return
-        self._over_since = None
-        b, f = self._batch, self._freq
-        for p in self.points:  # this point and every faster one at this batch size
-            if p.batch_size == b and p.freq_mhz >= f:
-                self.infeasible.add((b, p.freq_mhz))
-        lower = sorted(
-            p.freq_mhz
-            for p in self.points
-            if p.batch_size == b and p.freq_mhz < f and (b, p.freq_mhz) not in self.infeasible
-        )
-        event = {
-            "t_s": t,
-            "from_mhz": f,
-            "to_mhz": lower[-1] if lower else None,
-            "measured_w": watts,
-            "budget_w": budget,
-            "batch_size": b,
-        }
-        self.guard_events.append(event)
-        if not lower:
-            self._stop(
-                "measured {:.2f} W over the {} budget at the lowest profiled clock {:g} MHz "
-                "(batch {})".format(watts, _label(budget), f, b)
-            )
-            return
-        self._lock(lower[-1], t)
-        if self._pending is not None and (
-            (self._pending.batch_size, self._pending.freq_mhz) in self.infeasible
-        ):
-            self._pending = None
-        if self.deadline_s is not None:
-            self._reselect = True  # at the step boundary: the deadline point without these
-            over = self._point(b, f)
-            if over is not None and over.peak_power_w == over.peak_power_w:  # not NaN
-                self.rail_excess_w = max(self.rail_excess_w, watts - over.peak_power_w)
-        self._open_segment(t, REASON_GUARD)
-        self._note(
-            "guard: {:.2f} W over {} at {:g} MHz (batch {}); stepped down to {:g} MHz".format(
-                watts, _label(budget), f, b, lower[-1]
-            )
-        )
 
     # -- helpers (hold self._mu) -----------------------------------------------------------------
     def _choose(
         self, budget: Optional[float], t: Optional[float] = None, margin_only: bool = False
     ) -> Optional[LutPoint]:
-        """Eq. 4 (time, energy) or the deadline point at ``t``. After a guard event the
-        deadline keeps the rail's measured excess under the budget; when nothing fits that
-        way, the plain budget (the guard watches), unless ``margin_only``: then None."""
+        """Eq. 4 (time, energy) or the deadline point at ``t`` (``deadline_reselect.py``). After a
+        guard event the deadline keeps the rail's measured excess under the budget; when nothing
+        fits that way, the plain budget (the guard watches), unless ``margin_only``: then None."""
         if self.deadline_s is None:
             return choose(
                 self.points, self.efficiency, budget, self.objective, self.infeasible,
                 self.max_batch,
             )  # fmt: skip
-        now = self.now() if t is None else t
-        if self.done >= 1.0:
-            return self._past_estimate(budget, now, margin_only)
-        schedule = self._schedule or [(0.0, budget)]
-        got = None
-        if self.rail_excess_w > 0:  # the rail runs hotter than the profile: keep the margin
-            got = choose_deadline(
-                self.points, self.efficiency, [(at, self._derate(w)) for at, w in schedule],
-                now, self.done, self.deadline_s, self._derate(budget), self.infeasible,
-                self.max_batch,
-            )  # fmt: skip
-            if got is None and margin_only:
-                return None
-        if got is None:
-            got = choose_deadline(
-                self.points, self.efficiency, schedule, now, self.done, self.deadline_s, budget,
-                self.infeasible, self.max_batch,
-            )  # fmt: skip
-        if got is None:
-            return None
-        rate, late, f, e = got
-        self.last_finish_s = f
-        if not self.segments:  # the start: the plan the round was promised
-            self.late, self.predicted_finish_s, self.predicted_energy_j = late, f, e
-            if late:
-                self._note(
-                    "deadline: predicted finish {:.1f} s misses the {:g} s deadline; running "
-                    "the fastest point".format(f, self.deadline_s)
-                )
-        elif late:
-            self._mark_behind(now)
-        return rate.point
-
-    def _mark_behind(self, now: float) -> None:
-        """Record (once, unless the start was already late) that the device fell behind."""
-        if self.late or self.behind_at_s is not None:
-            return
-        self.behind_at_s = now
-        if self.done >= 1.0:
-            why = "the shipped estimate is used up at {:.1f} s ({:.1%} done, target not reached)"
-            self._note(("deadline: " + why + "; running the fastest point").format(now, self.done))
-        else:
-            self._note(
-                "deadline: fell behind the {:g} s deadline at {:.1f} s ({:.1%} done); running "
-                "the fastest point".format(self.deadline_s, now, self.done)
-            )
-
-    def _past_estimate(
-        self, budget: Optional[float], now: float, margin_only: bool
-    ) -> Optional[LutPoint]:
-        """The shipped samples-to-accuracy are used up and the target is not reached: the data
-        needs more than estimated, nothing is left to plan on, so the device is behind and runs
-        its fastest point (the host's ``DeadlineChooser`` does the same). Costing the remaining
-        work as zero instead would make every point "on time" and pick the slowest."""
-        p = None
-        if self.rail_excess_w > 0:
-            p = choose(
-                self.points, self.efficiency, self._derate(budget), "time", self.infeasible,
-                self.max_batch,
-            )  # fmt: skip
-            if p is None and margin_only:
-                return None
-        if p is None:
-            p = choose(
-                self.points, self.efficiency, budget, "time", self.infeasible, self.max_batch
-            )
-        if p is not None and self.segments:
-            self._mark_behind(now)
-        return p
-
-    def _check_behind(self, t: float) -> None:
-        """Does the running point still finish by the deadline (from here, at the LUT's rate,
-        with the look-ahead)? If not, re-select now, at the step boundary. Checked also after
-        the device was late or fell behind: a later budget change may have put it on a slower
-        point that must keep up too; only the fastest point has nothing to switch to."""
-        if (
-            t < self._next_check
-            or self._pending is not None
-            or self.stop_reason is not None
-            or (self.drift is not None and self.drift.active())
-        ):
-            return
-        self._next_check = t + BEHIND_CHECK_S
-        p = self._point(self._batch, self._freq)
-        if p is None:
-            return
-        budget = self._derate(self._budget) if self.rail_excess_w > 0 else self._budget
-        fastest = choose(
-            self.points, self.efficiency, budget, "time", self.infeasible, self.max_batch
-        )
-        at_fastest = fastest == p  # then there is nothing to switch to, only to record
-        if self.done >= 1.0:  # past the shipped estimate: the fastest point, now
-            if at_fastest:
-                self._mark_behind(t)
-            else:
-                self._reselect_for_deadline(t, REASON_DEADLINE)
-            return
-        schedule = self._schedule or [(0.0, self._budget)]
-        if self.rail_excess_w > 0:
-            schedule = [(at, self._derate(w)) for at, w in schedule]
-        f, _ = finish_at(
-            p, self.points, self.efficiency, schedule, t, self.done, self.infeasible,
-            self.max_batch,
-        )  # fmt: skip
-        self.last_finish_s = f
-        if f <= self.deadline_s * (1.0 + REL_TOL):
-            return
-        if at_fastest:
-            self._mark_behind(t)
-            return
-        self._reselect_for_deadline(t, REASON_DEADLINE)
-
-    def _derate(self, budget: Optional[float]) -> Optional[float]:
-        return None if budget is None else max(budget - self.rail_excess_w, 1e-9)
+        return choose_deadline_point(self, budget, self.now() if t is None else t, margin_only)
 
     def _point(self, batch: int, freq: float) -> Optional[LutPoint]:
         return next((q for q in self.points if (q.batch_size, q.freq_mhz) == (batch, freq)), None)
-
-    def _reselect_for_deadline(self, t: float, reason: str) -> None:
-        """At a step boundary: run the deadline point for the remaining work and time. When
-        nothing fits once the rail's excess is kept under the budget, the running point (the
-        guard's, or the one the budget change chose) stays."""
-        p = self._choose(self._budget, t, margin_only=True)
-        if p is None:
-            if self.rail_excess_w > 0:
-                return
-            self._stop(self._nothing_fits(self._budget))
-            return
-        if (p.batch_size, p.freq_mhz) != (self._batch, self._freq):
-            self._apply_point(p, t)
-            self._open_segment(t, reason)
-
-    def _choose_for_batch(
-        self, batch: int, budget: Optional[float], below_mhz: float
-    ) -> Optional[LutPoint]:
-        """The running batch's fastest point that fits ``budget`` at or under ``below_mhz``."""
-        cands = [
-            p
-            for p in self.points
-            if p.batch_size == batch
-            and (batch, p.freq_mhz) not in self.infeasible
-            and p.freq_mhz <= below_mhz
-        ]
-        ok = [p for p in cands if fits(p, budget)]
-        if ok:
-            return min(ok, key=lambda p: (p.time_per_batch_s, p.freq_mhz))
-        return min(cands, key=lambda p: p.freq_mhz) if cands else None
-
-    def _nothing_fits(self, budget: Optional[float]) -> str:
-        low = lowest_peak(self.points)
-        where = (
-            "; the lowest profiled peak is {:.2f} W (batch {}, {:g} MHz)".format(
-                low.peak_power_w, low.batch_size, low.freq_mhz
-            )
-            if low is not None
-            else ""
-        )
-        extra = " ({} point(s) excluded by the guard)".format(len(self.infeasible))
-        return "no profiled point fits the {} budget{}{}".format(
-            _label(budget), where, extra if self.infeasible else ""
-        )
 
     def _apply_point(self, p: LutPoint, t: float) -> None:
         if p.freq_mhz != self._freq or not self.lock_log:
@@ -646,47 +394,6 @@ class ClosedLoop(object):
         self._settle_until = self.now() + self.settle_s
         self._over_since = None
 
-    def _open_segment(self, t: float, reason: str) -> None:
-        if self.segments:
-            last = self.segments[-1]
-            last["end_s"] = t
-            if (
-                last["batch_size"] == self._batch
-                and last["freq_mhz"] == self._freq
-                and last["budget_w"] == self._budget
-            ):
-                return  # nothing changed: keep one segment
-        if self.drift is not None and self.drift.due():
-            self.drift.begin(self._budget, self.infeasible, self.max_batch)  # a boundary
-        seg = {
-            "start_s": t,
-            "end_s": t,
-            "batch_size": self._batch,
-            "freq_mhz": self._freq,
-            "budget_w": self._budget,
-            "reason": reason,
-            "energy_j": 0.0,
-        }  # type: Dict[str, Any]
-        if self.deadline_s is not None:
-            seg["done"] = self.done  # the fraction of the target reached when it began
-        self.segments.append(seg)
-
-    def _account(self, t: float, watts: float) -> None:
-        self.power_samples += 1
-        if self._budget is not None and watts > self._budget:
-            self.over_samples += 1
-        self._power_seen = True
-        self._peak_w = watts if self._peak_w is None else max(self._peak_w, watts)
-        seg = self.segments[-1] if self.segments else None
-        if seg is not None:
-            seg["end_s"] = max(seg["end_s"], t)
-        if self._last is not None and seg is not None:
-            t0, w0 = self._last
-            e = max(0.0, t - t0) * (w0 + watts) / 2.0
-            self._energy_j += e
-            seg["energy_j"] = (seg.get("energy_j") or 0.0) + e
-        self._last = (t, watts)
-
     def _stop(self, why: str) -> None:
         if self.stop_reason is None:
             self.stop_reason = why
@@ -700,123 +407,6 @@ class ClosedLoop(object):
 
     # -- results --------------------------------------------------------------------------------
     def summary(self) -> Dict[str, Any]:
-        """Segments, guard events and the measured totals of the run (call after ``stop``)."""
-        drift = self.drift
-        with self._mu:
-            end = self._end if self._end is not None else self.now()
-            segs = [dict(s) for s in self.segments]
-            if segs:
-                segs[-1]["end_s"] = end
-            for s in segs:
-                if not self._power_seen:
-                    s["energy_j"] = None
-            return {
-                "status": self.status,
-                "stop_reason": self.stop_reason,
-                "time_s": end,
-                "energy_j": self._energy_j if self._power_seen else None,
-                "peak_power_w": self._peak_w,
-                "power_samples": self.power_samples,
-                "over_budget_samples": self.over_samples,
-                "segments": segs,
-                "guard_events": [dict(e) for e in self.guard_events],
-                "infeasible": sorted([b, f] for b, f in self.infeasible),
-                "notes": list(self.notes),
-                "budget_source": self.source.describe(),
-                "objective": self.objective,
-                "deadline_s": self.deadline_s,
-                "done_fraction": self.done if self.deadline_s is not None else None,
-                "predicted_finish_s": _finite(self.predicted_finish_s),  # inf: never finishes
-                "predicted_energy_j": _finite(self.predicted_energy_j),
-                "last_predicted_finish_s": _finite(self.last_finish_s),
-                "late": self.late if self.deadline_s is not None else None,
-                "behind_at_s": self.behind_at_s,
-                "rail_excess_w": self.rail_excess_w if self.deadline_s is not None else None,
-                "drift_events": [dict(e) for e in drift.events] if drift else [],
-                "refreshes": [dict(r) for r in drift.refreshes] if drift else [],
-                "refreshed_profile": drift.out_path if drift and drift.refreshes else None,
-                "refreshed_profile_csv": drift.refreshed_csv if drift else None,
-            }
-
-
-def train_under_budget(
-    backend: Backend,
-    model: Any,
-    train_set: Any,
-    test_set: Any,
-    points: List[LutPoint],
-    efficiency: Dict[int, float],
-    source: BudgetSource,
-    ref_batch: int,
-    lr: float,
-    objective: str = "time",
-    guard_window_s: float = 0.2,
-    sampler_hz: float = 20.0,
-    log: Optional[Callable[[str], None]] = None,
-    drift: Optional[Dict[str, Any]] = None,
-    deadline_s: Optional[float] = None,
-    **train_options: Any,
-) -> Tuple[Any, Dict[str, Any]]:
-    """Fine-tune under the closed loop; the device is restored on every way out.
-
-    The one entry point shared by ``powerfleet train`` and the agent's ``train`` command:
-    ``train_options`` go to ``trainer.train_to_target`` (``batch_size``/``lr`` are the
-    learning-rate reference pair there). Returns (TrainResult, ``ClosedLoop.summary()``) with the
-    summary's ``status`` set to the trainer's unless the loop stopped the run.
-
-    ``drift``: the drift watch's settings (``driftwatch.DriftWatch`` keywords: ``rows`` and
-    ``comments`` of the profile, ``out_path`` for the refreshed profile, ``time_tol``,
-    ``power_tol``, ...; without ``rows``, rows of ``points``); None or ``{"off": True}``: no drift
-    watch. ``powerfleet train`` and the agent's ``train`` turn it on by default.
-    """
-    from .trainer import train_to_target
-
-    n_train = _length(train_set)
-    watch = None  # type: Optional[DriftWatch]
-    opts = dict(drift or {"off": True})
-    if not opts.pop("off", False):
-        rows = opts.pop("rows", None) or rows_from_points(points)
-        watch = DriftWatch(rows, hz=sampler_hz, **opts)
-    loop = ClosedLoop(
-        backend,
-        points,
-        efficiency,
-        source,
-        objective=objective,
-        guard_window_s=guard_window_s,
-        hz=sampler_hz,
-        max_batch=n_train,
-        log=log,
-        drift=watch,
-        deadline_s=deadline_s,
-    )
-    with loop:
-        result = train_to_target(
-            model,
-            train_set,
-            test_set,
-            batch_size=ref_batch,
-            lr=lr,
-            power_read=loop.sampler,
-            controller=loop,
-            sampler_hz=sampler_hz,
-            **train_options,
-        )
-    summary = loop.summary()
-    if summary["status"] is None or result.status == "reached":
-        summary["status"] = result.status
-    summary["batch_size"] = loop.batch_size
-    summary["freq_mhz"] = loop.freq_mhz
-    return result, summary
-
-
-def _length(data: Any) -> Optional[int]:
-    tensors = getattr(data, "tensors", None)
-    if tensors is not None:
-        data = tensors
-    if isinstance(data, (tuple, list)) and data:
-        return len(data[0])
-    try:
-        return len(data)
-    except TypeError:
-        return None
+        """Segments, guard events and the measured totals of the run (call after ``stop``);
+        see ``segments.loop_summary``."""
+        return loop_summary(self)

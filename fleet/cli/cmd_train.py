@@ -211,8 +211,10 @@ def _torch_device(args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fleet.agent.closedloop import ClosedLoopError, train_under_budget
-    from fleet.agent.trainer import TrainerError, atomic_torch_save
+    from fleet.agent.checkpoint import atomic_torch_save
+    from fleet.agent.closedloop import ClosedLoopError
+    from fleet.agent.train_state import TrainerError
+    from fleet.agent.underbudget import train_under_budget
     from fleet.training.task import build_for, load_task
 
     _check_args(args)
@@ -333,7 +335,7 @@ def _profile_first(args, backend, task, model, source, device) -> list[Any]:
 
 
 def _report(result: Any, summary: dict[str, Any], args: argparse.Namespace, ckpt: str | None):
-    from fleet.agent.closedloop import OBJECTIVE_KEYS
+    from fleet.agent.segments import OBJECTIVE_KEYS
 
     out = {
         "status": summary["status"],

@@ -37,7 +37,8 @@ class HostTraining:
     truth: Efficiency | None = None  # known only for the batch size trained: no baselines
 
     def run(self, rnd: Round, res: DeviceResult) -> None:
-        from fleet.agent.trainer import TrainerError, train_to_target
+        from fleet.agent.train_state import TrainerError
+        from fleet.agent.trainer import train_to_target
 
         spec, run, b = rnd.spec, rnd.run, rnd.first.batch_size
         if not spec.data:

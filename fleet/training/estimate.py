@@ -98,7 +98,8 @@ def run_one(spec: EstimateSpec, batch_size: int, seed: int) -> RunResult:
     """One (batch size, seed) fine-tune to target. Runs in a worker process."""
     import torch
 
-    from fleet.agent.trainer import TrainerError, train_to_target
+    from fleet.agent.train_state import TrainerError
+    from fleet.agent.trainer import train_to_target
 
     torch.set_num_threads(1)
     key = spec.key()

@@ -1,0 +1,193 @@
+"""The ``train`` request, checked before anything runs: its arguments, data file and closed loop.
+
+Why separate: a train request has many arguments, and every one of them is checked up front,
+because once training starts the device is locked (and restored on every way out); this module
+turns the request into checked values (the data tensors, the closed loop's budget source,
+profile points, efficiency, objective, deadline and drift settings) and refuses a bad one with
+one line naming it. Running the command is ``train_command.py``. Python 3.6 compatible.
+"""
+
+import logging
+import os
+from typing import Any, Dict, List, Optional
+
+from .handler_api import bool_arg, number, path_arg
+from .wire import ProtocolError, error_line
+
+log = logging.getLogger("fleet.agent")
+
+TRAIN_ARGS = [
+    "model",
+    "input_shape",
+    "num_classes",
+    "vocab_size",
+    "model_options",
+    "weights",
+    "data",
+    "batch_size",
+    "lr",
+    "optimizer",
+    "target_accuracy",
+    "eval_every_samples",
+    "max_samples",
+    "seed",
+    "checkpoint",
+    "out_weights",
+    "freq_mhz",
+    "device",
+    "task",
+    "eval_batch_size",
+    "eval_at_start",
+    "sampler_hz",
+    # closed loop (any budget argument turns it on; batch_size/lr are then the reference pair)
+    "budget_w",
+    "budget_schedule",
+    "budget_file",
+    "profile",
+    "efficiency",
+    "objective",
+    "deadline_s",
+    "guard_window_s",
+    "drift",
+    "drift_time_tol",
+    "drift_power_tol",
+    "refreshed_profile",
+]
+
+
+def load_train_data(path: str) -> Any:
+    """The coordinator's .pt file: {"train": (x, y), "test": (x, y)} of tensors."""
+    import torch
+
+    from .checkpoint import torch_load_cpu
+
+    if not os.path.isfile(path):
+        raise ProtocolError("data file {} not found".format(path))
+    try:
+        blob = torch_load_cpu(path)
+    except Exception as exc:  # noqa: BLE001 - one clear line for any unreadable file
+        raise ProtocolError(
+            "data file {} is unreadable: {}".format(path, error_line(exc))
+        ) from None
+    ok = isinstance(blob, dict) and all(
+        isinstance(blob.get(s), (list, tuple))
+        and len(blob[s]) == 2
+        and all(isinstance(t, torch.Tensor) for t in blob[s])
+        for s in ("train", "test")
+    )
+    if not ok:
+        raise ProtocolError(
+            'data file {} must hold {{"train": (x, y), "test": (x, y)}} tensors'.format(path)
+        )
+    return tuple(blob["train"]), tuple(blob["test"])
+
+
+def closed_loop_args(req: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """The closed loop's inputs, or None for a fixed (batch, freq) run; all checked up front."""
+    from .budget import BudgetError, make_source
+    from .choose import ChooseError, efficiency_from, lut_from_rows
+
+    keys = ("budget_w", "budget_schedule", "budget_file")
+    if all(req.get(k) is None for k in keys):
+        for k in ("profile", "efficiency", "objective", "deadline_s", "guard_window_s"):
+            if req.get(k) is not None:
+                raise ProtocolError(
+                    "'{}' needs a budget (budget_w, budget_schedule or budget_file)".format(k)
+                )
+        return None
+    if req.get("freq_mhz") is not None:
+        raise ProtocolError("'freq_mhz' and a budget exclude each other (the loop picks clocks)")
+    try:
+        source = make_source(
+            None if req.get("budget_w") is None else str(req["budget_w"]),
+            None if req.get("budget_schedule") is None else str(req["budget_schedule"]),
+            path_arg(req, "budget_file"),
+            warn=lambda m: log.warning("%s", m),
+        )
+        prof = req.get("profile")
+        if isinstance(prof, str) and prof:
+            points = lut_from_rows((r for _, r in _csv_rows(prof)), prof)
+        elif isinstance(prof, list):
+            points = lut_from_rows(prof, "profile rows")
+        else:
+            raise ProtocolError("a closed-loop train needs 'profile' (rows or a CSV path)")
+        eff = req.get("efficiency")
+        if isinstance(eff, str) and eff:
+            rows = [r for _, r in _csv_rows(eff)]
+            eff = {r.get("batch_size"): r.get("samples_to_accuracy") for r in rows}
+            efficiency = efficiency_from(eff, req["efficiency"])
+        elif isinstance(eff, dict):
+            efficiency = efficiency_from(eff, "efficiency")
+        else:
+            raise ProtocolError(
+                "a closed-loop train needs 'efficiency' ({batch: samples}, "
+                '{"batch_sizes": [...], "samples_to_accuracy": [...]} or a CSV path)'
+            )
+    except (BudgetError, ChooseError) as exc:
+        raise ProtocolError(str(exc)) from None
+    objective = str(req.get("objective") or "time")
+    if objective not in ("time", "energy", "deadline"):
+        raise ProtocolError(
+            "'objective' must be time, energy or deadline, got {!r}".format(objective)
+        )
+    deadline_s = _deadline_arg(req, objective, points)
+    return {
+        "source": source,
+        "points": points,
+        "efficiency": efficiency,
+        "objective": objective,
+        "deadline_s": deadline_s,
+        "guard_window_s": float(number(req, "guard_window_s", 0.2)),
+        "drift": _drift_args(req, prof),
+    }
+
+
+def _deadline_arg(req: Dict[str, Any], objective: str, points: List[Any]) -> Optional[float]:
+    """``deadline_s`` (seconds from the loop's start): required by, and only for, the deadline
+    objective, which also needs the profile's power (``deadline.py``)."""
+    from .choose import ChooseError
+    from .deadline import check_deadline_s, check_power
+
+    raw = req.get("deadline_s")
+    if objective != "deadline":
+        if raw is not None:
+            raise ProtocolError("'deadline_s' is only for objective deadline")
+        return None
+    if raw is None:
+        raise ProtocolError("objective deadline needs 'deadline_s' (seconds from the start)")
+    try:
+        deadline_s = check_deadline_s(raw, "'deadline_s'")
+        check_power(points, "profile")
+    except ChooseError as exc:
+        raise ProtocolError(str(exc)) from None
+    return deadline_s
+
+
+def _drift_args(req: Dict[str, Any], prof: Any) -> Dict[str, Any]:
+    """The loop's drift watch (``driftwatch.py``): on unless ``drift`` is false; the profile's
+    rows and header are kept so the refreshed file is the same table, refreshed."""
+    if not bool_arg(req, "drift", True):
+        return {"off": True}
+    out = {
+        "time_tol": float(number(req, "drift_time_tol", 0.10)),
+        "power_tol": float(number(req, "drift_power_tol", 0.08)),
+        "out_path": path_arg(req, "refreshed_profile"),
+    }  # type: Dict[str, Any]
+    if not out["time_tol"] > 0 or not out["power_tol"] > 0:
+        raise ProtocolError("'drift_time_tol' and 'drift_power_tol' must be > 0")
+    if isinstance(prof, str):
+        from .profile_io import read_rows
+
+        _header, numbered, comments = read_rows(prof)
+        out["rows"], out["comments"] = [r for _, r in numbered], comments
+    else:
+        out["rows"] = [dict(r) for r in prof]
+    return out
+
+
+def _csv_rows(path: str) -> Any:
+    from .profile_io import read_rows
+
+    if not os.path.isfile(path):
+        raise ProtocolError("file {} not found".format(path))
+    return read_rows(path)[1]
