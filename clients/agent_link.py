@@ -73,13 +73,29 @@ def agent_command(
 
 # Node-config keys the hardware client reads besides the backend's own options (which are the
 # backends' declared options under their public names: see ``node_config_keys``).
-AGENT_KEYS = ("backend", "agent-python", "agent-timeout-s", "work-dir", "budget-file")
+AGENT_KEYS = (
+    "backend", "agent-python", "agent-timeout-s", "work-dir", "budget-file", "pace-to-profile",
+)  # fmt: skip
 
 
 def node_config_keys() -> list[str]:
     """Every node-config key a hardware node may carry: the fixed ones, then each backend
     option's public name (generated from the backend registry)."""
     return [*AGENT_KEYS, *(opt.public for opt, _ in all_options())]
+
+
+def _flag(nc: Mapping[str, Any], key: str) -> bool:
+    """A yes/no node-config value: a bool, or true/false/1/0/yes/no as text (``--node-config``
+    gives text); anything else is refused naming the key."""
+    value = nc.get(key, False)
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no", ""):
+        return False
+    raise InputError(f"node config: {key}={value!r:.80} is not true or false")
 
 
 @dataclass(frozen=True)
@@ -96,6 +112,8 @@ class AgentSettings:
     long_timeout_s: float = 3600.0  # profile, train
     work_dir: str = ""
     budget_file: str = ""  # a live budget file on the board (the closed loop re-reads it)
+    # rehearsal: steps last at least the profile's step time (a virtual board, a faster host)
+    pace_to_profile: bool = False
 
     @classmethod
     def from_node_config(cls, nc: Mapping[str, Any]) -> AgentSettings:
@@ -129,6 +147,7 @@ class AgentSettings:
             long_timeout_s=long_timeout,
             work_dir=text("work-dir") or "",
             budget_file=text("budget-file") or "",
+            pace_to_profile=_flag(nc, "pace-to-profile"),
         )
 
     def argv(self) -> list[str]:

@@ -45,6 +45,8 @@ def budget_args(rnd: Round, settings: AgentSettings) -> dict[str, Any]:
         for p in rnd.profile.points
     ]
     args["efficiency"] = {str(b): _finite(n) for b, n in rnd.shipped.samples.items()}
+    if settings.pace_to_profile:
+        args["pace"] = True
     objective = rnd.run.objective
     if objective == "deadline":
         deadline = rnd.context.get("deadline_s")  # run_device refuses a deadline run without

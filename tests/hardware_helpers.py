@@ -3,6 +3,11 @@
 A Nano whose profile CSV is the emulator's own power model at one batch size (so the board's
 closed loop sees the rail it was told about), a tiny ``.pt`` data file of the kind a hardware
 node's ``data`` names, and a recorder that samples the devfreq files over time.
+
+Every run on a virtual board is paced (``--pace-to-profile``, node config ``pace-to-profile``):
+a step lasts at least the profile's step time at its point, so a run lasts what the device's
+clock says (samples / batch x step time), however fast this CPU trains small_cnn. A test that
+needs a run to outlast a schedule step sizes it in samples from ``STEP_TOP_S``.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from fleet.agent import tensorfile
 
 MHZ = 1_000_000
 BATCH = 16
+STEP_TOP_S = 0.02  # board_profile's step at the top clock (b=16); ~1/f below it
 # The agent's environment: one torch thread (several on a loaded 2-core machine crawl).
 ONE_THREAD = dict(os.environ, OMP_NUM_THREADS="1")
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,10 +36,11 @@ TRAIN_ENV = dict(ONE_THREAD, PYTHONPATH=str(ROOT))
 
 
 def board_profile(board, path: Path, device_type: str = "") -> Path:
-    """One row per clock at b=16: step time ~ 1/f, power = the emulator's model (+2 % peak)."""
+    """One row per clock at b=16: step time ~ 1/f (``STEP_TOP_S`` at the top clock), power =
+    the emulator's model (+2 % peak)."""
     top = max(board.freqs_hz)
     rows = [
-        f"{BATCH},{hz / MHZ:g},{0.05 * top / hz:.5f},"
+        f"{BATCH},{hz / MHZ:g},{STEP_TOP_S * top / hz:.5f},"
         f"{board.model_power_w(hz, BATCH) * 1.02:.4f},{board.model_power_w(hz, BATCH):.4f}"
         + (f",{device_type}" if device_type else "")
         for hz in board.freqs_hz
@@ -134,7 +141,7 @@ def train_cmd(board, state: Path, data: Path, eff: Path, prof: Path) -> list[str
         sys.executable, "-m", "fleet", "train", "--backend", "jetson",
         "--sysfs-root", str(board.root), "--state-dir", str(state), "--model", "small_cnn",
         "--dataset", str(data), "--efficiency", str(eff), "--profile", str(prof),
-        "--target-accuracy", "1.0", "--lr-ref-batch", str(BATCH), "--json",
+        "--target-accuracy", "1.0", "--lr-ref-batch", str(BATCH), "--json", "--pace-to-profile",
     ]  # fmt: skip
 
 

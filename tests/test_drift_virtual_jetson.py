@@ -31,7 +31,7 @@ def test_power_drift_gives_one_event_and_a_refreshed_profile(tmp_path):
     prof.write_text(
         "# device=nano\nbatch_size,freq_mhz,time_per_batch_s,peak_power_w,mean_power_w\n"
         + "".join(
-            f"16,{f:g},{0.05 * 921.6 / f:.5f},{lut[f]:.4f},{lut[f] / 1.02:.4f}\n" for f in FREQS
+            f"16,{f:g},{0.02 * 921.6 / f:.5f},{lut[f]:.4f},{lut[f] / 1.02:.4f}\n" for f in FREQS
         )  # fmt: skip
     )
     eff = tmp_path / "eff.csv"
@@ -42,7 +42,8 @@ def test_power_drift_gives_one_event_and_a_refreshed_profile(tmp_path):
         sys.executable, "-m", "fleet", "train", "--backend", "jetson",
         "--sysfs-root", str(board.root), "--state-dir", str(tmp_path / "state"),
         "--model", "small_cnn", "--dataset", str(data), "--efficiency", str(eff),
-        "--profile", str(prof), "--budget-w", "4.6", "--max-samples", "8000",
+        "--profile", str(prof), "--budget-w", "4.6", "--max-samples", "3200",
+        "--pace-to-profile",  # 200 steps of >= 24 ms: the rail is watched for >= 4.8 s
         "--eval-every", "4000", "--target-accuracy", "1.0", "--lr-ref-batch", "16",
         "--drift-time-tol", "100",  # the LUT's times are synthetic; the drift is in power
         "--refreshed-profile", str(refreshed), "--json",

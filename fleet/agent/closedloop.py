@@ -102,6 +102,8 @@ class ClosedLoop(object):
         log: Optional[Callable[[str], None]] = None,
         drift: Optional[DriftWatch] = None,
         deadline_s: Optional[float] = None,
+        pace: bool = False,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         if objective not in LOOP_OBJECTIVES:
             raise ClosedLoopError(
@@ -123,6 +125,11 @@ class ClosedLoop(object):
             raise ClosedLoopError(str(exc)) from None
         self.backend = backend
         self.drift = drift
+        # Rehearsal: every step lasts at least the LUT's time at the point that ran it (see
+        # ``_pace``), so a host faster than the board lives the board's timeline.
+        self.pace = bool(pace)
+        self._sleep = sleep
+        self._step_t = None  # type: Optional[float]  # clock() when the running step began
         self.points = list(points)
         self.efficiency = dict(efficiency)
         self.source = source
@@ -238,6 +245,8 @@ class ClosedLoop(object):
 
     def before_step(self) -> Tuple[int, bool]:
         """(batch size for the next step, whether to stop). Applies a pending batch switch."""
+        if self.pace:
+            self._step_t = self._clock()
         drift = self.drift
         if drift is not None:
             drift.step_started(self.now())
@@ -284,6 +293,8 @@ class ClosedLoop(object):
     def after_step(self) -> None:
         """The trainer finished a step: count it towards the target (deadline objective), and
         the drift watch times it (see ``driftwatch.py``)."""
+        if self.pace:
+            self._pace()
         if self.deadline_s is not None:
             with self._mu:
                 n = self.efficiency.get(self._batch)
@@ -369,6 +380,20 @@ class ClosedLoop(object):
                 self.max_batch,
             )  # fmt: skip
         return choose_deadline_point(self, budget, self.now() if t is None else t, margin_only)
+
+    def _pace(self) -> None:
+        """Hold the step until the LUT's ``time_per_batch_s`` at the running point has passed
+        since it began. Why: on a board a step takes what the profile says; a virtual board or a
+        rehearsal on a faster host would otherwise run the same samples in less time, and every
+        time-based behaviour (a schedule step, a deadline, a live budget file) would be lived
+        on this CPU's clock instead of the device's. A slower host is not sped up."""
+        began = self._step_t
+        p = self._point(self._batch, self._freq)
+        if began is None or p is None:
+            return
+        left = p.time_per_batch_s - (self._clock() - began)
+        if left > 0:
+            self._sleep(left)
 
     def _point(self, batch: int, freq: float) -> Optional[LutPoint]:
         return next((q for q in self.points if (q.batch_size, q.freq_mhz) == (batch, freq)), None)

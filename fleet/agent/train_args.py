@@ -52,6 +52,7 @@ TRAIN_ARGS = [
     "drift_time_tol",
     "drift_power_tol",
     "refreshed_profile",
+    "pace",
 ]
 
 
@@ -139,6 +140,7 @@ def closed_loop_args(req: Dict[str, Any]) -> Optional[Dict[str, Any]]:
         "deadline_s": deadline_s,
         "guard_window_s": float(number(req, "guard_window_s", 0.2)),
         "drift": _drift_args(req, prof),
+        "pace": bool_arg(req, "pace", False),
     }
 
 

@@ -30,7 +30,8 @@ def handle_train(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
     Closed loop (``closedloop.py``): with ``budget_w`` (watts or "none"), ``budget_schedule``
     ("0:7,600:4.5") or ``budget_file`` plus ``profile`` (rows or a CSV path) and ``efficiency``
     ({batch: samples}, {"batch_sizes", "samples_to_accuracy"} lists, or a CSV path), optional
-    ``objective`` (time|energy|deadline, the last with ``deadline_s``) and ``guard_window_s``:
+    ``objective`` (time|energy|deadline, the last with ``deadline_s``), ``guard_window_s`` and
+    ``pace`` (true: every step lasts at least the profile's step time, a rehearsal's timeline):
     the agent selects, locks, follows the budget and guards the rail; ``batch_size``/``lr`` are
     the learning-rate reference pair. The response adds ``segments``, ``guard_events``,
     ``drift_events``, ``loop_time_s``, ``loop_energy_j`` and ``notes``, and for the deadline
@@ -189,7 +190,7 @@ def _train_closed_loop(
             ctx.backend, model, train_set, test_set, loop_args["points"],
             loop_args["efficiency"], loop_args["source"], ref_batch, lr,
             objective=loop_args["objective"], guard_window_s=loop_args["guard_window_s"],
-            deadline_s=loop_args["deadline_s"], sampler_hz=hz,
+            deadline_s=loop_args["deadline_s"], pace=loop_args["pace"], sampler_hz=hz,
             log=lambda m: log.warning("%s", m), drift=loop_args["drift"], **opts
         )  # fmt: skip
     except ClosedLoopError as exc:

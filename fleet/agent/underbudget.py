@@ -31,6 +31,7 @@ def train_under_budget(
     log: Optional[Callable[[str], None]] = None,
     drift: Optional[Dict[str, Any]] = None,
     deadline_s: Optional[float] = None,
+    pace: bool = False,
     **train_options: Any,
 ) -> Tuple[Any, Dict[str, Any]]:
     """Fine-tune under the closed loop; the device is restored on every way out.
@@ -44,6 +45,9 @@ def train_under_budget(
     ``comments`` of the profile, ``out_path`` for the refreshed profile, ``time_tol``,
     ``power_tol``, ...; without ``rows``, rows of ``points``); None or ``{"off": True}``: no drift
     watch. ``powerfleet train`` and the agent's ``train`` turn it on by default.
+
+    ``pace``: every step lasts at least the profile's step time at its point (``ClosedLoop``):
+    a rehearsal on a host faster than the board, or a virtual board, keeps the board's timeline.
     """
     from .trainer import train_to_target
 
@@ -65,6 +69,7 @@ def train_under_budget(
         log=log,
         drift=watch,
         deadline_s=deadline_s,
+        pace=pace,
     )
     with loop:
         result = train_to_target(

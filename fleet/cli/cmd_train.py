@@ -87,6 +87,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--refreshed-profile",
         help="where a drift-refreshed profile goes (default: <out>/profile.refreshed.csv)",
     )
+    p.add_argument(
+        "--pace-to-profile", action="store_true",
+        help="rehearsal: every step lasts at least the profile's step time at its point, so a "
+        "faster host (or a virtual board) lives the board's timeline: schedules, deadlines",
+    )  # fmt: skip
     p.add_argument("--out", help="run folder: run.json, checkpoint, weights, profile")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.set_defaults(func=run)
@@ -266,6 +271,7 @@ def run(args: argparse.Namespace) -> int:
                 max_samples=args.max_samples, seed=args.seed, device=device,
                 checkpoint_path=ckpt, task=task.kind, progress=progress,
                 drift=_drift_settings(args), deadline_s=args.deadline_s,
+                pace=args.pace_to_profile,
             )  # fmt: skip
         except (ClosedLoopError, TrainerError) as exc:
             raise InputError(str(exc)) from None
