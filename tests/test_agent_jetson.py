@@ -278,7 +278,10 @@ def test_permission_denied_message(tmp_path):
 # -- exit paths -----------------------------------------------------------------------------------
 CHILD = textwrap.dedent(
     """
-    import sys
+    import signal, sys
+    # SIGINT as an interactive shell leaves it (a background job, e.g. CI under nohup, starts
+    # with it ignored, and the guard rightly keeps an ignored signal ignored)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.path.insert(0, {repo!r})
     from fleet.agent.devices.jetson import JetsonBackend
     from fleet.agent.devices.guard import install_restore_handlers
