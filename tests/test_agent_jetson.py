@@ -350,8 +350,10 @@ def test_handlers_chain_previous_and_uninstall(tmp_path):
     [
         ("57000000.gpu", "gpu", "NVIDIA Jetson Nano Developer Kit", "jetson-nano"),
         ("17000000.gp10b", "gp10b", "NVIDIA Jetson TX2 NX Developer Kit", "jetson-tx2nx"),
-        ("17000000.gp10b", "gp10b", "quill", "jetson-tx2nx"),
-        ("17000000.ga10b", "", "NVIDIA Jetson Orin Nano Developer Kit", "jetson-orin"),
+        ("17000000.gp10b", "gp10b", "quill", "jetson-tx2"),  # quill is the TX2, not the TX2 NX
+        ("17000000.gp10b", "gp10b", "", ""),  # TX2 and TX2 NX share gp10b: the node cannot tell
+        ("17000000.ga10b", "", "NVIDIA Jetson Orin Nano Developer Kit", "jetson-orin-nano"),
+        ("17000000.gpu", "gpu", "", "jetson-orin"),  # an Orin the table cannot place: the family
         ("15340000.vic", "", "", ""),
     ],
 )

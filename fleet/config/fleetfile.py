@@ -41,6 +41,7 @@ from pathlib import Path
 from fleet.budgets.codec import BudgetStep, format_budget, format_schedule, read_budget
 from fleet.common.errors import InputError
 from fleet.common.names import check_name, is_safe
+from fleet.config.device_types import DEVICE_TYPES
 from fleet.config.fields import (
     MAX_BATCH,
     MAX_DEVICES,
@@ -57,17 +58,6 @@ from fleet.config.fields import (
 )
 from fleet.core.objectives import OBJECTIVES
 
-# Known device types and what they are; a fleet naming another type is refused, because a
-# profile records the type it was measured on and the device round checks the two agree (a Nano
-# must not run on a TX2 NX's profile). Which agent backend drives a type is the deployment's
-# node config (``backend``), not this table.
-DEVICE_TYPES: dict[str, str] = {
-    "jetson-nano": "NVIDIA Jetson Nano (gm20b GPU, devfreq 57000000.gpu, INA3221 POM_5V_IN)",
-    "jetson-tx2nx": "NVIDIA Jetson TX2 NX (gp10b GPU, devfreq 17000000.gp10b, INA3221)",
-    "jetson-orin": "NVIDIA Jetson Orin (ga10b GPU, INA3221 hwmon VDD_IN)",
-    "nvml-gpu": "an NVIDIA GPU driven through NVML",
-    "cpu": "a CPU-only host (no frequency control; RAPL power when readable)",
-}
 MODES = ("local", "federated")
 LEARNING = ("trace", "train")
 CLIENTS = ("replay", "hardware")  # a device entry's ``client``: hardware may lack a profile

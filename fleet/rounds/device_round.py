@@ -34,7 +34,8 @@ from typing import Any, Protocol
 
 from fleet.budgets.codec import BudgetStep
 from fleet.common.errors import InfeasibleError, InputError
-from fleet.config.fleetfile import DEVICE_TYPES, DeviceSpec, RunSettings
+from fleet.config.device_types import type_mismatch
+from fleet.config.fleetfile import DeviceSpec, RunSettings
 from fleet.core.baselines import BASELINES, run_baseline, speedup_column, time_column
 from fleet.core.choice import Choice, align, evaluate
 from fleet.core.efficiency import Efficiency
@@ -204,11 +205,10 @@ class Runner(Protocol):
 
 def check_device_type(spec: DeviceSpec, profile: Profile) -> None:
     """A profile recorded on another device type is refused: its times and powers are not ours."""
-    recorded = profile.metadata.get("device")
-    if recorded in DEVICE_TYPES and recorded != spec.device_type:
+    why = type_mismatch(profile.metadata.get("device", ""), profile.freqs_mhz, spec.device_type)
+    if why:
         raise InputError(
-            f"device {spec.name}: type {spec.device_type!r} but its profile {profile.source} "
-            f"was recorded on {recorded!r}"
+            f"device {spec.name}: type {spec.device_type!r} but its profile {profile.source} {why}"
         )
 
 

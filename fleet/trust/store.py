@@ -30,6 +30,7 @@ from typing import Any, Sequence
 from fleet.agent.profile_io import ProfileFormatError, atomic_write_text, read_rows, write_rows
 from fleet.common import names
 from fleet.common.errors import InputError
+from fleet.config.device_types import sibling_fits
 from fleet.core.profile import load_profile
 
 SOURCES = ("measured", "predicted", "refreshed", "sibling")
@@ -314,22 +315,28 @@ def sibling(
 ) -> StoredProfile | None:
     """A profile of another device of type ``device_type`` for the same workload, or None.
 
-    Preference: measured, then refreshed, predicted, sibling copies; then the most probes; then
-    the newest. The caller stores it for the new device with ``source="sibling"`` (and e.g.
-    ``extra={"sibling_of": device}``) and verifies it with a few probes before trusting it.
+    Only a profile whose every clock the type's known clock table names (``sibling_fits``: a
+    profile never crosses to a board whose clocks it does not name). Preference: measured, then
+    refreshed, predicted, sibling copies; then the most probes; then the newest. The caller
+    stores it for the new device with ``source="sibling"`` (and e.g. ``extra={"sibling_of":
+    device}``) and verifies it with a few probes before trusting it.
     """
     found = [
         s
         for s in list_store(store)
-        if s.provenance.board_type == device_type
-        and s.workload == workload
+        if s.workload == workload
         and (exclude is None or s.device != exclude)
+        and sibling_fits(s.provenance.board_type, _freqs(s.rows), device_type)
     ]
     if not found:
         return None
     found.sort(key=lambda s: s.provenance.date, reverse=True)
     found.sort(key=lambda s: (_RANK.get(s.provenance.source, 9), -(s.provenance.probes or 0)))
     return found[0]
+
+
+def _freqs(rows: Sequence[Row]) -> list[float]:
+    return [float(r["freq_mhz"]) for r in rows if r.get("freq_mhz") not in (None, "")]
 
 
 def provenance_from_comments(

@@ -8,7 +8,8 @@ agent's argv (parsed here and built by the hardware client), the node-config key
 (docs/architecture.md, "Adding a device backend"). Modules are imported only when asked for,
 so the NVML module (pynvml is optional) costs nothing to a Jetson.
 
-``DEVICE_TYPES`` maps the fleet's device types to the backend that drives them.
+``DEVICE_TYPES`` maps the fleet's device types to the backend that drives them; the Jetson
+types are generated from the board table (``boards.py``), so a new row is a new type everywhere.
 
 Python 3.6 compatible, stdlib only.
 """
@@ -18,6 +19,8 @@ import importlib
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from .base import Backend, BackendSpec, Capabilities, DeviceError, Option
+from .board_identity import LEGACY_ORIN
+from .boards import ROWS
 
 # name -> module whose ``SPEC`` describes the backend. One line per backend.
 BACKENDS = {
@@ -27,14 +30,13 @@ BACKENDS = {
     "replay": "fleet.agent.devices.replay",
 }  # type: Dict[str, str]
 
-# Fleet device type (fleet TOML ``type``) -> the backend that drives such a board.
-DEVICE_TYPES = {
-    "jetson-nano": "jetson",
-    "jetson-tx2nx": "jetson",
-    "jetson-orin": "jetson",
-    "nvml-gpu": "nvml",
-    "cpu": "cpu",
-}  # type: Dict[str, str]
+# Fleet device type (fleet TOML ``type``) -> the backend that drives such a board: one type per
+# row of the board table (``boards.ROWS``), the legacy Orin family type that fleet files and
+# profiles written before the table still name, and the non-Jetson devices.
+DEVICE_TYPES = dict(
+    [(b.key, "jetson") for b in ROWS]
+    + [(LEGACY_ORIN, "jetson"), ("nvml-gpu", "nvml"), ("cpu", "cpu")]
+)  # type: Dict[str, str]
 
 # Where parsed flag values live on an argparse namespace (prefixed: no clash with a command's own).
 _DEST = "backend_opt_"

@@ -1,24 +1,34 @@
-"""Which Jetson this is: the device-tree model and serial, the L4T release, the fleet device type.
+"""Which Jetson this is: the device tree's compatible, model and serial, the L4T release and
+JetPack generation, the board table's row and so the fleet device type.
 
 Why a module of its own: what a board *is* (its name in the fleet file, the provenance a
 profile carries to the coordinator's profile store, what ties a clock state file to it) is
 read from the device tree and ``/etc/nv_tegra_release``, independently of how its clocks are
-driven or its power read.
+driven or its power read. The answer is a row of ``boards.ROWS``: the device tree's
+``compatible`` names the module part number (the only thing that tells a TX2 from a TX2 NX, or
+an Orin NX from an Orin Nano), the model string is the fallback, the GPU node the last resort.
 
 Python 3.6 compatible, stdlib only (this runs on JetPack 4.6).
 """
 
 import re
-from typing import Optional
+from typing import Optional, Tuple
 
+from .boards import Board, identify, jetpack_of
 from .sysfs import read_text, under
+
+# The fleet's family type for any Orin module, kept for fleet files and profiles written before
+# the table named each module; a board the table cannot tell apart still reports it.
+LEGACY_ORIN = "jetson-orin"
+_ORIN_GPU = ("ga10b", "17000000.gpu")
+_MAX_DT_BYTES = 4096  # a compatible property is a few hundred bytes
 
 
 def board_model(root: str) -> Optional[str]:
     """``proc/device-tree/model`` under ``root``, or None where unreadable."""
     try:
         return read_text(under(root, "proc/device-tree/model"))
-    except OSError:
+    except (OSError, UnicodeDecodeError):
         return None
 
 
@@ -47,18 +57,49 @@ def l4t_release(root: str) -> str:
     return major.group(1) + ("." + rev.group(1).rstrip(".") if rev else "")
 
 
-def device_type(node_name: str, of_node: str, board: str = "") -> str:
-    """The fleet's device-type name for this GPU ('jetson-nano', ...), or '' if unknown.
+def board_compatible(root: str) -> Tuple[str, ...]:
+    """The entries of ``proc/device-tree/compatible`` under ``root`` (NUL-separated in the
+    file, most specific first), or () where the board has no readable device tree."""
+    try:
+        with open(under(root, "proc/device-tree/compatible"), "rb") as fh:
+            raw = fh.read(_MAX_DT_BYTES)
+    except OSError:
+        return ()
+    parts = (p.decode("ascii", "replace").strip() for p in raw.split(b"\x00"))
+    return tuple(p for p in parts if p)
 
-    Profiles record it in their ``device`` column so that a profile measured on a board and a
-    fleet entry of that type recognise each other (and a mismatch is caught).
+
+def jetpack(root: str) -> Optional[int]:
+    """The JetPack major release under ``root`` (4, 5, 6, 7), from ``etc/nv_tegra_release``;
+    None where the file is missing or names an L4T release the table does not know."""
+    release = l4t_release(root)
+    return jetpack_of(release) if release else None
+
+
+def board_row(root: str, gpu_node: str = "") -> Optional[Board]:
+    """The board table's row for the board under ``root`` (compatible first, then model, then
+    the GPU devfreq node name ``gpu_node``), or None: not a board the table knows."""
+    return identify(board_compatible(root), board_model(root) or "", gpu_node)
+
+
+def device_type(node_name: str, of_node: str, board: str = "", root: str = "") -> str:
+    """The fleet's device-type name for this board ('jetson-nano', 'jetson-agx-orin', ...), or
+    '' if unknown.
+
+    ``board`` is the device-tree model; with ``root`` (the sysfs root) the device tree's
+    compatible is read too, and decides (the model alone cannot tell every row apart). An Orin
+    GPU (``ga10b``, or ``17000000.gpu`` on JetPack 6/7) on a board the table cannot place is the
+    legacy family type ``jetson-orin``, which fleet files still accept. Profiles record the
+    answer in their ``device`` column so that a profile measured on a board and a fleet entry of
+    that type recognise each other (and a mismatch is caught).
     """
-    text = " ".join((node_name, of_node, board)).lower()
-    b = board.lower()
-    if "ga10b" in text or "orin" in b:  # first: an "Orin Nano" is not a Nano
-        return "jetson-orin"
-    if "gp10b" in text or "tx2" in b:
-        return "jetson-tx2" if "tx2" in b and "nx" not in b else "jetson-tx2nx"
-    if "gm20b" in text or "57000000.gpu" in text or "nano" in b:
-        return "jetson-nano"
+    compatible = board_compatible(root) if root else ()
+    if root and not board:
+        board = board_model(root) or ""
+    row = identify(compatible, board, node_name)
+    if row is not None:
+        return row.key
+    text = " ".join((node_name, of_node)).lower()
+    if any(tag in text for tag in _ORIN_GPU) or "orin" in board.lower():
+        return LEGACY_ORIN
     return ""

@@ -63,7 +63,8 @@ _ORIN_NODES = {5: ("17000000.ga10b",), 6: ("17000000.gpu",), 7: ("17000000.gpu",
 _XAVIER_NODES = {4: ("17000000.gv11b",), 5: ("17000000.gv11b",)}
 _P3767 = (Sensor("ina3221", "1-0040", ("VDD_IN", "VDD_CPU_GPU_CV", "VDD_SOC")),)
 
-# Most specific first: ``identify`` returns the first row that matches.
+# Most specific first: ``identify`` returns the first row that matches. Tokens name modules, not
+# carriers: the Nano's carrier p3449-0000 also carries a Xavier NX (``p3449-0000+p3668-0001``).
 ROWS = (
     Board(
         "jetson-nano-2gb", "Jetson Nano 2GB", "batuu",
@@ -72,7 +73,7 @@ ROWS = (
     ),
     Board(
         "jetson-nano", "Jetson Nano", "porg",
-        ("p3448-0000", "p3448-0002", "p3449-0000", "p3450-0000", "p3450-0002", "jetson-nano"),
+        ("p3448-0000", "p3448-0002", "p3450-0000", "p3450-0002", "jetson-nano"),
         ("nano",), {4: ("57000000.gpu",)},
         (Sensor("ina3221", "6-0040", ("POM_5V_IN", "POM_5V_GPU", "POM_5V_CPU")),),
         ("POM_5V_IN",), (), _NANO_HZ, True,
