@@ -5,17 +5,28 @@ the locked clock until something reads the state file the run saved before its f
 later powerfleet start does that too; this command is what a boot-time systemd unit (README,
 hardware section) or an operator runs when no training is due. A state file written for another
 board is refused with one line (exit 2), and so is a devfreq node it cannot write.
+
+At boot the GPU's devfreq node may not exist yet (JetPack 7 can create ``17000000.gpu`` late),
+so ``--wait-s S`` polls, at most S seconds, until every node the state file names is there,
+then restores; at the limit it exits 2 with one line naming the node and the wait. With no
+state file there is nothing to wait for. The default (0) checks once, as before.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import time
 
 from fleet.agent.devices import DeviceError
-from fleet.agent.devices.clockstate import state_path
+from fleet.agent.devices.clocklock import DevfreqClocks
+from fleet.agent.devices.clockstate import default_state_dir, load, missing_node_files, state_path
+from fleet.agent.devices.devfreq import find_gpu_nodes
 from fleet.cli.common import emit_json
 from fleet.common.errors import InputError
+
+POLL_S = 0.1  # how often a late node is looked for
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,44 +39,129 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="where original clocks were saved (default: /var/lib/powerfleet as root, else "
         "$XDG_STATE_HOME/powerfleet; <sysfs-root>/var/lib/powerfleet for another sysfs root)",
     )
+    p.add_argument(
+        "--wait-s",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="wait up to S seconds for the GPU devfreq node(s) the state file names to appear "
+        "(boot units: a node may be created late); default 0: look once",
+    )
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    from fleet.agent.devices.jetson import JetsonBackend
-
+def wait_for_nodes(args: argparse.Namespace) -> float | None:
+    """Seconds spent waiting until the state file's nodes all exist under ``--sysfs-root``
+    (0.0 when they already did); None when there is no state file. InputError at the limit."""
+    state_dir = args.state_dir or default_state_dir(args.sysfs_root)
     try:
-        # Constructing the backend restores from the state file it finds (and says so).
-        backend = JetsonBackend(
-            sysfs_root=args.sysfs_root, gpu_node=args.gpu_node, state_dir=args.state_dir
-        )
-        now = backend.bounds()
-        clocks = {
-            "min_freq_mhz": now["min_freq"] / 1e6,
-            "max_freq_mhz": now["max_freq"] / 1e6,
-            "governor": now["governor"],
-        }
+        record = load(state_dir)
     except DeviceError as exc:
         raise InputError(str(exc)) from None
+    if record is None:
+        return None
+    missing = missing_node_files(args.sysfs_root, record)
+    if not missing or args.wait_s <= 0:
+        return 0.0
+    path = state_path(state_dir)
+    if not args.json:
+        print(
+            f"powerfleet restore: waiting up to {args.wait_s:g} s for GPU devfreq node "
+            f"{', '.join(missing)} (named in {path})",
+            flush=True,
+        )
+    start = time.monotonic()
+    deadline = start + args.wait_s
+    while missing:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            base = os.path.join(args.sysfs_root, "sys/class/devfreq")
+            raise InputError(
+                f"GPU devfreq node {', '.join(missing)} (named in {path}) did not appear under "
+                f"{base} within --wait-s {args.wait_s:g} s; its saved clocks are not restored"
+            )
+        time.sleep(min(POLL_S, left))
+        missing = missing_node_files(args.sysfs_root, record)
+    return time.monotonic() - start
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.wait_s >= 0:  # also refuses nan
+        raise InputError(f"--wait-s: expected seconds >= 0, got {args.wait_s:g}")
+    waited_s = wait_for_nodes(args)
+    if waited_s is None and args.wait_s > 0:
+        try:  # a boot unit with nothing saved: a node not there (yet) is no failure
+            find_gpu_nodes(args.sysfs_root, args.gpu_node)
+        except DeviceError as exc:
+            return _nothing_saved_no_node(args, str(exc))
+    try:
+        # Constructing it restores from the state file it finds (and says so); the clocks
+        # alone: a missing or broken power sensor must not keep a board pinned.
+        backend = DevfreqClocks(
+            sysfs_root=args.sysfs_root, gpu_node=args.gpu_node, state_dir=args.state_dir
+        )
+        now = backend.all_bounds()
+    except DeviceError as exc:
+        raise InputError(str(exc)) from None
+    per_node = {
+        name: {
+            "min_freq_mhz": b["min_freq"] / 1e6,
+            "max_freq_mhz": b["max_freq"] / 1e6,
+            "governor": b["governor"],
+        }
+        for name, b in now.items()
+    }
+    clocks = per_node[backend.node.name]
     record = backend.recovered
+    clamps = {
+        str(e["devfreq"]): int(e["clamp_hz"])
+        for e in (record or {}).get("nodes") or ()
+        if e.get("clamp_hz")
+    }
     summary = {
         "restored": record is not None,
         "state_file": state_path(backend.state_dir),
         "devfreq": backend.node.name,
         "clocks": clocks,
+        "nodes": per_node,
+        "waited_s": round(waited_s or 0.0, 3),
     }
+    if backend.node.name in clamps:
+        summary["clamp_hz"] = clamps[backend.node.name]
+    if clamps:
+        summary["clamps_hz"] = clamps
     if args.json:
         emit_json(summary)
-    elif record is None:
+        return 0
+    names = " + ".join(per_node)
+    if record is None:
         print(
             f"powerfleet restore: nothing to restore ({summary['state_file']} not found); "
-            f"{backend.node.name} runs {clocks['min_freq_mhz']:g}-{clocks['max_freq_mhz']:g} MHz",
+            f"{names} runs {clocks['min_freq_mhz']:g}-{clocks['max_freq_mhz']:g} MHz",
             file=sys.stderr,
         )
+        return 0
+    for name, c in per_node.items():
+        print(
+            f"restored {name} to {c['min_freq_mhz']:g}-{c['max_freq_mhz']:g} MHz, "
+            f"governor {c['governor']}"
+        )
+    for name, hz in clamps.items():
+        print(
+            f"note: the kernel clamped {name} at {hz / 1e6:g} MHz when the clocks were saved "
+            "(thermal or power-mode limit); it was not restored as a user limit"
+        )
+    return 0
+
+
+def _nothing_saved_no_node(args: argparse.Namespace, why: str) -> int:
+    state_file = state_path(args.state_dir or default_state_dir(args.sysfs_root))
+    if args.json:
+        emit_json({"restored": False, "state_file": state_file, "devfreq": None, "waited_s": 0.0})
     else:
         print(
-            f"restored {backend.node.name} to {clocks['min_freq_mhz']:g}-"
-            f"{clocks['max_freq_mhz']:g} MHz, governor {clocks['governor']}"
+            f"powerfleet restore: nothing to restore ({state_file} not found); {why}",
+            file=sys.stderr,
         )
     return 0

@@ -8,6 +8,13 @@ reading anything as original; a clean restore deletes it. The file names the boa
 node it belongs to, and a file from another board is refused rather than applied: foreign bounds
 could pin this GPU at clocks its own table does not even hold.
 
+What (format 2): one entry per devfreq node the lock pinned (Thor's GPU is two), each with its
+original ``min_freq``/``max_freq``/``governor`` and, where the kernel was found clamping the
+GPU at the first lock, ``clamp_hz`` (the clamp itself is never saved as a user limit: see
+``clocklock``). The primary node's bounds are repeated at the top level, as format 1 kept them;
+a format-1 file (one node, top level only), left by an older powerfleet, is still read and
+restored (``load`` gives every record a ``nodes`` list).
+
 Where (``default_state_dir``): a root-owned ``/var/lib/powerfleet`` when running as root (the
 boot-time ``powerfleet restore`` unit runs as root), else ``$XDG_STATE_HOME/powerfleet`` or
 ``~/.local/state/powerfleet``. A sysfs root other than ``/`` (a copied tree, the virtual Jetson)
@@ -21,13 +28,16 @@ import json
 import os
 import tempfile
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from .base import DeviceError
 
 STATE_FILE = "jetson-clocks.json"
-FORMAT = "powerfleet-clock-state-1"
+FORMAT = "powerfleet-clock-state-2"
+FORMAT_1 = "powerfleet-clock-state-1"  # one node, bounds at the top level: still read
 IDENTITY_KEYS = ("sysfs_root", "devfreq", "board", "available_hz")
+#: The files a restore writes on a node (``governor`` only where the state file saved one).
+NODE_FILES = ("available_frequencies", "min_freq", "max_freq")
 
 
 def default_state_dir(sysfs_root: str = "/") -> str:
@@ -54,6 +64,10 @@ def describe_identity(ident: Dict[str, Any]) -> str:
 
 def save(state_dir: str, identity: Dict[str, Any], bounds: Dict[str, Any]) -> str:
     """Write identity + bounds atomically to the state file; return its path.
+
+    ``bounds`` holds the primary's ``min_freq``/``max_freq``/``governor`` and ``nodes``, one
+    dict per pinned node (``devfreq``, ``min_freq``, ``max_freq``, ``governor``, optional
+    ``clamp_hz``).
 
     Raises DeviceError (one line) when the directory cannot be created or written: the caller
     must then not touch the clocks, since nothing could bring them back after a crash.
@@ -108,17 +122,80 @@ def load(state_dir: str) -> Optional[Dict[str, Any]]:
         record = json.loads(text)
     except ValueError:
         record = None
-    ok = isinstance(record, dict) and record.get("format") == FORMAT
-    if ok:
+    ok = isinstance(record, dict) and record.get("format") in (FORMAT, FORMAT_1)
+    if ok and record.get("format") == FORMAT_1:
+        record["nodes"] = [
+            {
+                "devfreq": record.get("devfreq"),
+                "min_freq": record.get("min_freq"),
+                "max_freq": record.get("max_freq"),
+                "governor": record.get("governor"),
+            }
+        ]
+    nodes = record.get("nodes") if ok else None
+    ok = ok and isinstance(nodes, list) and len(nodes) > 0
+    for entry in nodes if ok else ():
+        ok = ok and isinstance(entry, dict) and isinstance(entry.get("devfreq"), str)
         for key in ("min_freq", "max_freq"):
-            value = record.get(key)
-            ok = ok and isinstance(value, int) and not isinstance(value, bool) and value > 0
+            ok = ok and _positive_int(entry.get(key))
     if not ok:
         raise DeviceError(
-            "clock state {} is damaged (expected a {} JSON object with integer min_freq and "
-            "max_freq); check the board's clocks and remove the file".format(path, FORMAT)
+            "clock state {} is damaged (expected a {} JSON object whose nodes each name their "
+            "devfreq entry with integer min_freq and max_freq); check the board's clocks and "
+            "remove the file".format(path, FORMAT)
         )
     return record
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def node_names(record: Dict[str, Any]) -> List[str]:
+    """The devfreq entries a loaded record restores, primary first."""
+    return [str(entry["devfreq"]) for entry in record.get("nodes") or ()]
+
+
+def missing_node_files(sysfs_root: str, record: Dict[str, Any]) -> List[str]:
+    """The nodes of a loaded state record whose files are not (yet) there: ``name`` for a
+    missing directory or attribute. Empty when every node can be restored now."""
+    base = os.path.join(sysfs_root, "sys/class/devfreq")
+    missing = []
+    for entry in record.get("nodes") or ():
+        want = NODE_FILES + (("governor",) if entry.get("governor") else ())
+        path = os.path.join(base, str(entry["devfreq"]))
+        if not all(os.path.exists(os.path.join(path, f)) for f in want):
+            missing.append(str(entry["devfreq"]))
+    return missing
+
+
+def said(entries: List[Dict[str, Any]]) -> str:
+    """The saved bounds of a record's nodes, for a line on stderr."""
+    parts = []
+    for entry in entries:
+        governor = entry.get("governor")
+        parts.append(
+            "{} (min {:g} MHz, max {:g} MHz{})".format(
+                entry["devfreq"],
+                int(entry["min_freq"]) / 1e6,
+                int(entry["max_freq"]) / 1e6,
+                ", governor {}".format(governor) if governor else "",
+            )
+        )
+    return ", ".join(parts)
+
+
+def clamps_said(entries: List[Dict[str, Any]]) -> str:
+    """'' or the clamps a record saw, as a clause for the same line."""
+    clamps = [e for e in entries if e.get("clamp_hz")]
+    if not clamps:
+        return ""
+    return (
+        "; the kernel clamped {} when it was saved (a thermal or power-mode limit, not a user "
+        "limit: not restored as one)".format(
+            ", ".join("{} at {:g} MHz".format(e["devfreq"], e["clamp_hz"] / 1e6) for e in clamps)
+        )
+    )
 
 
 def check_identity(record: Dict[str, Any], identity: Dict[str, Any], path: str) -> None:

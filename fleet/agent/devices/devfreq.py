@@ -1,10 +1,16 @@
 """Finding the Jetson GPU's devfreq node and reading its frequency table.
 
-Why a module of its own: the node lives under a different name on each module (Nano
-``57000000.gpu``, TX2/TX2 NX ``17000000.gp10b``, Orin ``17000000.ga10b``) and next to other
-engines' nodes (e.g. ``15340000.vic``), so it is discovered rather than hard-coded; which node
-is the GPU, and which clocks it offers, is a question apart from how the clocks are locked
-(``jetson.py``) or how power is read (``power_rails.py``).
+Why a module of its own: the node lives under a different name on each module and JetPack
+(Nano ``57000000.gpu``, TX2/TX2 NX ``17000000.gp10b``, Orin ``17000000.ga10b`` on JetPack 5 and
+``17000000.gpu`` on 6/7) and next to other engines' nodes (e.g. ``15340000.vic``), and Thor's GPU
+is two nodes that move together (``gpu-gpc-0``, ``gpu-nvd-0``). Which node(s) are the GPU, and
+which clocks they offer, is a question apart from how the clocks are locked (``clocklock.py``)
+or how power is read (``power_rails.py``).
+
+Order of trust: an explicit ``gpu_node`` (one entry, forced); else the board table
+(``boards.py``: the board told by its device tree, the JetPack by ``etc/nv_tegra_release``)
+names the nodes; else (an unknown board, or the table's names absent) the entries are searched
+by name, as before the table existed.
 
 Python 3.6 compatible, stdlib only (this runs on JetPack 4.6).
 """
@@ -12,11 +18,13 @@ Python 3.6 compatible, stdlib only (this runs on JetPack 4.6).
 import os
 from typing import List, NamedTuple, Optional, Tuple  # noqa: F401 (type comments)
 
+from . import boards
 from .base import DeviceError
+from .board_identity import board_model, l4t_release
 from .sysfs import read_text, under
 
 # Substrings of devfreq entry names (or of_node names) that denote the integrated GPU.
-GPU_NODE_TOKENS = ("gpu", "gp10b", "ga10b", "gv11b", "gm20b")
+GPU_NODE_TOKENS = ("gpu", "gp10b", "ga10b", "gv11b", "gm20b", "gb10b", "gpu-gpc")
 
 DevfreqNode = NamedTuple("DevfreqNode", [("path", str), ("name", str), ("of_node", str)])
 
@@ -26,12 +34,92 @@ def _is_gpu_name(name: str) -> bool:
     return any(tok in low for tok in GPU_NODE_TOKENS)
 
 
-def find_gpu_devfreq(sysfs_root: str = "/", gpu_node: Optional[str] = None) -> DevfreqNode:
-    """Locate the GPU's devfreq directory under ``<root>/sys/class/devfreq``.
+def _node(base: str, entry: str) -> DevfreqNode:
+    path = os.path.join(base, entry)
+    try:
+        of_name = read_text(os.path.join(path, "device", "of_node", "name"))
+    except OSError:
+        of_name = ""
+    return DevfreqNode(path, entry, of_name)
 
-    The device-tree ``of_node/name`` is checked first (it says "gpu" on Nano and TX2), then the
-    entry name. ``gpu_node`` forces a particular entry.
+
+def board_facts(sysfs_root: str = "/") -> Tuple[Optional[boards.Board], Optional[int]]:
+    """The board-table row of this board (device-tree ``compatible`` and ``model``) and its
+    JetPack major (``etc/nv_tegra_release``); None for what the tree does not say."""
+    try:
+        with open(under(sysfs_root, "proc/device-tree/compatible"), "rb") as fh:
+            raw = fh.read()
+        compatible = raw.decode("ascii", "replace").split("\x00")
+    except OSError:
+        compatible = []
+    row = boards.identify(compatible, board_model(sysfs_root) or "")
+    l4t = l4t_release(sysfs_root)
+    return row, (boards.jetpack_of(l4t) if l4t else None)
+
+
+def table_nodes(
+    sysfs_root: str, row: Optional[boards.Board], jetpack: Optional[int]
+) -> List[DevfreqNode]:
+    """The GPU nodes the board table names for ``row`` under ``jetpack`` that exist here,
+    primary first; [] when the primary is absent. With the JetPack unknown, each release's
+    set is tried in turn (an Orin has either ``17000000.ga10b`` or ``17000000.gpu``, never
+    both to lock)."""
+    if row is None:
+        return []
+    base = under(sysfs_root, "sys/class/devfreq")
+    if jetpack in row.gpu_nodes:
+        sets = [boards.gpu_nodes(row, jetpack)]
+    else:
+        sets = sorted(set(row.gpu_nodes.values()))
+    for names in sets:
+        if names and os.path.isdir(os.path.join(base, names[0])):
+            return [_node(base, n) for n in names if os.path.isdir(os.path.join(base, n))]
+    return []
+
+
+def find_gpu_nodes(sysfs_root: str = "/", gpu_node: Optional[str] = None) -> List[DevfreqNode]:
+    """Every devfreq node the GPU clock lock pins, primary first (its table is the one offered).
+
+    ``gpu_node`` forces that one entry. Otherwise the board table's nodes (Thor: both), else
+    the search of ``find_gpu_devfreq``; a searched node the table knows by name (``gpu-gpc-0``
+    is Thor's) brings its companions along.
     """
+    if gpu_node is not None:
+        return [find_gpu_devfreq(sysfs_root, gpu_node)]
+    row, jetpack = board_facts(sysfs_root)
+    found = table_nodes(sysfs_root, row, jetpack)
+    if found:
+        return found
+    primary = _search(sysfs_root, expected=_expected(row, jetpack))
+    if row is None:
+        row = boards.identify((), "", primary.name)
+        found = table_nodes(sysfs_root, row, jetpack)
+        if found and found[0].name == primary.name:
+            return found
+    return [primary]
+
+
+def _expected(row: Optional[boards.Board], jetpack: Optional[int]) -> str:
+    if row is None:
+        return ""
+    return "{} (JetPack {}) has {}; ".format(
+        row.name, jetpack or "unknown", " + ".join(boards.gpu_nodes(row, jetpack))
+    )
+
+
+def find_gpu_devfreq(sysfs_root: str = "/", gpu_node: Optional[str] = None) -> DevfreqNode:
+    """Locate the GPU's (primary) devfreq directory under ``<root>/sys/class/devfreq``.
+
+    ``gpu_node`` forces a particular entry; otherwise the board table's primary node, else the
+    search: the device-tree ``of_node/name`` first (it says "gpu" on Nano and TX2), then the
+    entry name.
+    """
+    if gpu_node is None:
+        return find_gpu_nodes(sysfs_root)[0]
+    return _search(sysfs_root, gpu_node)
+
+
+def _search(sysfs_root: str, gpu_node: Optional[str] = None, expected: str = "") -> DevfreqNode:
     base = under(sysfs_root, "sys/class/devfreq")
     try:
         entries = sorted(os.listdir(base))
@@ -39,12 +127,8 @@ def find_gpu_devfreq(sysfs_root: str = "/", gpu_node: Optional[str] = None) -> D
         entries = []
     candidates = []  # type: List[Tuple[int, DevfreqNode]]
     for entry in entries:
-        path = os.path.join(base, entry)
-        try:
-            of_name = read_text(os.path.join(path, "device", "of_node", "name"))
-        except OSError:
-            of_name = ""
-        node = DevfreqNode(path, entry, of_name)
+        node = _node(base, entry)
+        of_name = node.of_node
         if gpu_node is not None:
             if entry == gpu_node:
                 return node
@@ -61,10 +145,9 @@ def find_gpu_devfreq(sysfs_root: str = "/", gpu_node: Optional[str] = None) -> D
         )
     if not candidates:
         raise DeviceError(
-            "no GPU devfreq node in {}: expected an entry like 57000000.gpu, 17000000.gp10b or "
-            "17000000.ga10b, or one whose device/of_node/name is 'gpu' (found: {})".format(
-                base, ", ".join(entries) or "none"
-            )
+            "no GPU devfreq node in {}: {}expected an entry like 57000000.gpu, 17000000.gp10b, "
+            "17000000.ga10b or gpu-gpc-0, or one whose device/of_node/name is 'gpu' "
+            "(found: {})".format(base, expected, ", ".join(entries) or "none")
         )
     candidates.sort(key=lambda c: c[0])
     return candidates[0][1]
