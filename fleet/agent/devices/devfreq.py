@@ -20,7 +20,7 @@ from typing import List, NamedTuple, Optional, Tuple  # noqa: F401 (type comment
 
 from . import boards
 from .base import DeviceError
-from .board_identity import board_model, l4t_release
+from .board_identity import board_row, jetpack
 from .sysfs import read_text, under
 
 # Substrings of devfreq entry names (or of_node names) that denote the integrated GPU.
@@ -44,17 +44,9 @@ def _node(base: str, entry: str) -> DevfreqNode:
 
 
 def board_facts(sysfs_root: str = "/") -> Tuple[Optional[boards.Board], Optional[int]]:
-    """The board-table row of this board (device-tree ``compatible`` and ``model``) and its
-    JetPack major (``etc/nv_tegra_release``); None for what the tree does not say."""
-    try:
-        with open(under(sysfs_root, "proc/device-tree/compatible"), "rb") as fh:
-            raw = fh.read()
-        compatible = raw.decode("ascii", "replace").split("\x00")
-    except OSError:
-        compatible = []
-    row = boards.identify(compatible, board_model(sysfs_root) or "")
-    l4t = l4t_release(sysfs_root)
-    return row, (boards.jetpack_of(l4t) if l4t else None)
+    """The board-table row of this board (``board_identity.board_row``: device-tree
+    ``compatible``, then ``model``) and its JetPack major; None for what the tree does not say."""
+    return board_row(sysfs_root), jetpack(sysfs_root)
 
 
 def table_nodes(

@@ -67,7 +67,7 @@ class JetsonBackend(DevfreqClockLock, Backend):
         if model is not None:
             info["board"] = model
         board = model or ""
-        kind = device_type(self.node.name, self.node.of_node, board)
+        kind = device_type(self.node.name, self.node.of_node, board, root=self.sysfs_root)
         if kind:
             info["device"] = kind
         info.update(self.clock_description())
