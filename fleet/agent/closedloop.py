@@ -54,7 +54,7 @@ from .deadline import check_deadline_s, check_power
 from .deadline_reselect import check_behind, choose_deadline_point, reselect_for_deadline
 from .devices.base import Backend, DeviceError
 from .driftwatch import DriftWatch
-from .sampler import PowerSampler
+from .sampler import PowerSampler, sensor_hz
 from .segments import (
     REASON_DEADLINE,
     REASON_REFRESH,
@@ -136,7 +136,7 @@ class ClosedLoop(object):
         self.objective = objective
         self.guard_window_s = float(guard_window_s)
         self.settle_s = float(settle_s)
-        self.hz = float(hz)
+        self.hz = sensor_hz(backend, float(hz))  # never faster than the sensor converts
         self.max_batch = max_batch
         self._clock = clock
         self.restore_on_exit = restore_on_exit
@@ -179,7 +179,18 @@ class ClosedLoop(object):
         if isinstance(source, ScheduleBudget):
             schedule = list(source.steps)  # known ahead: the deadline looks ahead over it
         self._schedule = schedule
-        self.sampler = PowerSampler(backend.read_power_w, hz=hz, on_sample=self._on_sample)
+        self.sampler = PowerSampler(backend.read_power_w, hz=self.hz, on_sample=self._on_sample)
+        self.power_unavailable = getattr(backend, "power_unavailable", None)  # type: Optional[str]
+        if self.power_unavailable:  # the schedule is still followed: samples tick without watts
+            self._note(
+                "power is not measured ({}): the budget is met from the recorded profile only; "
+                "the runtime guard is off".format(self.power_unavailable)
+            )
+        elif self.hz < float(hz):
+            self._note(
+                "sampling power at {:.3g} Hz, not {:g}: the sensor refreshes every {:.3g} "
+                "ms".format(self.hz, float(hz), 1000.0 / self.hz)
+            )
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> "ClosedLoop":

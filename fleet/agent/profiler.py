@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tu
 from .devices.base import Backend, DeviceError
 from .measurers import ReplayMeasurer, TrainingMeasurer, measure_idle, settle
 from .profile_io import cell_number
+from .sampler import sensor_hz
 from .staircase import Measurement, staircase_plan
 
 Row = Dict[str, Any]
@@ -99,6 +100,10 @@ def profile_grid(
         design = design_probes(bs, points, max_probes)  # PredictError before any probe
     model_name, input_shape = _resolve_model(model_name, input_shape)
     replay = callable(getattr(backend, "measure", None))
+    if not replay:
+        require_power(backend)
+    # Never faster than the sensor converts: faster reads repeat (or block on) one conversion.
+    sampler_hz = sensor_hz(backend, float(sampler_hz))
     # A replaying backend reports power with each point; a real one must have a readable rail.
     power_available = replay or backend.read_power_w() is not None
     if budget_w is not None and not power_available:
@@ -186,6 +191,20 @@ def profile_grid(
     if design is not None:
         rows = _fill_predicted(rows, bs, points, metadata)
     return ProfileResult(rows, probes, len(bs) * len(points), metadata)
+
+
+def require_power(backend: Backend) -> None:
+    """Refuse, in one line, to profile a board that cannot measure power (a Jetson Nano 2GB
+    has no sensor): a profile without power cannot keep a budget. Its clocks still lock, so a
+    recorded profile of the same board type can drive training there instead. A backend that
+    never claims a sensor (a CPU without RAPL) is not refused: it profiles time only."""
+    why = getattr(backend, "power_unavailable", None)
+    if why:
+        raise DeviceError(
+            "cannot measure power on this board ({}): a profile needs power readings; use a "
+            "recorded profile of the same board type instead (powerfleet train --profile "
+            "PROFILE.csv)".format(why)
+        )
 
 
 def _fill_predicted(

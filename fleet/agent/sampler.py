@@ -20,7 +20,7 @@ Python 3.6 compatible, stdlib only.
 
 import threading
 import time
-from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
 
 try:
     import resource
@@ -98,6 +98,20 @@ def idle_power(
             break
         sleep(1.0 / hz)
     return stats_from_samples(times, watts)
+
+
+def sensor_hz(backend: Any, hz: float) -> float:
+    """``hz``, or the sensor's own refresh rate where that is slower: ``min(hz, 1 / period)``.
+
+    Why: a power monitor converts at its own pace (the INA3221's ``update_interval``, the
+    JetPack 4 driver's polling delay); reading it faster returns the same conversion again
+    (or blocks until the next), so extra samples only weigh one reading several times. A
+    backend says its period in ``sensor_period_s`` (None or absent: unknown, ``hz`` stands).
+    """
+    period = getattr(backend, "sensor_period_s", None)
+    if isinstance(period, (int, float)) and period > 0:
+        return min(float(hz), 1.0 / float(period))
+    return float(hz)
 
 
 def _thread_cpu_fn() -> Optional[Callable[[], float]]:

@@ -104,6 +104,9 @@ def loop_summary(loop: Any) -> Dict[str, Any]:
             "energy_j": loop._energy_j if loop._power_seen else None,
             "peak_power_w": loop._peak_w,
             "power_samples": loop.power_samples,
+            # False: no reading at all (a board without a sensor): the budget was kept only
+            # by the recorded profile, no guard watched and the energy is unknown
+            "power_measured": loop._power_seen,
             "over_budget_samples": loop.over_samples,
             "segments": segs,
             "guard_events": [dict(e) for e in loop.guard_events],

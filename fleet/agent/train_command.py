@@ -10,6 +10,7 @@ import os
 from typing import Any, Dict, List, Optional
 
 from .handler_api import Context, bool_arg, check_args, int_arg, number, path_arg, torch_device
+from .sampler import sensor_hz
 from .train_args import TRAIN_ARGS, closed_loop_args, load_train_data
 from .wire import ProtocolError, error_line
 
@@ -101,7 +102,8 @@ def handle_train(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
         "task": str(task),
         "eval_batch_size": int_arg(req, "eval_batch_size"),
         "eval_at_start": bool_arg(req, "eval_at_start", True),
-        "sampler_hz": float(number(req, "sampler_hz", 20.0)),
+        # never faster than the board's sensor converts
+        "sampler_hz": sensor_hz(ctx.backend, float(number(req, "sampler_hz", 20.0))),
     }  # type: Dict[str, Any]
 
     # Every argument is checked above: from here on the device is locked, and restored on exit.

@@ -13,6 +13,7 @@ from .choose import LutPoint
 from .closedloop import ClosedLoop
 from .devices.base import Backend
 from .driftwatch import DriftWatch, rows_from_points
+from .sampler import sensor_hz
 
 
 def train_under_budget(
@@ -52,6 +53,7 @@ def train_under_budget(
     from .trainer import train_to_target
 
     n_train = _length(train_set)
+    sampler_hz = sensor_hz(backend, sampler_hz)  # the loop's one sampler; drift times by it
     watch = None  # type: Optional[DriftWatch]
     opts = dict(drift or {"off": True})
     if not opts.pop("off", False):

@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     from fleet.agent import models
     from fleet.agent.predict_fit import PredictError
     from fleet.agent.profile_writer import write_profile
-    from fleet.agent.profiler import profile_grid
+    from fleet.agent.profiler import profile_grid, require_power
 
     batch_sizes = _numbers(args.batch_sizes, "--batch-sizes", int)
     freqs = _numbers(args.freqs, "--freqs", float) if args.freqs else None
@@ -117,6 +117,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         backend = open_backend(args.backend, **options)
+        require_power(backend)  # a board without a power sensor: one line, before any note
     except DeviceError as exc:
         raise InputError(str(exc)) from None
     device = args.device

@@ -236,6 +236,10 @@ def run(args: argparse.Namespace) -> int:
         os.makedirs(args.out, exist_ok=True)
     try:
         backend = open_backend(args.backend, **options)
+        if points is None:  # profiling first needs power; a recorded --profile does not
+            from fleet.agent.profiler import require_power
+
+            require_power(backend)
     except DeviceError as exc:
         raise InputError(str(exc)) from None
 
@@ -355,6 +359,8 @@ def _report(result: Any, summary: dict[str, Any], args: argparse.Namespace, ckpt
         "energy_j": summary["energy_j"],
         "peak_power_w": summary["peak_power_w"],
         "power_samples": summary["power_samples"],
+        # False on a board without a power sensor: the budget was met from the profile alone
+        "power_measured": summary["power_measured"],
         "over_budget_samples": summary["over_budget_samples"],
         "segments": summary["segments"],
         "guard_events": summary["guard_events"],
@@ -421,6 +427,11 @@ def _print_human(out: dict[str, Any]) -> None:
         f"status {out['status']}: {out['samples']} samples, accuracy {out['accuracy']:.4f}, "
         f"{out['time_s']:.1f} s, {energy}, peak {peak}"
     )
+    if not out["power_measured"]:
+        console.print(
+            "power was not measured on this board: the budget was met from the recorded "
+            "profile alone, with no runtime guard"
+        )
     if out["deadline_s"] is not None:
         verdict = "late (no point could meet it)" if out["late"] else "planned on time"
         if out["behind_at_s"] is not None:

@@ -21,9 +21,9 @@ from typing import Dict, Optional
 
 from .base import Backend, BackendSpec, Capabilities, Option
 from .board_identity import board_model, board_serial, device_type, l4t_release
+from .board_power import open_power
 from .clocklock import SETTLE_TIMEOUT_S, DevfreqClockLock
 from .devfreq import find_gpu_devfreq
-from .power_rails import choose_rail, find_rails, read_rail_w
 
 
 class JetsonBackend(DevfreqClockLock, Backend):
@@ -48,21 +48,26 @@ class JetsonBackend(DevfreqClockLock, Backend):
     ) -> None:
         self.sysfs_root = sysfs_root
         self.node = find_gpu_devfreq(sysfs_root, gpu_node)
-        self.rail = choose_rail(find_rails(sysfs_root), rail, sysfs_root)
+        # The rails whose sum is the board's power; none on a board without a sensor (Nano
+        # 2GB): the clocks still lock, and ``power_unavailable`` says why there is no reading.
+        self.power = open_power(sysfs_root, rail, self.node.name)
+        self.rail = self.power if self.power.rails else None
+        self.power_unavailable = self.power.unavailable  # type: Optional[str]
+        self.sensor_period_s = self.power.period_s  # type: Optional[float]
         self._init_clocks(gpu_node, state_dir, settle_timeout_s)
         self.recovered = self.recover()
 
     def read_power_w(self) -> Optional[float]:
-        return read_rail_w(self.rail)
+        """The board's power now (the sum of its total's rails); None without a sensor."""
+        return self.power.read_w()
 
     def describe(self) -> Dict[str, object]:
         info = {
             "backend": self.name,
             "devfreq": self.node.name,
             "of_node": self.node.of_node,
-            "rail": self.rail.name,
-            "sensor": self.rail.layout,
         }  # type: Dict[str, object]
+        info.update(self.power.describe())
         model = board_model(self.sysfs_root)
         if model is not None:
             info["board"] = model
@@ -84,11 +89,15 @@ SPEC = BackendSpec(
     factory=JetsonBackend,
     options=(
         Option("sysfs_root", str, "prefix for sysfs paths (copied trees, dry runs)", "/"),
-        Option("rail", str, "power rail name, e.g. POM_5V_IN or VDD_IN (default: the board's)"),
+        Option(
+            "rail",
+            str,
+            "power rail, e.g. VDD_IN, or a sum GPU+CPU+SOC (default: the board's total)",
+        ),  # fmt: skip
         Option("gpu_node", str, "devfreq entry of the GPU, e.g. 57000000.gpu (default: found)"),
         Option("state_dir", str, "where original clocks are saved (see powerfleet restore)"),
         Option("settle_timeout_s", float, "longest wait for cur_freq to reach a lock (s)"),
     ),
     capabilities=Capabilities(measures_power=True, locks_clocks=True, torch_device="cuda"),
-    summary="NVIDIA Jetson: devfreq clocks, INA3221 power rail",
+    summary="NVIDIA Jetson: devfreq clocks, INA3221/INA238 power rails",
 )
