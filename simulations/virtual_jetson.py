@@ -1,21 +1,27 @@
 """A virtual Jetson for tests: build a board's sysfs tree and hold it while a kernel stand-in runs.
 
-Why: the hardware path (devfreq locking, INA3221 sampling, crash-safe clocks, settling, the
-closed loop) must be tested end to end without a board. Mocks would only confirm what the code
-already believes; this emulator instead behaves like the kernel a board owner meets. Three
-modules, one job each: the layouts and tree writers (``virtual_boards.py``: ``BOARDS``), the
-kernel stand-in (``virtual_kernel.py``: devfreq's write rules, the modeled power rail, a thread
-or a separate process that survives an agent's SIGKILL), and this one, what tests hold:
+Why: the hardware path (devfreq locking, power sampling, crash-safe clocks, settling, the
+closed loop) must be tested end to end without a board, on every board users own. Mocks would
+only confirm what the code already believes; this emulator instead behaves like the kernel a
+board owner meets. The modules, one job each: the layouts, generated from the board table
+(``virtual_boards.py``), the drivers' files (``virtual_sysfs.py``), the power curves
+(``virtual_devices.py``), devfreq's rules per kernel generation (``virtual_devfreq.py``), the
+kernel stand-in (``virtual_kernel.py``: a thread or a separate process that survives an agent's
+SIGKILL), and this one, what tests hold:
 
-* :func:`build_board` writes a board's tree (``nano``, ``tx2nx``, ``orin``) and its control
-  file and returns a :class:`VirtualBoard`. It is the one tree builder the tests use.
+* :func:`build_board` writes a board's tree and its control file and returns a
+  :class:`VirtualBoard`: any row of ``fleet.agent.devices.boards`` (``jetson-agx-orin``,
+  ``jetson-thor``, ...; ``jetpack=`` picks the release) or a short key of the earlier tests
+  (``nano``, ``tx2nx``, ``orin``). It is the one tree builder the tests use.
 * :class:`VirtualBoard` steers the kernel and reads the files for assertions. Control (load,
-  drift, noise, lag) goes through one JSON file, ``<root>/.virtual_jetson/control.json``, so a
-  test steers a kernel running in another process exactly as one in a thread:
-  ``board.set_load(64)``, ``board.set_load(None)`` (idle), ``board.set_drift(add_w=0.8)``,
-  ``board.set_drift(scale=1.2)``, ``board.set_noise(0.05)``; ``load_while_pinned=True`` runs the
-  load only while the clock is pinned, so the board idles at its owner's clocks (where the
-  profiler reads the idle rail before its sweep).
+  drift, noise, lag, clamp, a late GPU node) goes through one JSON file,
+  ``<root>/.virtual_jetson/control.json``, so a test steers a kernel running in another
+  process exactly as one in a thread: ``board.set_load(64)``, ``board.set_load(None)`` (idle),
+  ``board.set_drift(add_w=0.8)``, ``board.set_drift(scale=1.2)``, ``board.set_noise(0.05)``,
+  ``board.set_clamp(hz)``; ``load_while_pinned=True`` runs the load only while the clock is
+  pinned, so the board idles at its owner's clocks (where the profiler reads the idle rail
+  before its sweep). ``power_w()`` is the board total (the row's total rails summed),
+  ``rails()`` every rail, ``requests()`` what was last written to a node (pmqos).
 * :class:`ClockRecorder` and :func:`wait_for` assert over time.
 
 Usage::
@@ -31,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import threading
 import time
@@ -41,9 +48,19 @@ from pathlib import Path
 from typing import Any
 
 from simulations.devicemodel.fitted import WORKLOADS
-from simulations.virtual_boards import BOARDS, BoardSpec, input_rail_files, write_tree
-from simulations.virtual_kernel import (
+from simulations.virtual_boards import (
+    ALIASES,
     CONTROL_DIR,
+    LATE_DIR,
+    ROW_KEYS,
+    BoardSpec,
+    board_spec,
+    input_rail_files,
+    read_rail_w,
+    write_devfreq,
+    write_tree,
+)
+from simulations.virtual_kernel import (
     CONTROL_FILE,
     DEFAULTS,
     STATUS_FILE,
@@ -53,24 +70,36 @@ from simulations.virtual_kernel import (
     serve,
 )
 
+#: Every key build_board takes: the board table's rows, then the earlier tests' short keys.
+BOARD_KEYS: tuple[str, ...] = ROW_KEYS + tuple(ALIASES)
+
 
 def build_board(
-    root: str | Path, board: str = "nano", workload: str = "small_cnn", **control: Any
+    root: str | Path,
+    board: str = "nano",
+    workload: str = "small_cnn",
+    jetpack: int | None = None,
+    **control: Any,
 ) -> VirtualBoard:
     """Write ``board``'s sysfs tree under ``root`` and its control file; return the handle.
 
+    ``board`` is a row key of ``fleet.agent.devices.boards`` (``jetson-agx-orin``, ...) or a
+    short key of the earlier tests (``nano``, ``tx2nx``, ``orin``); ``jetpack`` picks the
+    JetPack major (default: the newest the row runs; the short keys have their own).
     ``workload`` names a :mod:`simulations.devicemodel` workload (the power model of what the
-    board is told is running); extra keywords set initial control values (see ``DEFAULTS``).
+    board is told is running); extra keywords set initial control values (see ``DEFAULTS``):
+    ``node_delay_s`` > 0 leaves the GPU node(s) out of the tree until the kernel stand-in has
+    run that long, ``clamp_hz`` caps the clock as a thermal or power-mode limit would.
     """
-    if board not in BOARDS:
-        raise ValueError(f"unknown board {board!r}; valid: {', '.join(sorted(BOARDS))}")
     if workload not in WORKLOADS:
         raise ValueError(f"unknown workload {workload!r}; valid: {', '.join(sorted(WORKLOADS))}")
-    spec = BOARDS[board]
+    spec = board_spec(board, jetpack)
     root = Path(root)
-    node = write_tree(root, spec)
+    late = float(control.get("node_delay_s") or 0.0) > 0
+    watts = modeled_power_w(spec, workload, None, max(spec.freqs_hz))
+    node = write_tree(root, spec, watts=watts, late=late)
     vb = VirtualBoard(root, spec, node)
-    vb.configure(workload=workload, **control)
+    vb.configure(board=board, jetpack=spec.jetpack, workload=workload, **control)
     return vb
 
 
@@ -93,6 +122,11 @@ class VirtualBoard:
     @property
     def freqs_hz(self) -> tuple[int, ...]:
         return self.spec.freqs_hz
+
+    @property
+    def nodes(self) -> list[Path]:
+        """Every GPU devfreq directory, primary first (Thor has two)."""
+        return [self.root / "sys/class/devfreq" / n for n in self.spec.nodes]
 
     def control(self) -> dict[str, Any]:
         try:
@@ -120,36 +154,71 @@ class VirtualBoard:
     def set_noise(self, sd_w: float) -> None:
         self.configure(noise_w=float(sd_w))
 
-    def read(self, attr: str) -> str:
+    def read(self, attr: str, node: Path | None = None) -> str:
         """One devfreq attribute; an empty read (a writer between truncate and write) retries."""
         for _ in range(100):
-            text = (self.node / attr).read_text().strip()
+            text = ((node or self.node) / attr).read_text().strip()
             if text:
                 return text
             time.sleep(0.001)
         return text
 
-    def clocks(self) -> dict[str, Any]:
-        """min/max/cur in Hz and the governor, as the files hold them now."""
-        out: dict[str, Any] = {k: int(self.read(k)) for k in ("min_freq", "max_freq", "cur_freq")}
-        out["governor"] = self.read("governor")
+    def clocks(self, node: Path | None = None) -> dict[str, Any]:
+        """min/max/cur in Hz and the governor, as the files hold them now (primary node)."""
+        out: dict[str, Any] = {
+            k: int(self.read(k, node)) for k in ("min_freq", "max_freq", "cur_freq")
+        }
+        out["governor"] = self.read("governor", node)
         return out
 
-    def bounds(self) -> dict[str, Any]:
+    def bounds(self, node: Path | None = None) -> dict[str, Any]:
         """What a restore must bring back: min, max and governor (not cur_freq)."""
-        c = self.clocks()
+        c = self.clocks(node)
         return {k: c[k] for k in ("min_freq", "max_freq", "governor")}
 
+    def all_bounds(self) -> dict[str, dict[str, Any]]:
+        """``bounds()`` of every GPU node, by node name."""
+        return {n.name: self.bounds(n) for n in self.nodes}
+
+    def requests(self, node: str | None = None) -> dict[str, Any]:
+        """What was last *written* to a node (pmqos kernels keep the user's requests apart from
+        the bounds that reads give): ``{"request_min", "request_max"}`` from the status file
+        (None: no request since the kernel started)."""
+        info = self.status().get("nodes", {}).get(node or self.spec.nodes[0], {})
+        return {k: info.get(k) for k in ("request_min", "request_max")}
+
+    def set_clamp(self, hz: int | None) -> None:
+        """Cap every GPU node's clock as a thermal or power-mode limit would (None lifts it)."""
+        self.configure(clamp_hz=None if hz is None else int(hz))
+
+    def reboot(self, node_delay_s: float = 0.0) -> None:
+        """A fresh boot (call with the kernel stopped): every GPU node back at its full table,
+        and, with ``node_delay_s`` > 0, absent until the next kernel has run that long."""
+        late = self.root / CONTROL_DIR / LATE_DIR
+        for path in self.nodes:
+            for where in (path, late / path.name):
+                if where.is_dir():
+                    shutil.rmtree(where)
+            write_devfreq(
+                self.root, path.name, self.freqs_hz, self.spec.of_node, self.spec.governor,
+                base=late if node_delay_s > 0 else None,
+            )  # fmt: skip
+        self.configure(node_delay_s=float(node_delay_s), clamp_hz=None)
+
     def input_rail_files(self) -> list[Path]:
-        """The files the kernel writes for the board input rail (mW, or mV and mA)."""
+        """The files the kernel writes for the board's first total rail (mW, mV, mA, uW)."""
         return input_rail_files(self.root, self.spec)
 
+    def rails(self) -> dict[str, float]:
+        """Every connected rail's watts, as its driver's files say now."""
+        return {lab: read_rail_w(self.root, self.spec, lab) for _, _, lab in self.spec.connected()}
+
     def power_w(self) -> float:
-        """The board input rail as a reader computes it (mW, or mV x mA)."""
-        files = self.input_rail_files()
-        if self.spec.layout == "iio":
-            return float(files[0].read_text()) / 1000.0
-        return float(files[0].read_text()) * float(files[1].read_text()) / 1e6
+        """The board's power as a correct reader computes it: the sum of the row's total rails
+        (mW; mV x mA; uW). A board without a sensor raises (it has nothing to read)."""
+        if not self.spec.sensors:
+            raise ValueError(f"{self.spec.key}: the board has no power sensor")
+        return sum(read_rail_w(self.root, self.spec, lab) for lab in self.spec.total)
 
     def model_power_w(self, freq_hz: int, load: int | None = None) -> float:
         """Noise- and drift-free power the kernel reports at ``freq_hz`` for ``load``."""
@@ -199,7 +268,7 @@ class ClockRecorder:
         while not self._stop.is_set():
             try:
                 row: dict[str, Any] = self.board.clocks()
-                row["power_w"] = self.board.power_w()
+                row["power_w"] = self.board.power_w() if self.board.spec.sensors else None
             except (OSError, ValueError):
                 row = {}
             if row:
@@ -233,13 +302,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="write a board's sysfs tree under ROOT")
     b.add_argument("root")
-    b.add_argument("--board", choices=sorted(BOARDS), default="nano")
+    b.add_argument("--board", choices=BOARD_KEYS, default="nano")
+    b.add_argument("--jetpack", type=int, default=None)
     b.add_argument("--workload", choices=sorted(WORKLOADS), default="small_cnn")
     k = sub.add_parser("kernel", help="run the kernel stand-in on ROOT until SIGTERM")
     k.add_argument("root")
     args = p.parse_args(argv)
     if args.cmd == "build":
-        build_board(args.root, args.board, args.workload)
+        build_board(args.root, args.board, args.workload, jetpack=args.jetpack)
         return 0
     serve(args.root)
     return 0
@@ -249,4 +319,4 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["ClockRecorder", "VirtualBoard", "build_board", "wait_for"]
+__all__ = ["BOARD_KEYS", "ClockRecorder", "VirtualBoard", "build_board", "wait_for"]

@@ -1,24 +1,30 @@
-"""The virtual Jetson's kernel stand-in: devfreq's write rules and the power rail, over files.
+"""The virtual Jetson's kernel stand-in: devfreq's write rules and the power rails, over files.
 
 Why a module of its own: what the kernel does with a board's files (the rules a devfreq write
-meets, how ``cur_freq`` follows, what the power monitor reports) is behaviour, apart from the
-layouts it runs on (``virtual_boards.py``) and the handle tests hold (``virtual_jetson.py``);
-it also runs on its own, as ``python -m simulations.virtual_kernel ROOT``, in a process that
-survives an agent's SIGKILL.
+meets, how ``cur_freq`` follows, what the power monitors report, a GPU node that appears only
+some time into boot) is behaviour, apart from the layouts it runs on (``virtual_boards.py``),
+the per-generation devfreq rules (``virtual_devfreq.py``) and the handle tests hold
+(``virtual_jetson.py``); it also runs on its own, as ``python -m simulations.virtual_kernel
+ROOT``, in a process that survives an agent's SIGKILL.
 
-:func:`run_kernel` polls the files every few ms as devfreq would react to them: a requested
-``min_freq`` is snapped up and ``max_freq`` down to ``available_frequencies``; a request that
-would leave min > max is rejected (the file is put back, as ``write()`` failing with EINVAL
-leaves it); ``cur_freq`` reaches the effective target after a configurable lag; the board-input
-rail reports ``simulations.devicemodel``'s mean power for the board + workload at the *current*
-clock and the running batch size (:func:`modeled_power_w`), times ``drift_scale``, plus
-``drift_add_w`` and Gaussian noise. Target clock: with min == max the clock is pinned there;
-with a range, the governor is modeled as "busy -> max, idle -> min" (nvhost_podgov under a
-training load sits at the top).
+:func:`run_kernel` polls the files every few ms as the kernel would react to them. Each GPU
+devfreq node (Thor has two, each with its own bounds) follows its JetPack's rules: ``einval``
+on JetPack 4 (a request that would leave min > max is rejected, the file put back), ``pmqos``
+on 5+ (accepted and resolved; ``max_freq`` reads the effective bound, under ``clamp_hz``, the
+stand-in for a thermal or power-mode clamp; the user's requests are in the status file).
+``cur_freq`` reaches the governor's target after a configurable lag; the target is the pinned
+clock when min == max, else "busy -> max, idle -> min" (nvhost_podgov under a training load sits
+at the top). The board's power is ``simulations.devicemodel``'s mean power for the board +
+workload at the primary node's *current* clock and the running batch size
+(:func:`modeled_power_w`), times ``drift_scale``, plus ``drift_add_w`` and Gaussian noise,
+spread over the board's rails by ``virtual_boards.reading_files`` (the total rails sum to it).
+With ``node_delay_s`` > 0 the GPU node(s) are created that long after the kernel starts (a
+JetPack 7 boot, where the GPU driver loads late).
 
 It obeys one JSON file, ``<root>/.virtual_jetson/control.json`` (keys and defaults in
-``DEFAULTS``), and reports in ``status.json`` next to it, so a kernel in another process is
-steered exactly as one in a thread.
+``DEFAULTS``; ``board``/``jetpack`` name the layout, written by ``build_board``), and reports
+in ``status.json`` next to it, so a kernel in another process is steered exactly as one in a
+thread.
 
 Limitation: min and max are files, not syscalls, so a write the kernel would refuse can only be
 noticed if a poll lands between the two writes of a pair; ``rejected`` counts what was seen. The
@@ -35,20 +41,26 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from simulations.devicemodel.fitted import WORKLOADS
-from simulations.devicemodel.physics import dvfs_factor, mean_power_w
-from simulations.virtual_boards import RAIL_MV, BoardSpec, find_board, input_rail_files
+from simulations.virtual_boards import (
+    CONTROL_DIR,
+    LATE_DIR,
+    BoardSpec,
+    board_spec,
+    find_board,
+    reading_files,
+)
+from simulations.virtual_devfreq import NodeState, atomic_write, kernel_accepts
+from simulations.virtual_devices import modeled_power_w
 
-CONTROL_DIR = ".virtual_jetson"
 CONTROL_FILE = "control.json"
 STATUS_FILE = "status.json"
 
 DEFAULTS: dict[str, Any] = {
+    "board": None,  # the layout's key (a row of the board table or a short alias)
+    "jetpack": None,  # its JetPack major (None: the layout's default)
     "workload": "small_cnn",
     "load": None,  # batch size running now, or None for idle
     # True: ``load`` runs only while the GPU clock is pinned (min == max), as the profiler and
@@ -60,177 +72,128 @@ DEFAULTS: dict[str, Any] = {
     "lag_s": 0.05,  # cur_freq reaches a new target this long after it changed
     "poll_s": 0.005,  # kernel poll period
     "seed": 0,
+    "clamp_hz": None,  # a thermal / power-mode cap on every GPU node (None: none)
+    "node_delay_s": 0.0,  # the GPU node(s) appear this long after the kernel starts
 }
 
-
-def modeled_power_w(spec: BoardSpec, workload: str, load: int | None, freq_hz: int) -> float:
-    """Board input power from the device model: training at ``load`` or idle (None).
-
-    Idle is the board's idle power plus the clocked-but-idle GPU share (5 % of the workload's
-    dynamic coefficient at that clock), so even an idle board draws a little more at high clocks.
-    """
-    w = WORKLOADS[workload]
-    mhz = freq_hz / 1e6
-    if load is None:
-        return spec.device.idle_w + 0.05 * w.dyn_w * spec.device.dyn_scale * dvfs_factor(
-            spec.device, mhz
-        )
-    return mean_power_w(spec.device, w, int(load), mhz)
+__all__ = [
+    "CONTROL_DIR", "CONTROL_FILE", "DEFAULTS", "STATUS_FILE", "Kernel", "atomic_write",
+    "kernel_accepts", "modeled_power_w", "run_kernel", "serve",
+]  # fmt: skip
 
 
-def kernel_accepts(writes: Sequence[tuple[str, str]], start_min: int, start_max: int) -> bool:
-    """Replay a write log as devfreq would: a write that makes min > max is rejected (EINVAL)."""
-    cur = {"min_freq": start_min, "max_freq": start_max}
-    for path, value in writes:
-        attr = os.path.basename(path)
-        if attr not in cur:
-            continue
-        trial = dict(cur)
-        trial[attr] = int(value)
-        if trial["min_freq"] > trial["max_freq"]:
-            return False
-        cur = trial
-    return True
-
-
-def atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp"
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-def _read_int(path: Path) -> int | None:
+def _stamp(path: Path) -> tuple[int, int] | None:
     try:
-        text = path.read_text().strip()
-        return int(float(text)) if text else None
-    except (OSError, ValueError):
-        return None  # mid-write (truncated) or unreadable: look again at the next poll
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_ino, st.st_mtime_ns)
 
 
-@dataclass
-class _KernelState:
-    eff_min: int
-    eff_max: int
-    seen_min: int
-    seen_max: int
-    cur: int
-    target: int
-    target_since: float
-    rejected: int = 0
-    snapped: int = 0
-    ticks: int = 0
-    last_power: dict[str, str] = field(default_factory=dict)
+def _spec_of(root: Path, ctl: dict[str, Any]) -> BoardSpec:
+    if ctl.get("board"):
+        return board_spec(str(ctl["board"]), ctl.get("jetpack"))
+    return find_board(root)[0]
+
+
+def _place_late_nodes(root: Path, spec: BoardSpec) -> None:
+    """Move staged GPU nodes into sys/class/devfreq (a rename: each appears whole)."""
+    for name in spec.nodes:
+        staged = root / CONTROL_DIR / LATE_DIR / name
+        if staged.is_dir() and not (root / "sys/class/devfreq" / name).exists():
+            (root / "sys/class/devfreq").mkdir(parents=True, exist_ok=True)
+            os.rename(staged, root / "sys/class/devfreq" / name)
 
 
 def run_kernel(root: str | Path, stop: threading.Event | None = None) -> None:
     """Poll ``root``'s board until ``stop`` is set (or forever in a kernel process)."""
     root = Path(root)
     ctl_path = root / CONTROL_DIR / CONTROL_FILE
-    data = json.loads(ctl_path.read_text())
-    spec, node = find_board(root)
+    ctl = {**DEFAULTS, **json.loads(ctl_path.read_text())}
+    ctl_stamp = _stamp(ctl_path)
+    spec = _spec_of(root, ctl)
     table = sorted(spec.freqs_hz)
-    rail_files = input_rail_files(root, spec)
-    ctl = {**DEFAULTS, **data}
-    ctl_mtime = 0.0
     rng = random.Random(ctl["seed"])
-    mn = _read_int(node / "min_freq") or table[0]
-    mx = _read_int(node / "max_freq") or table[-1]
-    cur = _read_int(node / "cur_freq") or table[-1]
-    st = _KernelState(mn, mx, mn, mx, cur, cur, time.monotonic())
+    started = time.monotonic()
+    nodes: dict[str, NodeState] = {}
+    written: dict[Path, str] = {}
+    st: dict[str, Any] = {"ticks": 0, "created_at_s": None}
     last_status = 0.0
     stop = stop or threading.Event()
     while not stop.is_set():
         now = time.monotonic()
-        try:
-            m = ctl_path.stat().st_mtime
-            if m != ctl_mtime:
+        stamp = _stamp(ctl_path)
+        if stamp != ctl_stamp:
+            try:
                 ctl = {**DEFAULTS, **json.loads(ctl_path.read_text())}
-                ctl_mtime = m
-        except (OSError, ValueError):
-            pass
-        _tick_bounds(node, table, st)
+                ctl_stamp = stamp
+            except (OSError, ValueError):
+                pass  # mid-replace: next poll
+        if len(nodes) < len(spec.nodes):
+            if now - started >= float(ctl["node_delay_s"] or 0.0):
+                _place_late_nodes(root, spec)
+            for name in spec.nodes:
+                path = root / "sys/class/devfreq" / name
+                if name not in nodes and path.is_dir():
+                    nodes[name] = NodeState(path, table, spec.rules)
+                    if st["created_at_s"] is None:
+                        st["created_at_s"] = now - started
+        clamp = ctl["clamp_hz"]
+        for node in nodes.values():
+            node.tick(clamp)
+        primary = nodes.get(spec.nodes[0])
         load = ctl["load"]
-        if ctl["load_while_pinned"] and st.eff_min != st.eff_max:
+        if ctl["load_while_pinned"] and (primary is None or not primary.pinned):
             load = None  # nothing runs at the owner's clocks: the board idles
-        target = st.eff_max if load is not None else st.eff_min
-        if target != st.target:
-            st.target, st.target_since = target, now
-        switch = st.cur != st.target and now - st.target_since >= float(ctl["lag_s"])
-        if switch:
-            st.cur = st.target
-        watts = modeled_power_w(spec, ctl["workload"], load, st.cur)
+        busy, lag_s = load is not None, float(ctl["lag_s"])
+        switched = [n for n in nodes.values() if n.step(busy, clamp, lag_s, now)]
+        cur = primary.cur if primary is not None else table[-1]  # booting: the top clock
+        watts = modeled_power_w(spec, ctl["workload"], load, cur)
         watts = watts * float(ctl["drift_scale"]) + float(ctl["drift_add_w"])
         if ctl["noise_w"]:
             watts += rng.gauss(0.0, float(ctl["noise_w"]))
-        # Power first: once a reader sees cur_freq at the target, the rail already shows it.
-        _write_power(spec, rail_files, max(watts, 0.0), st)
-        if switch:
-            atomic_write(node / "cur_freq", f"{st.cur}\n")
-        st.ticks += 1
+        # Power first: once a reader sees cur_freq at the target, the rails already show it.
+        for path, text in reading_files(root, spec, max(watts, 0.0)):
+            if written.get(path) != text:
+                atomic_write(path, text + "\n")
+                written[path] = text
+        for node in switched:
+            atomic_write(node.path / "cur_freq", f"{node.cur}\n")
+        st["ticks"] += 1
         if now - last_status > 0.2:
-            _write_status(root, st)
+            _write_status(root, spec, nodes, st, ctl)
             last_status = now
         stop.wait(float(ctl["poll_s"]))
-    _write_status(root, st)
+    _write_status(root, spec, nodes, st, ctl)
 
 
-def _snap(table: Sequence[int], value: int, up: bool) -> int:
-    """devfreq's OPP rounding: a floor request rounds up, a ceiling request rounds down."""
-    if up:
-        return next((h for h in table if h >= value), table[-1])
-    return next((h for h in reversed(table) if h <= value), table[0])
-
-
-def _tick_bounds(node: Path, table: Sequence[int], st: _KernelState) -> None:
-    raw_min = _read_int(node / "min_freq")
-    raw_max = _read_int(node / "max_freq")
-    if raw_min is None:
-        raw_min = st.seen_min
-    if raw_max is None:
-        raw_max = st.seen_max
-    if raw_min == st.seen_min and raw_max == st.seen_max:
-        return
-    new_min = _snap(table, raw_min, up=True)
-    new_max = _snap(table, raw_max, up=False)
-    if new_min > new_max:
-        # EINVAL: the write that made min > max never took effect; show the old values again.
-        st.rejected += 1
-        for attr, value in (("min_freq", st.eff_min), ("max_freq", st.eff_max)):
-            atomic_write(node / attr, f"{value}\n")
-        st.seen_min, st.seen_max = st.eff_min, st.eff_max
-        return
-    for attr, raw, new in (("min_freq", raw_min, new_min), ("max_freq", raw_max, new_max)):
-        if raw != new:
-            st.snapped += 1
-            atomic_write(node / attr, f"{new}\n")  # show the OPP actually in force
-    st.eff_min, st.eff_max = new_min, new_max
-    st.seen_min, st.seen_max = new_min, new_max
-
-
-def _write_power(spec: BoardSpec, files: list[Path], watts: float, st: _KernelState) -> None:
-    ma = watts * 1000.0 / (RAIL_MV / 1000.0)
-    if spec.layout == "iio":
-        values = [f"{int(round(watts * 1000))}", f"{RAIL_MV}", f"{int(round(ma))}"]
-    else:
-        values = [f"{RAIL_MV}", f"{int(round(ma))}"]
-    for path, text in zip(files, values, strict=True):
-        if st.last_power.get(path.name) != text:
-            atomic_write(path, text + "\n")
-            st.last_power[path.name] = text
-
-
-def _write_status(root: Path, st: _KernelState) -> None:
-    status = {
+def _write_status(
+    root: Path,
+    spec: BoardSpec,
+    nodes: dict[str, NodeState],
+    st: dict[str, Any],
+    ctl: dict[str, Any],
+) -> None:
+    """Status: the primary node's counters and bounds at the top level (as before), every
+    node under ``nodes``, the clamp in force and when the nodes appeared."""
+    primary = nodes.get(spec.nodes[0])
+    status: dict[str, Any] = {
         "pid": os.getpid(),
-        "ticks": st.ticks,
-        "rejected": st.rejected,
-        "snapped": st.snapped,
-        "eff_min": st.eff_min,
-        "eff_max": st.eff_max,
-        "cur": st.cur,
+        "ticks": st["ticks"],
+        "board": spec.key,
+        "jetpack": spec.jetpack,
+        "rules": spec.rules,
+        "clamp_hz": ctl["clamp_hz"],
+        "nodes_present": sorted(nodes),
+        "node_created_at_s": st["created_at_s"],
+        "nodes": {name: n.status() for name, n in nodes.items()},
         "time": time.time(),
     }
+    if primary is not None:
+        p = primary.status()
+        for key in ("rejected", "snapped", "eff_min", "eff_max", "cur", "request_min",
+                    "request_max", "requests"):  # fmt: skip
+            status[key] = p[key]
     atomic_write(root / CONTROL_DIR / STATUS_FILE, json.dumps(status))
 
 

@@ -64,7 +64,7 @@ def test_tx2nx_discovery(tmp_path):
     make_tx2nx(tmp_path)
     b = JetsonBackend(sysfs_root=str(tmp_path))
     assert b.node.name == "17000000.gp10b"
-    assert b.rail.name == "POM_5V_IN"
+    assert b.rail.name == "VDD_IN"  # the TX2 NX has no POM_5V_* rails
     assert b.read_power_w() == pytest.approx(6.123)
     assert b.frequencies()[-1] == pytest.approx(1300.5)
 
