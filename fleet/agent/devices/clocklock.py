@@ -50,6 +50,9 @@ log = logging.getLogger("fleet.agent")
 
 #: Default bound on waiting for ``cur_freq`` to reach a locked target (devfreq switches in ms).
 SETTLE_TIMEOUT_S = 1.0
+#: How long the first lock's PM-QoS probe waits for a clamp to show in ``max_freq`` (once per run,
+#: and only on a board whose ``max_freq`` read below its table's top).
+PROBE_SETTLE_S = 0.2
 
 
 def pin_hz(table: List[int], hz: int) -> int:
@@ -215,7 +218,7 @@ class DevfreqClockLock(object):
             return entry
         with self._io, deferred_signals():
             self._write_to(node, "max_freq", top)
-            seen = self._read_hz("max_freq", node)
+            seen = self._read_resolved_max(node, top)
             if seen > mx:  # the read rose: mx was the user's own limit; put it back
                 self._write_to(node, "max_freq", mx)
                 if seen < top:
@@ -234,6 +237,18 @@ class DevfreqClockLock(object):
                 entry["clamp_hz"] / 1e6,
             )
         return entry
+
+    def _read_resolved_max(self, node: DevfreqNode, written: int) -> int:
+        """``max_freq`` after writing ``written``, once the kernel has resolved it: a clamp
+        shows as a read below what was written. The PM-QoS aggregate may be applied after the
+        write returns (a notifier; a kernel stand-in polling files), so a read still equal to
+        the write is re-read for up to ``PROBE_SETTLE_S`` before it is taken as unclamped."""
+        deadline = time.monotonic() + PROBE_SETTLE_S
+        seen = self._read_hz("max_freq", node)
+        while seen >= written and time.monotonic() < deadline:
+            time.sleep(0.01)
+            seen = self._read_hz("max_freq", node)
+        return seen
 
     def _record(self, originals: List[Dict[str, Any]]) -> Dict[str, Any]:
         first = originals[0]
