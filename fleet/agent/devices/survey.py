@@ -186,7 +186,9 @@ def _ready(gp: Dict[str, Any], power: Dict[str, Any], state: Dict[str, Any]) -> 
     if measured and not clocks:
         notes.append("train only from a recorded profile of this board type (budget unguarded)")
     if state.get("writer") == "gone":
-        notes.append("a crashed run left clocks saved: the next start (or `restore`) puts them back")
+        notes.append(
+            "a crashed run left clocks saved: the next start (or `restore`) puts them back"
+        )
     return {
         "profile": not (clocks or measured),
         "train": not train,
