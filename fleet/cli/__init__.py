@@ -33,6 +33,7 @@ COMMANDS = [
     ("estimate", "estimate samples-to-accuracy per batch size on a proxy"),
     ("train", "fine-tune on this board under a budget, with the closed loop (guard, re-selection)"),
     ("restore", "put back the GPU clocks a crashed run left locked"),
+    ("doctor", "what this board is (GPU nodes, clocks, power rails) and whether profile/train run"),
     ("predict", "fill a sparse profile: predict time and power at the points not probed"),
     ("profiles", "list the coordinator's profile store"),
     ("whatif", "sweep the fleet budget: round time, energy and infeasible devices per step"),

@@ -1,0 +1,92 @@
+"""`powerfleet doctor`: what this board is, what powerfleet found on it, and what can run.
+
+Why a command: a board that fails to profile or train fails for a reason that lives in its
+sysfs (a GPU node under another name, a sensor that is not there, clocks not writable, a state
+file left by a crash). ``doctor`` says all of it in one place, read-only (``survey.py``), as a
+table for people and one JSON object (``--json``) to paste into a bug report. It runs on a board
+or on a copied tree (``--sysfs-root``). Exit 0 when the survey ran, whatever it found; 2 when
+the root is not a sysfs tree.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from fleet.agent.devices.survey import exists, survey
+from fleet.cli.common import emit_json, fmt, mhz
+from fleet.common.errors import InputError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("doctor", help="what this board is and whether profile/train can run")
+    p.add_argument("--sysfs-root", default="/", help="sysfs prefix (a copied tree, a dry run)")
+    p.add_argument("--state-dir", help="where clock state is saved (default: as `restore`)")
+    p.add_argument("--rail", help="power rail or sum A+B to report (default: the board's total)")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if not exists(args.sysfs_root):
+        raise InputError(f"--sysfs-root {args.sysfs_root}: no sys/ directory there to survey")
+    report = survey(args.sysfs_root, args.state_dir, args.rail)
+    if args.json:
+        emit_json(report)
+    else:
+        show(report)
+    return 0
+
+
+def show(report: dict[str, Any]) -> None:
+    from rich.console import Console
+
+    out = Console(highlight=False)
+    b = report["board"]
+    name = b["name"] or "not in the board table"
+    out.print(f"[bold]Board[/bold]  {name}  type {b['type'] or '-'}  model {b['model'] or '-'}")
+    out.print(
+        f"  L4T {b['l4t'] or '-'}  JetPack {b['jetpack'] or '-'}  devfreq rules {b['kernel_rules']}"
+    )
+    out.print(f"  compatible {', '.join(b['compatible']) or '-'}")
+    gpu = report["gpu"]
+    out.print("[bold]GPU[/bold]" + (f"  {gpu['error']}" if gpu.get("error") else ""))
+    for n in gpu.get("nodes", []):
+        table = n.get("available_mhz") or []
+        out.print(
+            f"  {n['name']}: min {mhz(n.get('min_mhz'))} max {mhz(n.get('max_mhz'))} "
+            f"cur {mhz(n.get('cur_mhz'))} MHz, governor {n.get('governor') or '-'}, "
+            f"{'writable' if n.get('writable') else 'NOT writable'}"
+            + (", max below the table's top" if n.get("below_table_top") else "")
+        )
+        out.print(f"    clocks (MHz): {' '.join(mhz(f) for f in table) or '-'}")
+    if gpu.get("table_vs_board"):
+        out.print(f"  clock table vs the board table: {gpu['table_vs_board']}")
+    p = report["power"]
+    out.print("[bold]Power[/bold]")
+    if p.get("error"):
+        out.print(f"  {p['error']}")
+    elif p.get("reason"):
+        out.print(f"  none: {p['reason']}")
+    else:
+        out.print(
+            f"  total {fmt(p.get('total_w'))} W = {p.get('rail')} ({p.get('power_total')}); "
+            f"sensors {p.get('power_sensors')}; refresh "
+            f"{fmt(p.get('sensor_period_s'))} s"
+        )
+        for r in p.get("rails", []):
+            mark = "+" if r["in_total"] else " "
+            value = fmt(r.get("watts")) if "watts" in r else r.get("error")
+            out.print(f"   {mark} {r['name']}: {value} W")
+    s = report["clock_state"]
+    saved = "error: " + s["error"] if s.get("error") else ("saved" if s.get("saved") else "none")
+    out.print(f"[bold]Clock state[/bold]  {s['file']}: {saved}")
+    if s.get("saved"):
+        out.print(f"  written by pid {s.get('pid')} ({s.get('writer')})")
+    r = report["ready"]
+    for what in ("profile", "train"):
+        why = r[f"why_not_{what}"]
+        verdict = "[green]yes[/green]" if r[what] else "[red]no[/red]: " + "; ".join(why)
+        out.print(f"[bold]{what}[/bold] {verdict}")
+    for note in r["notes"]:
+        out.print(f"  note: {note}")
