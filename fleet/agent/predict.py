@@ -19,6 +19,7 @@ import numpy as np
 
 from .predict_fit import (
     PredictError,
+    check_rows,
     fit_surface,
     interpolate_row,
     loo_errors,
@@ -91,7 +92,7 @@ def predict_profile(
         if not obs[q] or not todo:  # nothing to predict: a full grid passes through as is
             continue
         if rho is not None:
-            _check_rows(obs[q], wanted_b)
+            check_rows(obs[q], wanted_b)
             values[q] = _predict_capped(q, obs, rho, todo)
             methods[q], errors[q] = "cap", None
             continue
@@ -173,16 +174,6 @@ def _cap_ratio(peak: Dict[Tuple[int, float], float]) -> Optional[float]:
     if not any(sum(1 for x in r if x >= 0.97 * best) >= 3 for r in ratios.values()):
         return None
     return float(np.median(pinned))
-
-
-def _check_rows(obs: Dict[Tuple[int, float], float], bs: Sequence[int]) -> None:
-    for b in bs:
-        mine = set(k for (bb, k) in obs if bb == b)
-        if len(mine) < 2:
-            raise PredictError(
-                "batch size {} has {} probed knob value(s); prediction needs at least 2 "
-                "per batch size".format(b, len(mine))
-            )
 
 
 def _predict_capped(

@@ -109,13 +109,7 @@ def fit_surface(
             "knob {:g} is outside the probed range {:g}..{:g}; prediction does not "
             "extrapolate".format(outside[0], lo, hi)
         )
-    for b in bs:
-        mine = set(k for (bb, k) in obs if bb == b)
-        if len(mine) < 2:
-            raise PredictError(
-                "batch size {} has {} probed knob value(s); prediction needs at least 2 "
-                "per batch size".format(b, len(mine))
-            )
+    check_rows(obs, bs)
     kx = np.array(ks, dtype=float)
     kpos = {k: j for j, k in enumerate(ks)}
     rows_of = {b: [(kpos[k], y) for (bb, k), y in obs.items() if bb == b] for b in bs}
@@ -189,6 +183,18 @@ def fit_surface(
         {k: float(h[kpos[k]]) for k in ks},
         math.sqrt(sse / max(n, 1)),
     )
+
+
+def check_rows(obs: Dict[Tuple[int, float], float], bs: Sequence[int]) -> None:
+    """Every batch size needs two probed knob values or more: a curve through one point is a
+    guess, and prediction refuses to guess."""
+    for b in bs:
+        mine = set(k for (bb, k) in obs if bb == b)
+        if len(mine) < 2:
+            raise PredictError(
+                "batch size {} has {} probed knob value(s); prediction needs at least 2 "
+                "per batch size".format(b, len(mine))
+            )
 
 
 def surface_value(surface: Surface, batch_size: int, knob: float) -> float:
