@@ -119,6 +119,7 @@ def test_agent_train_reply_carries_drift_events_and_the_refreshed_profile(tmp_pa
         batch_size=16,
         drift_time_tol=100.0,
         refreshed_profile=str(out),
+        pace=True,  # steps last the LUT's time: the rail is watched for >= 96 x 14.8 ms
     )
     res = handle_train(ctx, req)
     (ev,) = res["drift_events"]
