@@ -13,20 +13,34 @@ which for ``deadline`` weighs the remaining deadline against the fraction done);
 carries over as the *fraction* of the target reached, so switching from b to b' leaves ``(1 -
 done) x N(b')`` samples to go. If a segment's budget admits no point, the device pauses (no
 work, no GPU power charged) until the next step; it never runs over budget.
+
+Segmented rounds (docs/architecture.md, "Segmented rounds"): a round that lasts hours is run in
+bounded segments, each a ``run_device`` call whose clock starts from the device's last
+``Progress`` (``start``) and stops at a device-clock time (``stop_s``). A segment that crosses
+``stop_s`` is cut there exactly as a budget step's end cuts it (samples and energy pro rata);
+the row is then ``running`` with cumulative counters, and ``progress`` says where the device
+stands. Resuming inside a budget step keeps the point the device was running (a segment
+boundary is not a budget change, so nothing re-selects, as on a board); resuming at a step's
+start chooses as the one-shot run does there. Chaining segments therefore gives the one-shot
+run's final row (``tests/test_virtual_clock_segments.py``).
 """
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
+from fleet.budgets.codec import BudgetStep, budget_limit
 from fleet.common.errors import InputError
 from fleet.config.fleetfile import DeviceSpec, RunSettings
+from fleet.core.choice import Choice, make_choice
 from fleet.core.efficiency import Efficiency, load_efficiency
-from fleet.core.profile import Profile, load_profile
+from fleet.core.profile import Profile, feasible, load_profile
 from fleet.core.selection import SelectionIndex
-from fleet.rounds.device_round import DeviceResult, Round, Segment, run_device
+from fleet.rounds.device_round import TRAINED, DeviceResult, Round, Segment, run_device
+from fleet.rounds.progress import MAX_SECONDS, Progress
 
 DONE = 1.0 - 1e-12  # fraction of the target that counts as reached (float sums)
 
@@ -37,11 +51,17 @@ class VirtualClock:
 
     ``batch_size`` fixes the batch for every segment (host training already chose it; only
     the frequency follows the budget); ``learning`` labels the row (None: the fleet entry's).
+    ``start``: resume from this progress (None: the round's start); ``stop_s``: stop at this
+    device-clock time (None: run to the target). After ``run``, ``progress`` is where the
+    device stands (cumulative, as it travels in a segment reply).
     """
 
     trace: Efficiency
     batch_size: int | None = None
     learning: str | None = None
+    start: Progress | None = None
+    stop_s: float | None = None
+    progress: Progress | None = field(default=None, init=False)
 
     @property
     def truth(self) -> Efficiency:
@@ -51,17 +71,36 @@ class VirtualClock:
         res.trace = self.trace.source
         schedule = rnd.schedule
         clock = done = energy = samples = peak = 0.0  # done: fraction of the target reached
-        for k, step in enumerate(schedule):
+        start, first_k = self.start, 0
+        stop = math.inf if self.stop_s is None else self.stop_s
+        if start is not None:
+            clock, done = start.time_s, start.done
+            energy, samples = start.energy_j, start.samples
+            first_k = step_index(schedule, clock)
+        now = _Now.of(start)  # the point running at the clock, for the progress
+        stopped = False
+        for k in range(first_k, len(schedule)):
+            step = schedule[k]
             end = schedule[k + 1].at_s if k + 1 < len(schedule) else math.inf
             clock = max(clock, step.at_s)  # paused through an infeasible segment: idle till now
+            if clock >= stop:
+                stopped = True
+                break
             fixed = self.batch_size
-            if k == 0 and fixed is None:
+            if start is not None and k == first_k and clock > step.at_s:
+                choice = self._resumed(rnd, k, clock, done)  # mid-step: keep running its point
+            elif k == 0 and fixed is None:
                 choice = rnd.first
             else:
                 choice = rnd.choose_step(k, clock, done, fixed)
             if choice is None:
-                res.segments.append(Segment(clock, end, step.budget_w, None, None, 0, 0, None))
-                clock = end
+                until = end if math.isinf(end) else min(end, stop)  # the last pause is final
+                res.segments.append(Segment(clock, until, step.budget_w, None, None, 0, 0, None))
+                now = _Now(None, step.budget_w, clock)
+                clock = until
+                if until < end:
+                    stopped = True
+                    break
                 continue
             n_true = self.trace.samples.get(choice.batch_size, math.nan)
             if math.isnan(n_true):
@@ -72,7 +111,8 @@ class VirtualClock:
                 )
                 break
             per_sample = choice.time_per_batch_s / choice.batch_size
-            run = min((1.0 - done) * n_true * per_sample, end - clock)
+            left = stop - clock
+            run = min((1.0 - done) * n_true * per_sample, end - clock, left)
             seg_samples, seg_energy = run / per_sample, choice.mean_power_w * run
             res.segments.append(
                 Segment(
@@ -91,16 +131,94 @@ class VirtualClock:
             samples += seg_samples
             peak = max(peak, choice.peak_power_w)
             done += seg_samples / n_true
+            now = _Now(choice, step.budget_w, clock, n_true * per_sample)
             if done >= DONE:
                 break
-        if res.status == "ok" and done < DONE:
+            if run == left:  # cut at the stop time, not at the step's end or the target
+                clock, stopped = stop, True
+                break
+        if stopped:
+            res.status = "running"
+        elif res.status == "ok" and done < DONE:
             res.status = "infeasible"
             res.message = "the budget schedule left no feasible point before the target was reached"
         res.time_s, res.energy_j, res.samples = clock, energy, samples
         res.peak_power_w = peak if peak > 0 else res.peak_power_w
+        if start is not None and res.peak_power_w is not None:  # the round's first point too
+            res.peak_power_w = max(res.peak_power_w, rnd.first.peak_power_w)
         if res.status == "ok":
             res.accuracy, note = reached_accuracy(self.trace, rnd.run.target_accuracy)
             res.message = note or res.message
+        self.progress = now.progress(res, clock, done, start)
+
+    def _resumed(self, rnd: Round, k: int, clock: float, done: float) -> Choice | None:
+        """The point a device resumed inside budget step k runs: the one its progress names,
+        when the profile has it and it fits the step's budget (and the fixed batch); else the
+        step's own choice (what a device that lost its point would choose)."""
+        s, fixed = self.start, self.batch_size
+        if s is not None and s.batch_size is not None and s.freq_mhz is not None:
+            p = rnd.profile.point(s.batch_size, s.freq_mhz)
+            fits = p is not None and feasible(p, budget_limit(rnd.schedule[k].budget_w))
+            if p is not None and fits and fixed in (None, p.batch_size):
+                n = rnd.shipped.samples.get(p.batch_size, math.nan)
+                return make_choice(p, n, "ours", rnd.run.objective)
+        if k == 0 and fixed is None:
+            return rnd.first
+        return rnd.choose_step(k, clock, done, fixed)
+
+
+def step_index(schedule: tuple[BudgetStep, ...], clock_s: float) -> int:
+    """The budget step in force at ``clock_s`` (the last one starting at or before it)."""
+    return max(0, bisect.bisect_right([s.at_s for s in schedule], clock_s) - 1)
+
+
+@dataclass(frozen=True)
+class _Now:
+    """What the device runs at the clock: the point (None: paused), the budget in force, and
+    the point's seconds for the whole target (its truth), for the ETA."""
+
+    choice: Choice | None
+    budget_w: float | None
+    since_s: float
+    full_s: float | None = None
+    start: Progress | None = None
+
+    @classmethod
+    def of(cls, start: Progress | None) -> _Now:
+        return cls(None, None, 0.0, None, start)
+
+    def progress(
+        self, res: DeviceResult, clock: float, done: float, start: Progress | None
+    ) -> Progress:
+        """The cumulative progress a segment reply carries (``fleet.rounds.progress``)."""
+        if math.isfinite(clock):
+            time_s = min(clock, MAX_SECONDS)
+        else:  # paused for good (the schedule's last step admits nothing): the clock stopped
+            time_s = self.since_s
+        finished = res.status in TRAINED
+        c = self.choice
+        if c is None and self.start is not None:  # nothing ran this segment: as it was
+            s = self.start
+            b, f, budget, power, eta = s.batch_size, s.freq_mhz, s.budget_w, s.power_w, s.eta_s
+        else:
+            b = c.batch_size if c else None
+            f = c.freq_mhz if c else None
+            budget, power = self.budget_w, c.mean_power_w if c else None
+            eta = max(0.0, 1.0 - done) * self.full_s if c and self.full_s is not None else None
+        power = power if power is not None and math.isfinite(power) else None
+        return Progress(
+            time_s=time_s,
+            samples=res.samples or 0.0,
+            energy_j=res.energy_j or 0.0,
+            accuracy=res.accuracy if finished else None,
+            batch_size=b,
+            freq_mhz=f,
+            budget_w=budget,
+            power_w=power,
+            done=1.0 if done >= DONE else min(max(done, 0.0), 1.0),
+            eta_s=0.0 if finished else eta,
+            segments=(start.segments if start is not None else 0) + 1,
+        )
 
 
 def reached_accuracy(trace: Efficiency, target: float) -> tuple[float, str]:
@@ -152,3 +270,36 @@ def simulate_device(spec: DeviceSpec, shipped: Efficiency, run: RunSettings) -> 
     except InputError as exc:
         return DeviceResult.for_device(spec, shipped.source, message=str(exc))
     return run_device(spec, profile, shipped, run, VirtualClock(trace), index=index)
+
+
+def simulate_segment(
+    spec: DeviceSpec,
+    shipped: Efficiency,
+    run: RunSettings,
+    start: Progress | None,
+    segment_s: float,
+) -> tuple[DeviceResult, Progress]:
+    """One segment of a simulated device's round: from ``start`` (None: the round's start) for
+    ``segment_s`` device seconds, or to the target if that comes first.
+
+    The row is cumulative since the round began (``running`` until the target); chaining
+    segments, each from the previous one's progress, gives ``simulate_device``'s row. A bad
+    ``segment_s`` raises ``InputError`` (the instruction's fault); a problem of this device is
+    its row, as in ``simulate_device``, with the progress where it was.
+    """
+    if isinstance(segment_s, bool) or not isinstance(segment_s, (int, float)):
+        raise InputError(f"segment_s: expected a number of seconds, got {segment_s!r}")
+    if not math.isfinite(segment_s) or not 0 < segment_s <= MAX_SECONDS:
+        raise InputError(f"segment_s: must be in (0, {MAX_SECONDS:g}] seconds, got {segment_s}")
+    begin = start if start is not None else Progress()
+    unchanged = replace(begin, segments=begin.segments + 1)
+    try:
+        profile, index = cached_profile(spec.profile)
+        if spec.data is None:
+            raise InputError(f"device {spec.name}: no convergence trace (data) to run on")
+        trace = cached_efficiency(spec.data)
+    except InputError as exc:
+        return DeviceResult.for_device(spec, shipped.source, message=str(exc)), unchanged
+    clock = VirtualClock(trace, start=begin, stop_s=begin.time_s + float(segment_s))
+    res = run_device(spec, profile, shipped, run, clock, index=index)
+    return res, clock.progress if clock.progress is not None else unchanged
