@@ -17,17 +17,23 @@ agent (``clients.hardware_client``); any other node is simulated and its fleet e
 (``fleet.rounds.virtual_clock``), "train" fine-tunes the shipped weights on this host's CPU
 (``fleet.rounds.host_training``) while time and energy still come from the device's profile; its
 fine-tuned weights go back in federated mode.
+
+Segmented rounds (``clients.segments``): ``query.identify`` answers which device this node is;
+``train.segment`` runs one bounded segment of the round (the virtual clock from the resume
+point, or ``clients.hardware_client.hardware_segment`` on a board) and replies the cumulative
+row plus a ``progress`` record. The default ``train`` message still runs the whole round.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from flwr.app import ArrayRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
-from clients import records
+from clients import records, segments
 from fleet.common.errors import InputError
 from fleet.config.fleetfile import DeviceSpec
 from fleet.rounds.device_round import TRAINED
@@ -163,3 +169,35 @@ def train(msg: Message, context: Context) -> Message:
 def query(msg: Message, context: Context) -> Message:
     """The coordinator's planning query (deadline objective): a plan, no training."""
     return _answer(msg, context, "hardware_plan", simulated_plan)
+
+
+def segment_round(node_config: dict, content: RecordDict, sleep=time.sleep) -> RecordDict:
+    """One segment of this node's round (``clients.segments``): a board's through
+    ``clients.hardware_client.hardware_segment`` when that client has one, else the virtual
+    clock's (host training runs its whole round in one segment)."""
+    if str(node_config.get("client", "simulated")) == "hardware":
+        from clients import hardware_client
+
+        handle = getattr(hardware_client, "hardware_segment", None)
+        if handle is None:
+            row = records.error_row(
+                records.node_label(node_config),
+                "this client cannot run a board in segments (no hardware_segment)",
+            )
+            return records.reply_content(row)
+        return handle(node_config, content)
+    return segments.simulated_segment(
+        node_config, content, sleep=sleep, whole_round=simulated_round
+    )
+
+
+@app.train("segment")
+def train_segment(msg: Message, context: Context) -> Message:
+    """``train.segment``: one bounded segment of the round, resumed where it was."""
+    return Message(segment_round(dict(context.node_config), msg.content), reply_to=msg)
+
+
+@app.query("identify")
+def identify(msg: Message, context: Context) -> Message:
+    """``query.identify``: which device this node is (its node id may change on restart)."""
+    return Message(segments.identify(dict(context.node_config), msg.content), reply_to=msg)

@@ -1,0 +1,356 @@
+"""The segmented round on a node: who am I, one bounded segment, its checkpoint and its pace.
+
+Why segments: a round that lasts hours cannot be one request that either returns or is lost
+(docs/architecture.md, "Segmented rounds"). The coordinator sends ``train.segment`` messages,
+each carrying the round's instruction plus ``segment-s`` (device seconds to train now) and
+``resume`` (JSON of ``fleet.rounds.progress.Progress``: where it last saw the device). The
+device resumes from the later of that and its own checkpoint, runs one segment, and replies the
+usual row (cumulative since the round began, ``running`` until the target) plus a ``progress``
+record. Counters are cumulative, so a segment replayed after a lost reply replaces, never adds.
+
+Identity: a restarted SuperNode may get a new node id, so the coordinator asks every node
+``query.identify`` and maps node ids to device names from the ``identity`` reply.
+
+This module holds the simulated side (the virtual clock, ``simulate_segment``) and what every
+node shares (identity, the progress record); a board's segment is
+``clients.hardware_client.hardware_segment``. The record names are defined here until
+``clients/records.py`` takes them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from flwr.app import ArrayRecord, ConfigRecord, RecordDict
+
+from clients import records
+from fleet.agent.confine import ConfineError, owned_dir
+from fleet.common.errors import InputError
+from fleet.common.names import check_name
+from fleet.config.fields import MAX_TEXT
+from fleet.config.fleetfile import DEVICE_TYPES
+from fleet.rounds.device_round import TRAINED
+from fleet.rounds.progress import MAX_SECONDS, Progress, later
+from fleet.rounds.virtual_clock import simulate_segment
+
+# RecordDict / ConfigRecord names of the segment exchange (to move into clients/records.py)
+IDENTITY = "identity"  # query.identify reply: {device, device-type, client[, error]}
+PROGRESS = "progress"  # segment reply: ConfigRecord {"progress": JSON of Progress.to_dict()}
+SEGMENT_S = "segment-s"  # instruction: device seconds of training in this segment
+RESUME = "resume"  # instruction: JSON of Progress.to_dict(), where the coordinator saw us
+RUN_TOKEN = "run-token"  # instruction (optional): tells two runs of one fleet apart
+MAX_RESUME_CHARS = 4096
+MAX_CHECKPOINT_BYTES = 64 * 1024
+PACE_RANGE = (1e-3, 1e9)  # device seconds per wall second, when pacing at all
+CHECKPOINT_FORMAT = "powerfleet-segment-progress"
+
+Sleep = Callable[[float], None]
+WholeRound = Callable[[dict, RecordDict], RecordDict]
+
+
+# --------------------------------------------------------------------------- identity
+
+
+def identify(node_config: dict, content: RecordDict) -> RecordDict:
+    """The ``identity`` record: this node's device name, type and kind of client.
+
+    Deployment: from the node config (``device-name``, ``device-type``, ``client``).
+    Simulation: ``partition-id`` indexes the fleet file the message's config names
+    (``fleet-path``). Never raises: a problem is the record's ``error`` (and the device is the
+    node's label), so the coordinator can say which node is misconfigured.
+    """
+    label = records.node_label(node_config)
+    client = "hardware" if str(node_config.get("client", "")) == "hardware" else "simulated"
+    out = ConfigRecord({"device": label, "device-type": "", "client": client})
+    try:
+        if node_config.get("device-name"):
+            name = check_name("node config", "device-name", node_config["device-name"])
+            dtype = node_config.get("device-type")
+            if not isinstance(dtype, str) or dtype not in DEVICE_TYPES:
+                raise InputError(
+                    f"node config of {name}: device-type must be one of "
+                    f"{', '.join(DEVICE_TYPES)}, got {dtype!r:.80}"
+                )
+            out["device"], out["device-type"] = name, dtype
+        else:
+            cfg = content.config_records.get(records.CONFIG, ConfigRecord())
+            fleet_path = cfg.get("fleet-path", "")
+            if not isinstance(fleet_path, str) or len(fleet_path) > MAX_TEXT:
+                raise InputError(f"identify: 'fleet-path' must be a path of <= {MAX_TEXT} chars")
+            spec = records.device_spec_for(node_config, fleet_path)
+            out["device"], out["device-type"] = spec.name, spec.device_type
+    except (InputError, ValueError, TypeError) as exc:
+        out["error"] = " ".join(str(exc).split())[:MAX_TEXT]
+    return RecordDict({IDENTITY: out})
+
+
+def decode_identity(content: RecordDict) -> dict[str, str]:
+    """The identity reply as a plain dict of strings (empty when the reply has none)."""
+    cfg = content.config_records.get(IDENTITY)
+    return {str(k): str(v) for k, v in cfg.items()} if cfg is not None else {}
+
+
+# --------------------------------------------------------------------------- the wire
+
+
+def progress_record(progress: Progress) -> ConfigRecord:
+    return ConfigRecord({PROGRESS: json.dumps(progress.to_dict())})
+
+
+def with_progress(content: RecordDict, progress: Progress | None) -> RecordDict:
+    """A segment reply: the row's records plus the ``progress`` record (when known)."""
+    if progress is not None:
+        content[PROGRESS] = progress_record(progress)
+    return content
+
+
+def decode_progress(content: RecordDict) -> Progress | None:
+    """The progress a segment reply carries, checked; None when absent."""
+    cfg = content.config_records.get(PROGRESS)
+    if cfg is None or PROGRESS not in cfg:
+        return None
+    return parse_progress(cfg[PROGRESS], "segment reply: 'progress'")
+
+
+def parse_progress(raw: object, where: str) -> Progress:
+    """JSON text of a Progress -> Progress, bounded; one line naming ``where`` otherwise."""
+    if not isinstance(raw, str) or len(raw) > MAX_RESUME_CHARS:
+        raise InputError(f"{where}: expected JSON text of at most {MAX_RESUME_CHARS} chars")
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise InputError(f"{where}: not valid JSON") from None
+    return Progress.from_dict(data, where)
+
+
+def segment_request(cfg: ConfigRecord) -> tuple[float, Progress]:
+    """(segment seconds, resume progress) from the instruction; absent ``resume``: the start."""
+    where = "train instruction"
+    if SEGMENT_S not in cfg:
+        raise InputError(f"{where}: missing key '{SEGMENT_S}'")
+    seconds = cfg[SEGMENT_S]
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise InputError(f"{where}: '{SEGMENT_S}' must be a number of seconds, got {seconds!r}")
+    if not math.isfinite(seconds) or not 0 < seconds <= MAX_SECONDS:
+        raise InputError(f"{where}: '{SEGMENT_S}' must be in (0, {MAX_SECONDS:g}], got {seconds}")
+    resume = Progress()
+    if cfg.get(RESUME, "") != "":
+        resume = parse_progress(cfg[RESUME], f"{where}: '{RESUME}'")
+    return float(seconds), resume
+
+
+# --------------------------------------------------------------------------- node settings
+
+
+@dataclass(frozen=True)
+class NodeSettings:
+    """What a simulated node's config says about segments: ``pace`` (device seconds per wall
+    second; 0: no wait) and ``work-dir`` (where the device checkpoints; absent: simulation,
+    where only the message's resume counts)."""
+
+    pace: float = 0.0
+    work_dir: str | None = None
+
+    @classmethod
+    def from_node_config(cls, nc: dict) -> NodeSettings:
+        raw = nc.get("pace", 0.0)
+        if raw in (None, ""):
+            raw = 0.0
+        try:
+            pace = float(raw) if isinstance(raw, str) else raw
+        except ValueError:
+            pace = math.nan
+        lo, hi = PACE_RANGE
+        if (
+            isinstance(pace, bool)
+            or not isinstance(pace, (int, float))
+            or not (pace == 0 or lo <= pace <= hi)
+        ):
+            raise InputError(
+                f"node config 'pace': expected 0 (no wait) or device seconds per wall second "
+                f"in [{lo:g}, {hi:g}], got {raw!r:.80}"
+            )
+        work = nc.get("work-dir")
+        if work in (None, ""):
+            return cls(float(pace), None)
+        if not isinstance(work, str) or len(work) > MAX_TEXT:
+            raise InputError(f"node config 'work-dir': expected a path of <= {MAX_TEXT} chars")
+        if any(ord(c) < 32 or ord(c) == 127 for c in work):
+            raise InputError("node config 'work-dir': control characters in the path")
+        return cls(float(pace), work)
+
+    def wait_s(self, device_s: float) -> float:
+        """Wall seconds to wait after ``device_s`` device seconds of training (0: none)."""
+        if self.pace <= 0 or not math.isfinite(device_s) or device_s <= 0:
+            return 0.0
+        return device_s / self.pace
+
+
+# --------------------------------------------------------------------------- checkpoint
+
+
+def instruction_key(cfg: ConfigRecord) -> str:
+    """What makes two segment messages the same round of the same run: the instruction
+    without the per-segment keys (a checkpoint of another run or round is not ours)."""
+    items = {k: v for k, v in cfg.items() if k not in (SEGMENT_S, RESUME)}
+    text = json.dumps(items, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """The device's own record of its progress through one round, in its work directory:
+    ``<work-dir>/<device>_<run>_r<round>.progress.json``, written atomically after every
+    segment so a node restarted mid-round resumes where it was even when the coordinator's
+    last word about it is older."""
+
+    path: Path
+    key: str
+
+    @classmethod
+    def at(cls, work_dir: str, device: str, run: str, server_round: int, key: str) -> Checkpoint:
+        try:
+            base = Path(owned_dir(work_dir))
+        except ConfineError as exc:
+            raise InputError(f"node config 'work-dir': {exc}") from None
+        return cls(base / f"{device}_{run or 'run'}_r{server_round}.progress.json", key)
+
+    def read(self) -> tuple[Progress | None, str]:
+        """(progress, note): None and why when there is none or it is not this round's."""
+        try:
+            with open(self.path, "rb") as fh:
+                raw = fh.read(MAX_CHECKPOINT_BYTES + 1)
+        except FileNotFoundError:
+            return None, ""
+        except OSError as exc:
+            return None, f"checkpoint {self.path} unreadable ({exc.strerror}); ignored"
+        try:
+            if len(raw) > MAX_CHECKPOINT_BYTES:
+                raise InputError(f"{self.path}: larger than {MAX_CHECKPOINT_BYTES} bytes")
+            data = json.loads(raw)
+            if not isinstance(data, dict) or data.get("format") != CHECKPOINT_FORMAT:
+                raise InputError(f"{self.path}: not a {CHECKPOINT_FORMAT} file")
+            if data.get("key") != self.key:
+                return None, ""  # another run's (or instruction's) round: not ours
+            return Progress.from_dict(data.get("progress"), str(self.path)), ""
+        except (InputError, ValueError, RecursionError) as exc:
+            return None, f"checkpoint ignored: {' '.join(str(exc).split())[:200]}"
+
+    def write(self, progress: Progress) -> None:
+        """Atomically: a reader sees the old checkpoint or the new one, never half of one."""
+        doc = {"format": CHECKPOINT_FORMAT, "key": self.key, "progress": progress.to_dict()}
+        fd, tmp = tempfile.mkstemp(prefix=".progress-", dir=self.path.parent)
+        try:
+            with os.fdopen(fd, "w") as fh:
+                json.dump(doc, fh)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+
+# --------------------------------------------------------------------------- one segment
+
+
+def simulated_segment(
+    node_config: dict,
+    content: RecordDict,
+    *,
+    sleep: Sleep = time.sleep,
+    whole_round: WholeRound | None = None,
+) -> RecordDict:
+    """One segment of a simulated device, as a plain function: the reply's content.
+
+    Never raises for a problem of this device or of the message: the reply is then an
+    ``error`` row naming the device and the field. A device whose learning is not a trace
+    (host training) cannot stop mid-round: it runs its whole round in this segment through
+    ``whole_round`` (the ClientApp's default round) and reports it final.
+    """
+    label = records.node_label(node_config)
+    try:
+        settings = NodeSettings.from_node_config(node_config)
+        cfg = content.config_records[records.CONFIG]
+        ins = records.decode_instruction(cfg)
+        spec = records.device_spec_for(node_config, ins.fleet_path)
+        label = spec.name
+        seconds, resume = segment_request(cfg)
+    except KeyError:
+        return records.reply_content(records.error_row(label, "no train instruction"))
+    except InputError as exc:
+        return records.reply_content(records.error_row(label, str(exc)))
+    if spec.learning != "trace" and whole_round is not None:
+        return _whole_round(node_config, content, resume, whole_round)
+    try:
+        checkpoint = None
+        note = ""
+        start = resume
+        if settings.work_dir is not None:
+            checkpoint = Checkpoint.at(
+                settings.work_dir, spec.name, ins.run.name, ins.server_round, instruction_key(cfg)
+            )
+            own, note = checkpoint.read()
+            start = later(resume, own) if own is not None else resume
+        res, progress = simulate_segment(spec, ins.efficiency, ins.run, start, seconds)
+    except InputError as exc:
+        row = records.error_row(spec.name, str(exc), spec.device_type)
+        return with_progress(records.reply_content(row), resume)
+    if note:
+        res.message = f"{note}; {res.message}" if res.message else note
+    wait = settings.wait_s(progress.time_s - start.time_s)
+    if wait > 0:
+        sleep(wait)  # a paced device: the segment lasts its device time in wall time
+    if checkpoint is not None:
+        try:
+            checkpoint.write(progress)
+        except OSError as exc:
+            res.message = f"checkpoint not written ({exc.strerror}); {res.message}".rstrip("; ")
+    row = res.to_dict()
+    arrays = content.array_records.get(records.ARRAYS, ArrayRecord())
+    send = ins.run.mode == "federated" and row["status"] in TRAINED
+    reply = records.reply_content(row, arrays if send and records.has_weights(arrays) else None)
+    return with_progress(reply, progress)
+
+
+def _whole_round(
+    node_config: dict, content: RecordDict, resume: Progress, whole_round: WholeRound
+) -> RecordDict:
+    """Host training in one segment: the default round, with the progress its row implies."""
+    reply = whole_round(node_config, content)
+    row = records.decode_reply(
+        reply.metric_records[records.METRICS], reply.config_records[records.REPORT]
+    )
+
+    def num(key: str, default: float) -> float:
+        v = row.get(key)
+        return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else default
+
+    trained = row.get("status") in TRAINED
+    progress = replace(
+        resume,
+        time_s=min(num("time_s", resume.time_s), MAX_SECONDS),
+        samples=num("samples", resume.samples),
+        energy_j=num("energy_j", resume.energy_j),
+        accuracy=row["accuracy"] if trained else resume.accuracy,  # type: ignore[arg-type]
+        batch_size=row.get("batch_size"),  # type: ignore[arg-type]
+        freq_mhz=row.get("freq_mhz"),  # type: ignore[arg-type]
+        budget_w=row.get("budget_w"),  # type: ignore[arg-type]
+        power_w=row.get("mean_power_w"),  # type: ignore[arg-type]
+        done=1.0 if trained else resume.done,
+        eta_s=0.0 if trained else None,
+        segments=resume.segments + 1,
+    )
+    try:
+        checked = Progress.from_dict(progress.to_dict(), "host training row")
+    except InputError:  # a row out of bounds: the row says what happened, the progress stays
+        checked = replace(resume, segments=resume.segments + 1)
+    return with_progress(reply, checked)
