@@ -122,9 +122,15 @@ def wait_for_run(
     timeout_s: float = 3600.0,
     poll_s: float = 1.0,
     on_status: Callable[[str], None] | None = None,
+    progress_file: str | Path | None = None,
 ) -> tuple[str, str]:
-    """Poll `flwr ls` until the run is finished:*; (status, details). Stops it on timeout."""
-    deadline = time.monotonic() + timeout_s
+    """Poll `flwr ls` until the run is finished:*; (status, details). Stops it on timeout.
+
+    With ``progress_file`` (the run's ``state.json``, rewritten at every segment reply) the
+    timeout counts from the last progress, not from the start: a round of hours that keeps
+    reporting is never cut short, one that stops reporting for ``timeout_s`` is.
+    """
+    start = time.monotonic()
     last = ""
     while True:
         status, details = run_status(flwr_home, run_id)
@@ -133,10 +139,22 @@ def wait_for_run(
         last = status
         if status.startswith("finished"):
             return status, details
-        if time.monotonic() >= deadline:
+        if time.monotonic() >= start + timeout_s + _progress_age(progress_file, start):
             try:
                 flwr(["stop", str(run_id), CONNECTION], flwr_home)
             except DeployError:
                 pass
-            return "timeout", f"the run did not finish within {timeout_s:g} s and was stopped"
+            what = "made no progress for" if progress_file else "did not finish within"
+            return "timeout", f"the run {what} {timeout_s:g} s and was stopped"
         time.sleep(poll_s)
+
+
+def _progress_age(path: str | Path | None, start: float) -> float:
+    """Seconds from ``start`` (monotonic) to the progress file's last change (0: none yet)."""
+    if path is None:
+        return 0.0
+    try:
+        changed = Path(path).stat().st_mtime
+    except OSError:
+        return 0.0
+    return max(0.0, time.monotonic() - start - (time.time() - changed))

@@ -224,8 +224,12 @@ def run_flower(
     timeout_s: float = 3600.0,
     verbose: bool = False,
     app_dir: str | Path = flwr_cli.APP_DIR,
+    segment_s: float | None = None,
 ) -> dict[str, Any]:
-    """Simulate the fleet with Flower (one virtual SuperNode per device); return report.json."""
+    """Simulate the fleet with Flower (one virtual SuperNode per device); return report.json.
+
+    ``segment_s``: device-clock seconds per segment (None: the app's default; 0: one request
+    per device and round), run config ``segment-s`` (docs/architecture.md, segmented rounds)."""
     fleet_path = Path(fleet_path).resolve()
     run_dir = Path(run_dir).resolve()
     fleet = load_fleet(fleet_path)  # fail fast, with the fleet file's own one-line errors
@@ -241,6 +245,8 @@ def run_flower(
             "run-token": token,
             "progress-file": str(progress_file),
         }
+        if segment_s is not None:
+            settings["segment-s"] = float(segment_s)
         seen = [0]
 
         def poll() -> None:

@@ -5,11 +5,14 @@ Settings (``ServerSettings``) come from ``context.run_config``: the app's config
 plus ``flwr run -c`` overrides. Keys: ``fleet-path`` (default: the default fleet),
 ``run-dir`` (empty: ``runs/<run name>-<UTC time>``, as ``powerfleet simulate``), ``num-nodes``
 (0 = every device of the fleet), ``ship-weights`` ("fleet" = the fleet file's ``ship_weights``,
-or true/false), ``round-timeout-s``, ``node-wait-s``, ``run-token`` (echoed into report.json so
-a launcher knows the report is its own), ``engine`` (the report's engine name: "flower" in
-simulation, "flower-deployment" on real SuperNodes) and ``progress-file`` (a launcher in another
-process follows progress there). Relative paths resolve against the ServerApp's working
-directory: the directory ``flwr run`` was started from. ``make_server_app(settings)`` binds
+or true/false), ``segment-s`` (device-clock seconds per segment, default 600: rounds run in
+segments, ``strategies/segmented.py``; 0 = one request and one reply per device and round, the
+paper's round, bounded by ``round-timeout-s``), ``round-timeout-s`` (with segments: the first
+segment's allowance), ``node-wait-s``, ``run-token`` (echoed into report.json so a launcher
+knows the report is its own), ``engine`` (the report's engine name: "flower" in simulation,
+"flower-deployment" on real SuperNodes) and ``progress-file`` (a launcher in another process
+follows progress there). Relative paths resolve against the ServerApp's working directory: the
+directory ``flwr run`` was started from. ``make_server_app(settings)`` binds
 settings in code instead (a non-empty ``fleet-path`` in run_config still wins).
 
 Run directory layout (all written with ``fleet.reports.report.write_report``):
@@ -18,6 +21,9 @@ Run directory layout (all written with ``fleet.reports.report.write_report``):
                                         ``run_token``, ``wall_s``) + ``devices`` + ``fleet``
                                         totals, and ``round_totals``: every round's fleet totals
     run_dir/rounds/round-001/...        each round's own report.json + devices.csv
+    run_dir/state.json, metrics.prom   (segmented rounds) the coordinator's book, rewritten at
+                                        every change: ``powerfleet status`` reads it, a
+                                        restarted coordinator resumes from it
 The top-level report.json is written once, after the last round, so its presence (with the
 launcher's ``run_token``) means the run finished.
 """
@@ -43,8 +49,9 @@ from fleet.config.fleetfile import Fleet, load_fleet
 from fleet.reports.report import write_report
 from fleet.rounds.virtual_clock import cached_efficiency
 from fleet.trust.store import store_from_fleet
-from strategies import coordinator
+from strategies import coordinator, segmented_run
 from strategies.profiles import ProfileKeeper
+from strategies.segmented import SegmentSettings
 from strategies.strategy import PowerAwareStrategy, ReportingGrid
 
 # (done, total, what): the runner's progress convention (simulations/runner.py); called with
@@ -60,6 +67,7 @@ class ServerSettings:
     ship_weights: bool | None = None  # None: the fleet file's [run] ship_weights (default true)
     round_timeout_s: float = 600.0
     node_wait_s: float = 300.0
+    segment_s: float = 600.0  # 0: one request per device and round
     engine: str = "flower"
     run_token: str = ""
     progress: ProgressFn | None = None  # simulation only: called from the ServerApp thread
@@ -99,6 +107,7 @@ def settings_from_run_config(run_config: dict[str, Any]) -> ServerSettings | Non
             ship_weights=_as_bool("ship-weights", run_config.get("ship-weights", "fleet")),
             round_timeout_s=float(run_config.get("round-timeout-s", 600.0)),
             node_wait_s=float(run_config.get("node-wait-s", 300.0)),
+            segment_s=_segment_s(run_config.get("segment-s", 600.0)),
             engine=str(run_config.get("engine", "") or "flower-deployment"),
             run_token=str(run_config.get("run-token", "") or ""),
             progress=_progress_file(_resolved(str(run_config.get("progress-file", "") or ""))),
@@ -107,6 +116,13 @@ def settings_from_run_config(run_config: dict[str, Any]) -> ServerSettings | Non
         if isinstance(exc, InputError):
             raise
         raise InputError(f"run config: {exc}") from None
+
+
+def _segment_s(value: object) -> float:
+    seconds = float(value)  # type: ignore[arg-type]
+    if not (seconds == 0 or 1e-3 <= seconds <= 86400 * 30):
+        raise InputError(f"run config segment-s={value!r}: expected 0 or seconds in [0.001, 2.6e6]")
+    return seconds
 
 
 def _progress_file(path: str) -> ProgressFn | None:
@@ -178,59 +194,122 @@ def run_fleet(grid: Grid, settings: ServerSettings) -> dict[str, Any]:
         base_meta["profile_store"] = str(keeper.store)
     total = n * run.rounds
     replies = {"done": 0}
+    plan = run.objective == "deadline" and "deadline_s" not in run.extra
+    deadlines: dict[int, float | None] = {}  # the planned deadline per round
 
-    def on_round(server_round: int, rows: list[dict[str, object]]) -> None:
+    def on_round(
+        server_round: int, rows: list[dict[str, object]], deadline_s: float | None = None
+    ) -> None:
+        if deadline_s is not None:
+            deadlines[server_round] = deadline_s
         summaries.append(coordinator.round_summary(server_round, rows))
         meta = {**base_meta, "round": server_round}
-        if strategy.plan:
-            meta["deadline_s"] = strategy.deadlines.get(server_round)
+        if plan:
+            meta["deadline_s"] = deadlines.get(server_round)
         write_report(run_dir / "rounds" / f"round-{server_round:03d}", rows, meta)
 
     def on_reply(msg: Message) -> None:
         if msg.metadata.message_type == MessageType.QUERY:
             return  # a planning reply: progress counts training replies
-        replies["done"] += 1
         if keeper.absorb(msg) is not None:
             log(INFO, "powerfleet: stored the profile of %s in %s", keeper.stored[-1], keeper.store)
         row = coordinator.row_from_reply(msg)
+        if row.get("status") == "running":
+            return  # a segment: progress counts devices that finished
+        replies["done"] += 1
         _emit(settings, min(replies["done"], total), total, str(row.get("device")))
 
-    strategy = PowerAwareStrategy(
-        num_nodes=n,
-        mode=run.mode,
-        device_order=[d.name for d in fleet.devices],
-        node_wait_s=settings.node_wait_s,
-        on_round=on_round,
-        plan=run.objective == "deadline" and "deadline_s" not in run.extra,
-        plan_timeout_s=settings.round_timeout_s,
-        round_config=keeper.round_config,
-    )
     log(INFO, "powerfleet: %s, %d devices, %d round(s), mode %s", run.name, n, run.rounds, run.mode)
     _emit(settings, 0, total, "starting")
-    result = strategy.start(
-        grid=ReportingGrid(grid, on_reply),
-        initial_arrays=arrays,
-        num_rounds=run.rounds,
-        timeout=settings.round_timeout_s,
-        train_config=coordinator.train_config(fleet, shipped),
-    )
-    last = max(strategy.rounds) if strategy.rounds else 0
+    train_config = coordinator.train_config(fleet, shipped)
+    if settings.segment_s > 0:
+        state, resumed = segmented_run.open_state(
+            run_dir, fleet, settings.engine, settings.run_token, settings.segment_s
+        )
+        if resumed:
+            log(INFO, "powerfleet: resuming %s at round %s", run_dir, state.get("round"))
+            summaries.extend(
+                {"round": r["round"], **r.get("totals", {})}
+                for r in state.get("completed_rounds", [])
+            )
+        base_meta["segment_s"] = settings.segment_s
+        seg = SegmentSettings(
+            segment_s=settings.segment_s,
+            node_wait_s=settings.node_wait_s,
+            first_allowance_s=settings.round_timeout_s,
+        )
+        done_rows = segmented_run.run_rounds(
+            ReportingGrid(grid),
+            fleet,
+            run_dir,
+            state,
+            seg,
+            arrays=arrays,
+            train_config=train_config,
+            round_config=keeper.round_config,
+            expected=n,
+            on_round=lambda r, rows: on_round(r, rows, state.get("plan", {}).get("deadline_s")),
+            on_reply=on_reply,
+            plan=plan,
+        )
+        last = run.rounds
+        rows = done_rows.get(last) or _round_rows_on_disk(run_dir, last)
+        final_arrays = None  # federated: segmented_run keeps run_dir/global_model.pt
+        if run.mode == "federated" and (run_dir / "global_model.pt").exists():
+            base_meta["global_model"] = str(run_dir / "global_model.pt")
+        base_meta["plan"] = state.get("plan") if plan else None
+    else:
+        strategy = PowerAwareStrategy(
+            num_nodes=n,
+            mode=run.mode,
+            device_order=[d.name for d in fleet.devices],
+            node_wait_s=settings.node_wait_s,
+            on_round=on_round,
+            plan=plan,
+            plan_timeout_s=settings.round_timeout_s,
+            round_config=keeper.round_config,
+        )
+        result = strategy.start(
+            grid=ReportingGrid(grid, on_reply),
+            initial_arrays=arrays,
+            num_rounds=run.rounds,
+            timeout=settings.round_timeout_s,
+            train_config=train_config,
+        )
+        deadlines.update(strategy.deadlines)
+        last = max(strategy.rounds) if strategy.rounds else 0
+        rows = strategy.rounds.get(last, [])
+        final_arrays = result.arrays if result is not None else None
     meta = {**base_meta, "round": last, "round_totals": summaries, "wall_s": time.time() - t0}
-    if strategy.plan:
-        meta["deadline_s"] = strategy.deadlines.get(last)
-    if run.mode == "federated" and result is not None and len(result.arrays) > 0:
+    if meta.get("plan") is None:
+        meta.pop("plan", None)
+    if plan:
+        meta["deadline_s"] = deadlines.get(last)
+    if run.mode == "federated" and final_arrays is not None and len(final_arrays) > 0:
         # the federated outcome is a model: keep it beside the report it came with
         from clients.records import state_dict_of
         from fleet.training.task import write_weights
 
         path = run_dir / "global_model.pt"
         run_dir.mkdir(parents=True, exist_ok=True)
-        write_weights(state_dict_of(result.arrays), str(path))
+        write_weights(state_dict_of(final_arrays), str(path))
         meta["global_model"] = str(path)
-    report = write_report(run_dir, strategy.rounds.get(last, []), meta)
+    report = write_report(run_dir, rows, meta)
+    if settings.segment_s > 0:
+        segmented_run.finish(run_dir, state)
     log(INFO, "powerfleet: report written to %s", run_dir / "report.json")
     _emit(settings, total, total, "done")
     return report
+
+
+def _round_rows_on_disk(run_dir: Path, server_round: int) -> list[dict[str, object]]:
+    """A round closed before a coordinator restart: its rows as its report wrote them."""
+    from fleet.reports.report import read_report
+
+    try:
+        return list(read_report(run_dir / "rounds" / f"round-{server_round:03d}")["devices"])
+    except (InputError, KeyError, TypeError):
+        return []
 
 
 def make_server_app(settings: ServerSettings | None = None) -> ServerApp:

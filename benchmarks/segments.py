@@ -1,0 +1,103 @@
+"""What segments cost a round: a segmented round vs a one-request round of the same work.
+
+Why a benchmark: segmented rounds (docs/architecture.md, "Segmented rounds") trade one message
+per device and round for one per ``segment-s`` of device time, plus an identity exchange and a
+state file written at every reply. This script runs the same fleet through Flower's simulation
+(the real SuperLink, ServerApp and ClientApps, replay devices on the virtual clock) both ways,
+alternating, in one process, and reports the wall-time ratio and the message counts; it also
+checks that both ways give the same rows (time, energy, samples, choice), since segments must
+change when the coordinator learns things, never what the devices do.
+
+    .venv/bin/python benchmarks/segments.py [--fleet F] [--segment-s 600] [--repeats 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from fleet.reports.roundstate import read_state  # noqa: E402
+from simulations.flower_engine import run_flower  # noqa: E402
+
+COLUMNS = ("status", "batch_size", "freq_mhz", "time_s", "energy_j", "samples")
+
+
+def _same(a: object, b: object) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
+    return a == b
+
+
+def one_run(fleet: Path, segment_s: float, tmp: Path, k: int) -> tuple[float, dict, int]:
+    run_dir = tmp / f"run-{segment_s:g}-{k}"
+    t0 = time.perf_counter()
+    report = run_flower(fleet, run_dir, segment_s=segment_s)
+    wall = time.perf_counter() - t0
+    segments = 0
+    if segment_s > 0:
+        state = read_state(run_dir)
+        segments = sum(int(e["progress"].get("segments") or 0) for e in state["devices"].values())
+    return wall, report, segments
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--fleet", default=str(ROOT / "simulations" / "fleets" / "default.toml"))
+    ap.add_argument("--segment-s", type=float, default=600.0)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    fleet = Path(args.fleet).resolve()
+    walls: dict[float, list[float]] = {0.0: [], args.segment_s: []}
+    reports: dict[float, dict] = {}
+    segments = 0
+    with tempfile.TemporaryDirectory(prefix="powerfleet-bench-seg-") as tmp:
+        for k in range(args.repeats):
+            for seg in (0.0, args.segment_s):  # alternate: drift on this machine hits both
+                wall, report, n = one_run(fleet, seg, Path(tmp), k)
+                walls[seg].append(wall)
+                reports[seg] = report
+                segments = n or segments
+    rows = {seg: {r["device"]: r for r in rep["devices"]} for seg, rep in reports.items()}
+    diffs = [
+        f"{dev}.{col}"
+        for dev, row in rows[0.0].items()
+        for col in COLUMNS
+        if not _same(row.get(col), rows[args.segment_s].get(dev, {}).get(col))
+    ]
+    one, seg = statistics.median(walls[0.0]), statistics.median(walls[args.segment_s])
+    devices = len(rows[0.0])
+    result = {
+        "fleet": str(fleet),
+        "devices": devices,
+        "segment_s": args.segment_s,
+        "segments_total": segments,
+        "one_request_wall_s": walls[0.0],
+        "segmented_wall_s": walls[args.segment_s],
+        "ratio_segmented_over_one_request": seg / one,
+        "overhead_per_segment_s": (seg - one) / max(1, segments - devices),
+        "rows_differ": diffs,
+    }
+    if args.json:
+        print(json.dumps(result, indent=1))
+    else:
+        print(f"fleet {fleet.name}: {devices} devices, segment {args.segment_s:g} s of device time")
+        print(f"one request per device: median {one:.2f} s  ({walls[0.0]})")
+        print(f"segmented ({segments} segments): median {seg:.2f} s  ({walls[args.segment_s]})")
+        print(f"ratio segmented / one-request: {seg / one:.3f}")
+        print(f"overhead per extra segment: {result['overhead_per_segment_s']:.3f} s of wall")
+        print("rows identical both ways" if not diffs else f"rows differ: {diffs}")
+    return 1 if diffs else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,99 @@
+"""The wire of a segmented round: segment requests, progress replies, identities.
+
+Why its own module beside ``records.py``: a round that lasts hours is driven in bounded segments
+(docs/architecture.md, "Segmented rounds"), which adds three small exchanges to the one-shot
+instruction/reply of ``records.py`` and nothing else changes; both sides (the ClientApp and the
+coordinator's driver) import the key names from here so they cannot drift apart.
+
+Segment request, message type ``train.segment``: the round's instruction ConfigRecord
+(``records.encode_instruction``) plus
+    ``segment-s``  float > 0: device-clock seconds of training in this segment;
+    ``resume``     JSON of ``fleet.rounds.progress.Progress``: where the coordinator last saw
+                   the device (the device resumes from the later of this and its checkpoint).
+Segment reply: the usual row (``records.reply_content``), cumulative since the round began,
+status ``running`` until the device reaches the target, plus ConfigRecord ``progress`` with
+key ``progress`` (JSON of ``Progress``).
+Identity, message type ``query.identify``: the device behind a node (a restarted SuperNode may
+come back under a new node id), ConfigRecord ``identity``: ``device``, ``device-type``,
+``client``; or ``error``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+from flwr.app import ConfigRecord, RecordDict
+
+from fleet.common.errors import InputError
+from fleet.common.names import check_name
+from fleet.rounds.progress import MAX_SECONDS, Progress
+
+SEGMENT = "segment"  # the train action: message type "train.segment"
+IDENTIFY = "identify"  # the query action: message type "query.identify"
+SEGMENT_S = "segment-s"
+RESUME = "resume"
+PROGRESS = "progress"
+IDENTITY = "identity"
+RUNNING = "running"  # a segment reply's status while the device has not reached its target
+MAX_PROGRESS_CHARS = 4096
+
+
+def segment_config(base: ConfigRecord, segment_s: float, resume: Progress) -> ConfigRecord:
+    """A copy of the round's instruction for one segment (never mutates ``base``)."""
+    cfg = ConfigRecord(dict(base))
+    cfg[SEGMENT_S] = float(segment_s)
+    cfg[RESUME] = json.dumps(resume.to_dict())
+    return cfg
+
+
+def read_segment(cfg: ConfigRecord) -> tuple[float, Progress]:
+    """(segment seconds, resume progress) of a segment request; one line naming a bad key."""
+    where = "segment request"
+    raw = cfg.get(SEGMENT_S)
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+        raise InputError(f"{where}: '{SEGMENT_S}' must be a number of seconds")
+    if not math.isfinite(raw) or not 0 < raw <= MAX_SECONDS:
+        raise InputError(f"{where}: '{SEGMENT_S}' must be in (0, {MAX_SECONDS:g}], got {raw!r}")
+    return float(raw), _progress_json(cfg.get(RESUME, "{}"), f"{where}: '{RESUME}'")
+
+
+def _progress_json(text: object, where: str) -> Progress:
+    if not isinstance(text, str) or len(text) > MAX_PROGRESS_CHARS:
+        raise InputError(f"{where} must be JSON text of at most {MAX_PROGRESS_CHARS} chars")
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        raise InputError(f"{where} is not valid JSON") from None
+    return Progress.from_dict(data, where)
+
+
+def attach_progress(content: RecordDict, progress: Progress) -> RecordDict:
+    """Put the device's progress into a segment reply."""
+    content[PROGRESS] = ConfigRecord({PROGRESS: json.dumps(progress.to_dict())})
+    return content
+
+
+def progress_of(content: RecordDict, device: str) -> Progress:
+    """The progress a segment reply carries, checked; one line naming the device and field."""
+    cfg = content.config_records.get(PROGRESS)
+    if cfg is None:
+        raise InputError(f"device {device}: segment reply without a '{PROGRESS}' record")
+    return _progress_json(cfg.get(PROGRESS), f"device {device}: reply '{PROGRESS}'")
+
+
+def identity_content(device: str, device_type: str, client: str, error: str = "") -> RecordDict:
+    cfg = ConfigRecord({"device": device, "device-type": device_type, "client": client})
+    if error:
+        cfg["error"] = error
+    return RecordDict({IDENTITY: cfg})
+
+
+def identity_of(content: RecordDict) -> str:
+    """The device name a node says it runs; InputError when it says none or an invalid one."""
+    cfg = content.config_records.get(IDENTITY)
+    if cfg is None:
+        raise InputError(f"identify reply without an '{IDENTITY}' record")
+    if cfg.get("error"):
+        raise InputError(f"identify: {str(cfg['error'])[:300]}")
+    return check_name("identify reply", "device", cfg.get("device", ""))

@@ -1,0 +1,424 @@
+"""The segmented round: the coordinator drives every device in bounded segments.
+
+Why segments: the paper's fine-tuning runs last 40 minutes to 2 hours on a Nano. A round that is
+one request and one reply leaves the coordinator blind for all that time: it cannot show
+progress, re-plan, tell a slow device from a dead one, or survive its own restart. Here every
+device trains ``segment_s`` seconds of its own clock per ``train.segment`` message and replies
+its cumulative progress (``clients/segment_wire.py``); the coordinator's book
+(``strategies/round_book.py``) is written to ``run_dir/state.json`` at every change, which is
+what ``powerfleet status`` shows and what a restarted coordinator resumes from.
+
+Waits: none is shorter than the work it waits for. A segment is ``overdue`` only after
+``overdue_factor`` times its expected wall time (learned from the device's own replies: wall
+seconds per device second) plus an allowance for the first segment (agent start, profiling).
+An overdue device whose node is still online (its SuperNode's heartbeats reach the SuperLink)
+is only slow and is waited for; a device is ``lost`` when its node goes offline (Flower answers
+``NODE_UNAVAILABLE``, or the node leaves the online list). A node that comes back (a restarted
+SuperNode, under a new node id or its old one) identifies itself (``query.identify``) and its
+device resumes from its checkpoint. The round ends when no device is pending, running or
+overdue; the lost are reported with their last progress.
+
+Hostile or broken replies are refused with one line naming the device and the field
+(``clients/reply_check.py``); that device ends as ``error`` and its numbers never reach the
+aggregate. Grid errors (the SuperLink frozen or restarting) are logged and retried.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from logging import INFO, WARNING
+from pathlib import Path
+
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
+from flwr.common.constant import ErrorCode
+from flwr.serverapp import Grid
+from flwr.supercore import log
+
+from clients import records
+from clients import segment_wire as wire
+from clients.reply_check import check_row
+from fleet.common.errors import InputError
+from fleet.reports import roundstate
+from fleet.rounds.device_round import TRAINED
+from strategies import coordinator, replan
+from strategies import round_book as book
+
+ReplyHook = Callable[[Message], None]
+
+
+class NodesMissing(RuntimeError):
+    """Fewer devices identified than the fleet expects, within the wait allowed."""
+
+
+@dataclass(frozen=True)
+class SegmentSettings:
+    segment_s: float = 600.0  # device-clock seconds per segment
+    poll_s: float = 0.25
+    node_wait_s: float = 300.0  # for the expected devices to identify
+    first_allowance_s: float = 900.0  # a device's first segment: agent start, profiling
+    overdue_factor: float = 3.0
+    max_crashes: int = 3  # ClientApp crashes in a row before the device is an error
+    write_every_s: float = 0.5  # state.json at most this often (and at every round's end)
+
+
+@dataclass
+class Link:
+    """The driver's view of one device (not persisted: rebuilt from identities)."""
+
+    node: int | None = None
+    msg_id: str | None = None
+    sent_at: float = 0.0
+    sent_time_s: float = 0.0  # the device's clock when the segment was sent
+    wall_per_s: float | None = None  # wall seconds per device second, from its replies
+    crashes: int = 0
+    weights_to: int | None = None  # the node the round's weights went to
+
+
+class SegmentedRound:
+    """One round of segments over a grid; ``run()`` returns (rows, FedAvg weights)."""
+
+    def __init__(
+        self,
+        grid: Grid,
+        state: dict,
+        run_dir: Path,
+        settings: SegmentSettings,
+        config: ConfigRecord,
+        arrays: ArrayRecord,
+        *,
+        devices: Iterable[str],
+        expected: int,
+        mode: str = "local",
+        on_reply: ReplyHook | None = None,
+        plan: bool = False,
+    ) -> None:
+        self.grid, self.state, self.run_dir, self.s = grid, state, Path(run_dir), settings
+        self.config, self.arrays, self.mode = config, arrays, mode
+        self.fleet_devices = set(devices)
+        self.expected = expected
+        self.on_reply = on_reply
+        self.plan = plan
+        self.links: dict[str, Link] = {}
+        self.identified: dict[int, str | None] = {}  # node -> device (None: not ours)
+        self.identifying: dict[str, int] = {}  # message id -> node
+        self.weights: dict[str, tuple[ArrayRecord, float]] = {}
+        self.dirty, self.last_write = True, 0.0
+        self.t0 = time.monotonic()
+
+    # ------------------------------------------------------------------ the loop
+    def run(self) -> tuple[list[dict], list[tuple[ArrayRecord, float]]]:
+        while True:
+            online = self._online()
+            if online is not None:
+                self._identify(online)
+                self._check_lost(online)
+                if self.plan and self._ready() and self.state["plan"].get("deadline_s") is None:
+                    self._plan_deadline()
+                self._send(online)
+            self._pull()
+            self._check_overdue()
+            self._persist()
+            if self._ready() and not book.active(self.state):
+                break
+            time.sleep(self.s.poll_s)
+        self._persist(force=True)
+        rows = book.round_rows(self.state)
+        self._persist(force=True)
+        return rows, list(self.weights.values())
+
+    def _ready(self) -> bool:
+        """Every expected device has identified, or the wait for them is over (the missing
+        ones of a resumed round are then lost; a fresh round without them fails)."""
+        known = [n for n, e in self.state["devices"].items() if e.get("node_id") is not None]
+        if len(known) >= self.expected and not any(
+            e["status"] == "pending" and e.get("node_id") is None
+            for e in self.state["devices"].values()
+        ):
+            return True
+        if time.monotonic() - self.t0 < self.s.node_wait_s:
+            return False
+        if not known:
+            raise NodesMissing(
+                f"no device identified within {self.s.node_wait_s:g} s of {self.expected} "
+                "expected; start the SuperNodes or lower num-nodes"
+            )
+        for name, e in self.state["devices"].items():
+            if e["status"] == "pending" and e.get("node_id") is None:
+                book.mark_lost(self.state, name, "did not connect within node-wait-s")
+                self.dirty = True
+        return True
+
+    # ------------------------------------------------------------------ grid calls
+    def _online(self) -> set[int] | None:
+        try:
+            return {int(n) for n in self.grid.get_node_ids()}
+        except Exception as exc:  # noqa: BLE001 - the SuperLink frozen or restarting
+            log(WARNING, "segments: the SuperLink did not answer (%s); retrying", _line(exc))
+            return None
+
+    def _push(self, msg: Message) -> str | None:
+        try:
+            ids = list(self.grid.push_messages([msg]))
+        except Exception as exc:  # noqa: BLE001
+            log(WARNING, "segments: push failed (%s); retrying", _line(exc))
+            return None
+        return ids[0] if ids and ids[0] else None
+
+    def _pull(self) -> None:
+        pending = list(self.identifying) + [
+            lk.msg_id for lk in self.links.values() if lk.msg_id is not None
+        ]
+        if not pending:
+            return
+        try:
+            replies = list(self.grid.pull_messages(pending))
+        except Exception as exc:  # noqa: BLE001
+            log(WARNING, "segments: pull failed (%s); retrying", _line(exc))
+            return
+        for msg in replies:
+            ref = msg.metadata.reply_to_message_id
+            if ref in self.identifying:
+                self._on_identity(self.identifying.pop(ref), msg)
+                continue
+            for name, lk in self.links.items():
+                if lk.msg_id == ref:
+                    lk.msg_id = None
+                    self._on_segment(name, lk, msg)
+                    break
+
+    # ------------------------------------------------------------------ identities
+    def _identify(self, online: set[int]) -> None:
+        asked = set(self.identifying.values())
+        for node in sorted(online):
+            name = self.identified.get(node)
+            if node not in self.identified and node not in asked:
+                cfg = ConfigRecord(dict(self.config))
+                msg = Message(
+                    content=RecordDict({records.CONFIG: cfg}),
+                    dst_node_id=node,
+                    message_type=f"{MessageType.QUERY}.{wire.IDENTIFY}",
+                )
+                mid = self._push(msg)
+                if mid:
+                    self.identifying[mid] = node
+            elif name is not None and self.state["devices"].get(name, {}).get("status") == "lost":
+                self._take(name, node)  # its node is back online (the SuperLink was frozen)
+
+    def _on_identity(self, node: int, msg: Message) -> None:
+        if msg.has_error():
+            log(WARNING, "segments: node %d did not identify: %s", node, msg.error.reason)
+            self.identified[node] = None
+            return
+        try:
+            name = wire.identity_of(msg.content)
+        except InputError as exc:
+            log(WARNING, "segments: node %d: %s", node, exc)
+            self.identified[node] = None
+            return
+        if name not in self.fleet_devices:
+            log(WARNING, "segments: node %d runs %r, which the fleet does not list", node, name)
+            self.identified[node] = None
+            return
+        self.identified[node] = name
+        e = self.state["devices"].get(name)
+        if e is not None and e["status"] not in book.ACTIVE + ("lost",):
+            return  # finished this round (e.g. before a coordinator restart): not again
+        self._take(name, node)
+
+    def _take(self, name: str, node: int) -> None:
+        lk = self.links.setdefault(name, Link())
+        if lk.node != node:
+            lk.msg_id = None  # whatever went to the old node is abandoned
+        lk.node = node
+        book.assign(self.state, name, node)
+        log(INFO, "segments: %s on node %d", name, node)
+        self.dirty = True
+
+    # ------------------------------------------------------------------ segments
+    def _send(self, online: set[int]) -> None:
+        for name, e in self.state["devices"].items():
+            lk = self.links.get(name)
+            if e["status"] not in book.ACTIVE or lk is None or lk.node not in online:
+                continue
+            if lk.msg_id is not None:
+                continue
+            prog = book.progress(e)
+            cfg = wire.segment_config(self._round_config(), self.s.segment_s, prog)
+            content = RecordDict({records.CONFIG: cfg})
+            if lk.weights_to != lk.node and records.has_weights(self.arrays):
+                content[records.ARRAYS] = self.arrays  # once per node and round
+            msg = Message(
+                content=content,
+                dst_node_id=lk.node,
+                message_type=f"{MessageType.TRAIN}.{wire.SEGMENT}",
+                ttl=self._ttl(lk, prog.segments),
+            )
+            mid = self._push(msg)
+            if mid:
+                lk.msg_id, lk.sent_at, lk.sent_time_s = mid, time.monotonic(), prog.time_s
+                lk.weights_to = lk.node if records.ARRAYS in content else lk.weights_to
+                if e["status"] == "pending":
+                    e["status"], self.dirty = "running", True
+
+    def _expected_wall(self, lk: Link, segments: int) -> float:
+        per = lk.wall_per_s if lk.wall_per_s is not None else 1.0
+        first = self.s.first_allowance_s if segments == 0 else 0.0
+        return first + self.s.overdue_factor * self.s.segment_s * per + 30.0
+
+    def _ttl(self, lk: Link, segments: int) -> float:
+        """Flower drops a message after its TTL: never before the work could be done."""
+        return max(3600.0, 10.0 * self._expected_wall(lk, segments))
+
+    def _on_segment(self, name: str, lk: Link, msg: Message) -> None:
+        if msg.has_error():
+            self._on_error(name, lk, msg)
+            return
+        lk.crashes = 0
+        try:
+            row = records.decode_reply(
+                msg.content.metric_records[records.METRICS],
+                msg.content.config_records[records.REPORT],
+            )
+            check_row(row, name)
+            prog = wire.progress_of(msg.content, name)
+        except KeyError:
+            self._refuse(name, f"device {name}: reply without metrics/report records")
+            return
+        except InputError as exc:
+            self._refuse(name, str(exc))
+            return
+        wall, ran = time.monotonic() - lk.sent_at, prog.time_s - lk.sent_time_s
+        if ran > 0:
+            lk.wall_per_s = (
+                wall / ran if lk.wall_per_s is None else 0.5 * (lk.wall_per_s + wall / ran)
+            )
+        done = book.apply_segment(self.state, name, row, prog)
+        self.dirty = True
+        if self.on_reply is not None:
+            try:
+                self.on_reply(msg)
+            except Exception as exc:  # noqa: BLE001 - a progress display must not stop a round
+                log(WARNING, "reply callback failed: %s", exc)
+        if done and self.mode == "federated" and row.get("status") in TRAINED:
+            arrays = msg.content.array_records.get(records.ARRAYS)
+            if records.has_weights(arrays):
+                n = msg.content.metric_records[records.METRICS].get("num-examples", 0)
+                self.weights[name] = (arrays, float(n))  # type: ignore[arg-type]
+        if self.plan and not done:
+            self._replan()
+
+    def _on_error(self, name: str, lk: Link, msg: Message) -> None:
+        code, reason = msg.error.code, " ".join(str(msg.error.reason).split())
+        if code == ErrorCode.NODE_UNAVAILABLE:
+            book.mark_lost(self.state, name, f"node {lk.node} went offline")
+            lk.node = None
+        else:
+            lk.crashes += 1
+            log(WARNING, "segments: %s failed (%d in a row): %s", name, lk.crashes, reason)
+            if lk.crashes >= self.s.max_crashes:
+                e = book.entry(self.state, name)
+                e["status"], e["message"] = "error", f"failed {lk.crashes} times: {reason}"
+                e["row"] = records.error_row(name, e["message"], str(e.get("device_type") or ""))
+        self.dirty = True  # anything else: sent again, resuming from its checkpoint
+
+    def _refuse(self, name: str, why: str) -> None:
+        log(WARNING, "segments: reply refused: %s", why)
+        book.refuse(self.state, name, why)
+        self.dirty = True
+
+    def _check_lost(self, online: set[int]) -> None:
+        for name, lk in self.links.items():
+            e = self.state["devices"].get(name, {})
+            if e.get("status") in book.ACTIVE and lk.node is not None and lk.node not in online:
+                book.mark_lost(self.state, name, f"node {lk.node} went offline")
+                lk.node, lk.msg_id, self.dirty = None, None, True
+
+    def _check_overdue(self) -> None:
+        now = time.monotonic()
+        for name, lk in self.links.items():
+            e = self.state["devices"].get(name, {})
+            if lk.msg_id is None or e.get("status") != "running":
+                continue
+            waited = now - lk.sent_at
+            if waited > self._expected_wall(lk, int(e["progress"].get("segments") or 0)):
+                book.mark_overdue(self.state, name, waited)
+                self.dirty = True
+
+    # ------------------------------------------------------------------ plan
+    def _round_config(self) -> ConfigRecord:
+        deadline = self.state.get("plan", {}).get("deadline_s")
+        return coordinator.with_deadline(self.config, deadline) if self.plan else self.config
+
+    def _plan_deadline(self) -> None:
+        """The planning exchange (before anyone trains): the slowest fastest finish."""
+        nodes = {lk.node: n for n, lk in self.links.items() if lk.node is not None}
+        msgs = [
+            Message(
+                content=RecordDict({records.CONFIG: ConfigRecord(dict(self.config))}),
+                dst_node_id=node,
+                message_type=MessageType.QUERY,
+            )
+            for node in nodes
+        ]
+        replies = list(self.grid.send_and_receive(msgs, timeout=self.s.first_allowance_s))
+        fastest: dict[str, float | None] = {}
+        for msg in replies:
+            if not msg.has_error():
+                device, finish, _ = records.decode_plan(msg.content)
+                if device in self.links:
+                    fastest[device] = finish
+        deadline, notes = coordinator.deadline_from_plans(replies)
+        for note in notes:
+            log(WARNING, "planning: %s", note)
+        plan = self.state.setdefault("plan", {"deadline_s": None, "revisions": []})
+        plan["deadline_s"], plan["fastest_s"] = deadline, fastest
+        plan.setdefault("revisions", []).append(
+            {
+                "at_utc": book.utc_now(),
+                "round_time_s": 0.0,
+                "deadline_s": deadline,
+                "previous_s": None,
+                "reason": "planned: the slowest device's fastest predicted finish",
+            }
+        )
+        log(INFO, "planning: deadline %s s", deadline)
+        self.dirty = True
+
+    def _replan(self) -> None:
+        plan = self.state.get("plan") or {}
+        fastest = plan.get("fastest_s") or {}
+        standings = []
+        for name, e in self.state["devices"].items():
+            if e["status"] in book.ACTIVE and name in fastest:
+                p = book.progress(e)
+                standings.append(replan.Standing(name, p.time_s, p.done, fastest[name]))
+        old = plan.get("deadline_s")
+        new, why = replan.revise(old, standings)
+        if not why:
+            return
+        plan["deadline_s"] = new
+        clock = max((s.time_s for s in standings), default=0.0)
+        plan["revisions"].append(
+            {
+                "at_utc": book.utc_now(),
+                "round_time_s": clock,
+                "deadline_s": new,
+                "previous_s": old,
+                "reason": why,
+            }
+        )
+        log(INFO, "re-plan: %s", why)
+
+    # ------------------------------------------------------------------ disk
+    def _persist(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and (not self.dirty or now - self.last_write < self.s.write_every_s):
+            return
+        roundstate.write_state(self.run_dir, self.state)
+        self.dirty, self.last_write = False, now
+
+
+def _line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:200] or type(exc).__name__
