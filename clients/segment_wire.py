@@ -35,6 +35,7 @@ SEGMENT_S = "segment-s"
 RESUME = "resume"
 PROGRESS = "progress"
 IDENTITY = "identity"
+RUN_TOKEN = "run-token"  # instruction: the run's own id (a checkpoint of another run is not ours)
 RUNNING = "running"  # a segment reply's status while the device has not reached its target
 MAX_PROGRESS_CHARS = 4096
 
@@ -48,30 +49,44 @@ def segment_config(base: ConfigRecord, segment_s: float, resume: Progress) -> Co
 
 
 def read_segment(cfg: ConfigRecord) -> tuple[float, Progress]:
-    """(segment seconds, resume progress) of a segment request; one line naming a bad key."""
+    """(segment seconds, resume progress) of a segment request; one line naming a bad key;
+    an absent ``resume`` is the round's start."""
     where = "segment request"
+    if SEGMENT_S not in cfg:
+        raise InputError(f"{where}: missing key '{SEGMENT_S}'")
     raw = cfg.get(SEGMENT_S)
     if isinstance(raw, bool) or not isinstance(raw, (int, float)):
         raise InputError(f"{where}: '{SEGMENT_S}' must be a number of seconds")
     if not math.isfinite(raw) or not 0 < raw <= MAX_SECONDS:
         raise InputError(f"{where}: '{SEGMENT_S}' must be in (0, {MAX_SECONDS:g}], got {raw!r}")
-    return float(raw), _progress_json(cfg.get(RESUME, "{}"), f"{where}: '{RESUME}'")
+    if cfg.get(RESUME, "") in ("", "{}"):
+        return float(raw), Progress()
+    return float(raw), _progress_json(cfg.get(RESUME), f"{where}: '{RESUME}'")
 
 
 def _progress_json(text: object, where: str) -> Progress:
     if not isinstance(text, str) or len(text) > MAX_PROGRESS_CHARS:
-        raise InputError(f"{where} must be JSON text of at most {MAX_PROGRESS_CHARS} chars")
+        raise InputError(f"{where}: expected JSON text of at most {MAX_PROGRESS_CHARS} chars")
     try:
         data = json.loads(text)
     except (ValueError, RecursionError):
-        raise InputError(f"{where} is not valid JSON") from None
+        raise InputError(f"{where}: not valid JSON") from None
     return Progress.from_dict(data, where)
 
 
-def attach_progress(content: RecordDict, progress: Progress) -> RecordDict:
-    """Put the device's progress into a segment reply."""
-    content[PROGRESS] = ConfigRecord({PROGRESS: json.dumps(progress.to_dict())})
+def attach_progress(content: RecordDict, progress: Progress | None) -> RecordDict:
+    """Put the device's progress into a segment reply (nothing when it is unknown)."""
+    if progress is not None:
+        content[PROGRESS] = ConfigRecord({PROGRESS: json.dumps(progress.to_dict())})
     return content
+
+
+def decode_progress(content: RecordDict) -> Progress | None:
+    """The progress a segment reply carries, checked; None when it carries none."""
+    cfg = content.config_records.get(PROGRESS)
+    if cfg is None or PROGRESS not in cfg:
+        return None
+    return _progress_json(cfg[PROGRESS], f"segment reply: '{PROGRESS}'")
 
 
 def progress_of(content: RecordDict, device: str) -> Progress:
@@ -87,6 +102,12 @@ def identity_content(device: str, device_type: str, client: str, error: str = ""
     if error:
         cfg["error"] = error
     return RecordDict({IDENTITY: cfg})
+
+
+def decode_identity(content: RecordDict) -> dict[str, str]:
+    """The identity reply as a plain dict of strings (empty when the reply has none)."""
+    cfg = content.config_records.get(IDENTITY)
+    return {str(k): str(v) for k, v in cfg.items()} if cfg is not None else {}
 
 
 def identity_of(content: RecordDict) -> str:

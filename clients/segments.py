@@ -13,8 +13,8 @@ Identity: a restarted SuperNode may get a new node id, so the coordinator asks e
 
 This module holds the simulated side (the virtual clock, ``simulate_segment``) and what every
 node shares (identity, the progress record); a board's segment is
-``clients.hardware_client.hardware_segment``. The record names are defined here until
-``clients/records.py`` takes them.
+``clients.hardware_client.hardware_segment``. The wire (record names, requests, progress) is
+``clients/segment_wire.py``, shared with the coordinator.
 """
 
 from __future__ import annotations
@@ -32,6 +32,16 @@ from pathlib import Path
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
 from clients import records
+from clients.segment_wire import (  # noqa: F401 - decode_* are this module's API too
+    IDENTITY,
+    RESUME,
+    RUN_TOKEN,
+    SEGMENT_S,
+    attach_progress,
+    decode_identity,
+    decode_progress,
+    read_segment,
+)
 from fleet.agent.confine import ConfineError, owned_dir
 from fleet.common.errors import InputError
 from fleet.common.names import check_name
@@ -41,13 +51,6 @@ from fleet.rounds.device_round import TRAINED
 from fleet.rounds.progress import MAX_SECONDS, Progress, later
 from fleet.rounds.virtual_clock import simulate_segment
 
-# RecordDict / ConfigRecord names of the segment exchange (to move into clients/records.py)
-IDENTITY = "identity"  # query.identify reply: {device, device-type, client[, error]}
-PROGRESS = "progress"  # segment reply: ConfigRecord {"progress": JSON of Progress.to_dict()}
-SEGMENT_S = "segment-s"  # instruction: device seconds of training in this segment
-RESUME = "resume"  # instruction: JSON of Progress.to_dict(), where the coordinator saw us
-RUN_TOKEN = "run-token"  # instruction (optional): tells two runs of one fleet apart
-MAX_RESUME_CHARS = 4096
 MAX_CHECKPOINT_BYTES = 64 * 1024
 PACE_RANGE = (1e-3, 1e9)  # device seconds per wall second, when pacing at all
 CHECKPOINT_FORMAT = "powerfleet-segment-progress"
@@ -90,61 +93,6 @@ def identify(node_config: dict, content: RecordDict) -> RecordDict:
     except (InputError, ValueError, TypeError) as exc:
         out["error"] = " ".join(str(exc).split())[:MAX_TEXT]
     return RecordDict({IDENTITY: out})
-
-
-def decode_identity(content: RecordDict) -> dict[str, str]:
-    """The identity reply as a plain dict of strings (empty when the reply has none)."""
-    cfg = content.config_records.get(IDENTITY)
-    return {str(k): str(v) for k, v in cfg.items()} if cfg is not None else {}
-
-
-# --------------------------------------------------------------------------- the wire
-
-
-def progress_record(progress: Progress) -> ConfigRecord:
-    return ConfigRecord({PROGRESS: json.dumps(progress.to_dict())})
-
-
-def with_progress(content: RecordDict, progress: Progress | None) -> RecordDict:
-    """A segment reply: the row's records plus the ``progress`` record (when known)."""
-    if progress is not None:
-        content[PROGRESS] = progress_record(progress)
-    return content
-
-
-def decode_progress(content: RecordDict) -> Progress | None:
-    """The progress a segment reply carries, checked; None when absent."""
-    cfg = content.config_records.get(PROGRESS)
-    if cfg is None or PROGRESS not in cfg:
-        return None
-    return parse_progress(cfg[PROGRESS], "segment reply: 'progress'")
-
-
-def parse_progress(raw: object, where: str) -> Progress:
-    """JSON text of a Progress -> Progress, bounded; one line naming ``where`` otherwise."""
-    if not isinstance(raw, str) or len(raw) > MAX_RESUME_CHARS:
-        raise InputError(f"{where}: expected JSON text of at most {MAX_RESUME_CHARS} chars")
-    try:
-        data = json.loads(raw)
-    except (ValueError, RecursionError):
-        raise InputError(f"{where}: not valid JSON") from None
-    return Progress.from_dict(data, where)
-
-
-def segment_request(cfg: ConfigRecord) -> tuple[float, Progress]:
-    """(segment seconds, resume progress) from the instruction; absent ``resume``: the start."""
-    where = "train instruction"
-    if SEGMENT_S not in cfg:
-        raise InputError(f"{where}: missing key '{SEGMENT_S}'")
-    seconds = cfg[SEGMENT_S]
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
-        raise InputError(f"{where}: '{SEGMENT_S}' must be a number of seconds, got {seconds!r}")
-    if not math.isfinite(seconds) or not 0 < seconds <= MAX_SECONDS:
-        raise InputError(f"{where}: '{SEGMENT_S}' must be in (0, {MAX_SECONDS:g}], got {seconds}")
-    resume = Progress()
-    if cfg.get(RESUME, "") != "":
-        resume = parse_progress(cfg[RESUME], f"{where}: '{RESUME}'")
-    return float(seconds), resume
 
 
 # --------------------------------------------------------------------------- node settings
@@ -198,9 +146,13 @@ class NodeSettings:
 
 
 def instruction_key(cfg: ConfigRecord) -> str:
-    """What makes two segment messages the same round of the same run: the instruction
-    without the per-segment keys (a checkpoint of another run or round is not ours)."""
-    items = {k: v for k, v in cfg.items() if k not in (SEGMENT_S, RESUME)}
+    """What makes two segment messages the same round of the same run (a checkpoint of another
+    run or round is not ours): the run's id, the round and the work. Not the whole instruction:
+    the coordinator re-plans the deadline (``extra``) and refreshes shipped profiles mid-round,
+    and neither makes the samples already trained any less this round's."""
+    keep = (RUN_TOKEN, "run-name", "server-round", "fleet-path", "model", "target-accuracy")
+    keep += ("batch-sizes", "samples-to-accuracy", "efficiency-source")
+    items = {k: cfg.get(k) for k in keep}
     text = json.dumps(items, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -283,7 +235,7 @@ def simulated_segment(
         ins = records.decode_instruction(cfg)
         spec = records.device_spec_for(node_config, ins.fleet_path)
         label = spec.name
-        seconds, resume = segment_request(cfg)
+        seconds, resume = read_segment(cfg)
     except KeyError:
         return records.reply_content(records.error_row(label, "no train instruction"))
     except InputError as exc:
@@ -303,7 +255,7 @@ def simulated_segment(
         res, progress = simulate_segment(spec, ins.efficiency, ins.run, start, seconds)
     except InputError as exc:
         row = records.error_row(spec.name, str(exc), spec.device_type)
-        return with_progress(records.reply_content(row), resume)
+        return attach_progress(records.reply_content(row), resume)
     if note:
         res.message = f"{note}; {res.message}" if res.message else note
     wait = settings.wait_s(progress.time_s - start.time_s)
@@ -318,7 +270,7 @@ def simulated_segment(
     arrays = content.array_records.get(records.ARRAYS, ArrayRecord())
     send = ins.run.mode == "federated" and row["status"] in TRAINED
     reply = records.reply_content(row, arrays if send and records.has_weights(arrays) else None)
-    return with_progress(reply, progress)
+    return attach_progress(reply, progress)
 
 
 def _whole_round(
@@ -353,4 +305,4 @@ def _whole_round(
         checked = Progress.from_dict(progress.to_dict(), "host training row")
     except InputError:  # a row out of bounds: the row says what happened, the progress stays
         checked = replace(resume, segments=resume.segments + 1)
-    return with_progress(reply, checked)
+    return attach_progress(reply, checked)

@@ -15,6 +15,7 @@ a reply replaces the last one, so nothing is counted twice.
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 
 from clients import records
@@ -40,6 +41,9 @@ def device_entry(name: str, device_type: str = "", budget_w: float | None = None
         "lost_at_utc": None,
         "message": "",
         "row": None,
+        "segments": [],  # the round's stretches so far, joined across replies
+        "guard_events": [],
+        "peak_power_w": None,
     }
 
 
@@ -65,9 +69,54 @@ def assign(state: dict, name: str, node_id: int) -> None:
         e["message"] = f"back on node {node_id} after being lost at {e['lost_at_utc']}"
 
 
+def join_segments(kept: list[dict], new: list[dict]) -> list[dict]:
+    """The round's stretches so far: ``kept`` (earlier replies) with ``new`` (this reply's).
+
+    A reply may repeat stretches (a segment replayed after a lost reply, or a device that sends
+    its whole record): whatever ``kept`` holds from ``new``'s first start on is replaced. A
+    stretch that continues the previous one at the same point under the same budget (a segment
+    boundary is not a change of point) is merged into it, so a segmented round's record reads
+    as the one-request round's.
+    """
+    if not new:
+        return list(kept)
+    first = min(float(s.get("start_s") or 0.0) for s in new)
+    out = [dict(s) for s in kept if float(s.get("start_s") or 0.0) < first]
+    for seg in sorted((dict(s) for s in new), key=lambda s: float(s.get("start_s") or 0.0)):
+        prev = out[-1] if out else None
+        same = prev is not None and all(
+            prev.get(k) == seg.get(k) for k in ("batch_size", "freq_mhz", "budget_w")
+        )
+        if same and seg.get("reason") in ("", None) and _close(prev["end_s"], seg["start_s"]):
+            prev["end_s"] = seg.get("end_s")
+            for k in ("samples", "energy_j"):
+                prev[k] = float(prev.get(k) or 0.0) + float(seg.get(k) or 0.0)
+            peaks = [p for p in (prev.get("peak_power_w"), seg.get("peak_power_w")) if p]
+            prev["peak_power_w"] = max(peaks) if peaks else None
+        else:
+            out.append(seg)
+    return out
+
+
+def _close(a: object, b: object) -> bool:
+    try:
+        return abs(float(a) - float(b)) <= 1e-9 * max(1.0, abs(float(a)))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+
+
 def apply_segment(state: dict, name: str, row: dict, prog: Progress) -> bool:
-    """A checked segment reply; True when the device is done for this round."""
+    """A checked segment reply; True when the device is done for this round. The final row
+    gets the whole round's stretches and guard events, and its highest peak power."""
     e = entry(state, name)
+    e["segments"] = join_segments(e.get("segments") or [], list(row.get("segments") or []))
+    events = [dict(g) for g in row.get("guard_events") or []]
+    seen = {json.dumps(g, sort_keys=True) for g in e.get("guard_events") or []}
+    e["guard_events"] = list(e.get("guard_events") or []) + [
+        g for g in events if json.dumps(g, sort_keys=True) not in seen
+    ]
+    peaks = [p for p in (e.get("peak_power_w"), row.get("peak_power_w")) if p is not None]
+    e["peak_power_w"] = max(peaks) if peaks else None
     e["progress"] = prog.to_dict()
     e["last_seen_utc"] = utc_now()
     e["device_type"] = str(row.get("device_type") or e.get("device_type") or "")
@@ -79,6 +128,9 @@ def apply_segment(state: dict, name: str, row: dict, prog: Progress) -> bool:
         e["message"] = ""
         return False
     e["status"] = status
+    row = dict(row, segments=e["segments"], guard_events=e["guard_events"])
+    if e["peak_power_w"] is not None and status not in ("error", "infeasible"):
+        row["peak_power_w"] = e["peak_power_w"]
     e["row"] = row
     e["message"] = str(row.get("message") or "")
     return True

@@ -247,8 +247,12 @@ class SegmentedRound:
             prog = book.progress(e)
             cfg = wire.segment_config(self._round_config(), self.s.segment_s, prog)
             content = RecordDict({records.CONFIG: cfg})
-            if lk.weights_to != lk.node and records.has_weights(self.arrays):
-                content[records.ARRAYS] = self.arrays  # once per node and round
+            # the weights: once per node and round (a board keeps them in its checkpoint); in
+            # federated mode with every segment, since a replay device keeps nothing between
+            # segments and sends back what it was given when it finishes
+            first_here = lk.weights_to != lk.node or self.mode == "federated"
+            if first_here and records.has_weights(self.arrays):
+                content[records.ARRAYS] = self.arrays
             msg = Message(
                 content=content,
                 dst_node_id=lk.node,

@@ -15,6 +15,7 @@ a restart in round k starts from round k-1's aggregate.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from logging import INFO
 from pathlib import Path
@@ -24,6 +25,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
+from clients import segment_wire as wire
 from fleet.common.errors import InputError
 from fleet.config.fleetfile import Fleet
 from fleet.reports import roundstate
@@ -62,6 +64,7 @@ def open_state(
         segment_s=segment_s,
         devices=[],
     )
+    state["run_uid"] = uuid.uuid4().hex  # kept across restarts: the devices' checkpoint key
     return state, False
 
 
@@ -95,6 +98,7 @@ def run_rounds(
             state["plan"] = {"deadline_s": None, "revisions": []}
         config = ConfigRecord(dict(train_config))
         config["server-round"] = server_round
+        config[wire.RUN_TOKEN] = str(state.get("run_uid") or "")
         config.update(round_config(server_round))
         log(INFO, "segments: round %d of %d", server_round, run.rounds)
         driver = SegmentedRound(
