@@ -64,21 +64,27 @@ class StateWriter:
         self.state = roundstate.new_state(
             fleet.run.name, fleet.path, digest, "direct", "", 1, 0.0, devices
         )
+        self.waiting: list[tuple[dict, str]] = []  # (row, when) finished since the last write
         self._write()
 
     def _write(self) -> None:
+        for row, when in self.waiting:
+            roundstate.record_row(self.state, row, when)
+        self.waiting = []
         roundstate.write_state(self.run_dir, self.state)
         self.last = time.monotonic()
 
     def finished_device(self, row: dict) -> None:
-        roundstate.record_row(self.state, row)
+        self.waiting.append((row, roundstate.now_utc()))  # recorded when next written
         if time.monotonic() - self.last >= self.every_s:
             self._write()
 
     def finish(self, report: dict) -> None:
-        stamp = roundstate.now_utc()
+        when = {row["device"]: w for row, w in self.waiting}
+        self.waiting, stamp = [], roundstate.now_utc()
         for row in report["devices"]:  # the report's rows: idle waits included
-            roundstate.record_row(self.state, row, stamp)
+            seen = when.get(row["device"]) or self.state["devices"][row["device"]]["last_seen_utc"]
+            roundstate.record_row(self.state, row, seen or stamp)
         if report.get("deadline_s") is not None:
             self.state["plan"]["deadline_s"] = report["deadline_s"]
         self.state["completed_rounds"] = [{"round": 1, "totals": report["fleet"]}]

@@ -108,6 +108,19 @@ def test_the_callers_dicts_stay_live_across_writes(tmp_path):
     assert (got["status"], got["progress"]["samples"]) == ("running", 123.0)
 
 
+def test_non_finite_numbers_are_written_as_null_in_a_copy(tmp_path):
+    state = build_state()
+    row = {"device": "tx2-1", "status": "error", "time_s": float("nan"), "energy_j": math.inf}
+    rs.record_row(state, row)
+    rs.write_state(tmp_path, state)
+    text = (tmp_path / "state.json").read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    got = rs.read_state(tmp_path)["devices"]["tx2-1"]
+    assert got["row"]["time_s"] is None and got["row"]["energy_j"] is None
+    assert got["progress"]["time_s"] == 0.0  # progress keeps its default for a refused value
+    assert math.isnan(state["devices"]["tx2-1"]["row"]["time_s"])  # the caller's dict as it was
+
+
 def test_record_row_makes_a_finished_device():
     state = build_state()
     row = {

@@ -98,6 +98,8 @@ def number(value: Any) -> str | None:
     """A sample value, or None to leave the sample out (unknown or not finite)."""
     if value is None:
         return None
+    if type(value) is float:  # the common case first: 23 values x 1,000 devices a write
+        return repr(value) if math.isfinite(value) else None
     if isinstance(value, bool):
         return "1" if value else "0"
     if isinstance(value, int):
@@ -135,10 +137,9 @@ def prometheus_text(state: dict[str, Any]) -> str:
     for short, kind, text, get in DEVICE_METRICS:
         samples = [("{" + i + "}", get(e, e["progress"])) for i, e in devices]
         family(f"powerfleet_device_{short}", kind, text, samples)
+    suffixes = [(s, f',status="{escape_label(s)}"' + "}") for s in statuses.ALL]
     onehot = [
-        ("{" + i + f',status="{escape_label(s)}"' + "}", int(e["status"] == s))
-        for i, e in devices
-        for s in statuses.ALL
+        ("{" + i + suffix, int(e["status"] == s)) for i, e in devices for s, suffix in suffixes
     ]
     family("powerfleet_device_status", "gauge", "1 for the device's status, 0 otherwise", onehot)
     r = labels({"run": run})
