@@ -18,6 +18,7 @@ from pathlib import Path
 import simulations
 from fleet.common.names import child_dir
 from fleet.config.fleetfile import Fleet, load_fleet
+from fleet.reports import roundstate
 from fleet.reports.report import write_report
 from fleet.rounds.virtual_clock import cached_efficiency, simulate_device
 
@@ -48,18 +49,65 @@ def run_meta(fleet: Fleet, engine: str) -> dict[str, object]:
     }
 
 
+class StateWriter:
+    """The direct engine's round state (``fleet.reports.roundstate``): every device pending,
+    then its final row as it finishes, ``finished`` at the end, so ``powerfleet status`` reads
+    a direct run as it reads a Flower one. Written at most once per ``every_s`` of wall time
+    (plus the first and the last write): a 1,000-device fleet finishes devices far faster than
+    anyone reads them, and each write re-serialises every device."""
+
+    def __init__(self, fleet: Fleet, run_dir: Path, every_s: float = 1.0) -> None:
+        self.run_dir, self.every_s = run_dir, every_s
+        devices = [(d.name, d.device_type, d.budget_w) for d in fleet.devices]
+        digest = roundstate.fleet_sha256(fleet.path)
+        # the direct engine runs one round, each device in one piece (segment_s 0)
+        self.state = roundstate.new_state(
+            fleet.run.name, fleet.path, digest, "direct", "", 1, 0.0, devices
+        )
+        self.waiting: list[tuple[dict, str]] = []  # (row, when) finished since the last write
+        self._write()
+
+    def _write(self) -> None:
+        for row, when in self.waiting:
+            roundstate.record_row(self.state, row, when)
+        self.waiting = []
+        roundstate.write_state(self.run_dir, self.state)
+        self.last = time.monotonic()
+
+    def finished_device(self, row: dict) -> None:
+        self.waiting.append((row, roundstate.now_utc()))  # recorded when next written
+        if time.monotonic() - self.last >= self.every_s:
+            self._write()
+
+    def finish(self, report: dict) -> None:
+        when = {row["device"]: w for row, w in self.waiting}
+        self.waiting, stamp = [], roundstate.now_utc()
+        for row in report["devices"]:  # the report's rows: idle waits included
+            seen = when.get(row["device"]) or self.state["devices"][row["device"]]["last_seen_utc"]
+            roundstate.record_row(self.state, row, seen or stamp)
+        if report.get("deadline_s") is not None:
+            self.state["plan"]["deadline_s"] = report["deadline_s"]
+        self.state["completed_rounds"] = [{"round": 1, "totals": report["fleet"]}]
+        self.state["finished"] = True
+        self._write()
+
+
 def run_direct(fleet: Fleet, run_dir: Path, progress: Progress | None = None) -> dict:
     """Every device in this process, one after the other: no Flower, no Ray, same rows."""
     if fleet.run.objective == "deadline":  # plans the deadline first: fleet.planning.whatif
         from fleet.planning.whatif import deadline_round
 
+        state = StateWriter(fleet, run_dir)
         rows, extra = deadline_round(fleet, progress)
-        return write_report(run_dir, rows, {**run_meta(fleet, "direct"), **extra})
+        report = write_report(run_dir, rows, {**run_meta(fleet, "direct"), **extra})
+        state.finish(report)
+        return report
     shipped = cached_efficiency(fleet.run.efficiency)
     rows = []
     total = len(fleet.devices)
     weights = _shipped_weights(fleet)
     data_dir = str(fleet.run.extra.get("data_dir") or "") or None
+    state = StateWriter(fleet, run_dir)  # after the checks above: bad input writes nothing
     for k, spec in enumerate(fleet.devices, start=1):
         if spec.learning == "train":
             from fleet.rounds.host_training import train_device  # torch only when a device trains
@@ -68,9 +116,12 @@ def run_direct(fleet: Fleet, run_dir: Path, progress: Progress | None = None) ->
         else:
             res = simulate_device(spec, shipped, fleet.run)
         rows.append(res.to_dict())
+        state.finished_device(rows[-1])
         if progress:
             progress(k, total, spec.name)
-    return write_report(run_dir, rows, run_meta(fleet, "direct"))
+    report = write_report(run_dir, rows, run_meta(fleet, "direct"))
+    state.finish(report)
+    return report
 
 
 def with_deadline_comparison(fleet: Fleet, run_dir: Path, report: dict) -> dict:

@@ -36,6 +36,7 @@ COMMANDS = [
     ("doctor", "what this board is (GPU nodes, clocks, power rails) and whether profile/train run"),
     ("predict", "fill a sparse profile: predict time and power at the points not probed"),
     ("profiles", "list the coordinator's profile store"),
+    ("status", "every device's progress, power vs budget, (b, f), ETA and status during a round"),
     ("whatif", "sweep the fleet budget: round time, energy and infeasible devices per step"),
     ("budget-feed", "play a power trace (solar panel, battery) into a live budget file"),
 ]

@@ -1,55 +1,389 @@
-"""TEMPORARY stand-in (replaced by the i20-status branch's module at merge)."""
+"""The persisted round state: ``RUN_DIR/state.json``, what a round looks like *now*.
+
+Why a file: a round that lasts hours must be watchable while it runs (``powerfleet status``,
+a Prometheus textfile collector reading ``metrics.prom``) and must survive a coordinator
+restart, so the coordinator keeps one JSON document per run and rewrites it after every
+change. The format is the one in docs/architecture.md ("Round state"); this module is its only
+reader and writer:
+
+- ``new_state`` builds the document for a run that starts (every device ``pending``);
+- the coordinator mutates the plain dict (statuses, ``Progress.to_dict()``, rows, revisions);
+- ``write_state`` checks it, stamps ``updated_utc`` and replaces ``state.json`` and
+  ``metrics.prom`` atomically (temp file in the same directory, fsync, ``os.replace``), so a
+  reader sees the previous document or the next one, never half of one;
+- ``read_state`` refuses anything that is not such a document with one line naming the file
+  and the field (exit 2 in the CLI), never a traceback.
+
+Plain dicts on purpose: the document is JSON on disk and JSON in ``--json``; a dataclass layer
+would only have to be converted both ways.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
+from fleet.agent.profile_io import atomic_write_text
 from fleet.common.errors import InputError
+from fleet.reports.prometheus import prometheus_text
+from fleet.reports.report import json_safe
+from fleet.rounds import statuses
+from fleet.rounds.device_round import TRAINED
+from fleet.rounds.progress import Progress
 
+FORMAT = "powerfleet-round-state"
+VERSION = 1
 STATE_FILE = "state.json"
+METRICS_FILE = "metrics.prom"
+MAX_BYTES = 1 << 30  # 100,000 devices fit with room to spare; a bigger file is not ours
+FILE_MODE = 0o644  # read by `powerfleet status` and a node_exporter running as another user
 
 
-def fleet_sha256(path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+def now_utc() -> str:
+    """The state's timestamps: ISO 8601 in UTC, milliseconds (order survives fast writes)."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
-def new_state(run, fleet_file, fleet_sha256, engine, run_token, rounds, segment_s, devices):
-    now = datetime.now(UTC).isoformat(timespec="seconds")
+def fleet_sha256(path: str | Path) -> str:
+    """The fleet file's digest: a restarted coordinator resumes only the fleet it started."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def device_entry(name: str, device_type: str, budget_w: float | None) -> dict[str, Any]:
+    """One device before the coordinator has heard from it."""
     return {
-        "format": "powerfleet-round-state",
-        "version": 1,
+        "device": name,
+        "device_type": device_type,
+        "status": "pending",
+        "node_id": None,
+        "budget_w": budget_w,
+        "progress": _plain(Progress(budget_w=budget_w)),
+        "last_seen_utc": None,
+        "lost_at_utc": None,
+        "message": "",
+        "row": None,
+    }
+
+
+def new_state(
+    run: str,
+    fleet_file: str,
+    fleet_sha256: str,
+    engine: str,
+    run_token: str,
+    rounds: int,
+    segment_s: float,
+    devices: list[tuple[str, str, float | None]],
+) -> dict[str, Any]:
+    """The state of a run that starts: round 1 of ``rounds``, every device pending.
+
+    ``devices``: (name, device type, budget in watts or None) in fleet order, which is the
+    order the table and the metrics keep. ``segment_s`` 0 means unsegmented (each device runs
+    its round in one piece, as the direct engine does).
+    """
+    stamp = now_utc()
+    return {
+        "format": FORMAT,
+        "version": VERSION,
         "run": run,
         "fleet_file": fleet_file,
         "fleet_sha256": fleet_sha256,
         "engine": engine,
         "run_token": run_token,
-        "started_utc": now,
-        "updated_utc": now,
+        "started_utc": stamp,
+        "updated_utc": stamp,
         "finished": False,
         "round": 1,
-        "rounds": rounds,
-        "segment_s": segment_s,
+        "rounds": int(rounds),
+        "segment_s": float(segment_s),
         "plan": {"deadline_s": None, "revisions": []},
-        "devices": {},
+        "devices": {n: device_entry(n, t, b) for n, t, b in devices},
         "completed_rounds": [],
     }
 
 
-def write_state(run_dir, state) -> None:
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    state["updated_utc"] = datetime.now(UTC).isoformat(timespec="seconds")
-    tmp = run_dir / ".state.json.tmp"
-    tmp.write_text(json.dumps(state, indent=1, default=str))
-    os.replace(tmp, run_dir / STATE_FILE)
+def _plain(p: Progress) -> dict[str, Any]:
+    """``Progress.to_dict()`` without ``asdict``'s deep copy (every field is a scalar): the
+    direct engine makes one per device of a 1,000-device fleet, twice."""
+    return dict(vars(p))
 
 
-def read_state(run_dir) -> dict:
+def progress_from_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A final report row seen as progress (cumulative, device clock): what the table and the
+    metrics show for a device that has finished. A value the row has but Progress's bounds
+    refuse is left at its default: the row itself stays in ``row``, untouched."""
+    status = row.get("status")
+    segs = row.get("segments")
+    values = {
+        "time_s": row.get("time_s"),
+        "samples": row.get("samples"),
+        "energy_j": row.get("energy_j"),
+        "accuracy": row.get("accuracy"),
+        "batch_size": row.get("batch_size"),
+        "freq_mhz": row.get("freq_mhz"),
+        "budget_w": row.get("budget_w"),
+        "power_w": row.get("mean_power_w"),
+        "done": 1.0 if status in TRAINED else None,
+        "eta_s": 0.0 if status in TRAINED else None,
+        "segments": len(segs) if isinstance(segs, list) else None,
+    }
+    values = {k: v for k, v in values.items() if v is not None}
     try:
-        return json.loads((Path(run_dir) / STATE_FILE).read_text())
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{run_dir}/state.json: {exc}") from None
+        return _plain(Progress.from_dict(values))  # the usual case: one check of every field
+    except InputError:
+        pass
+    out = Progress()
+    for name, value in values.items():  # one field at a time: keep those within bounds
+        try:
+            setattr(out, name, getattr(Progress.from_dict({name: value}), name))
+        except InputError:
+            pass
+    return _plain(out)
+
+
+def record_row(state: dict[str, Any], row: dict[str, Any], when: str | None = None) -> None:
+    """Put a device's final row into the state: its status, message, progress and the row
+    (kept as given: ``write_state`` makes non-finite numbers null when it writes)."""
+    name = str(row.get("device"))
+    entry = state["devices"][name]
+    entry["status"] = str(row.get("status"))
+    entry["message"] = str(row.get("message") or "")
+    entry["progress"] = progress_from_row(row)
+    entry["row"] = row
+    entry["last_seen_utc"] = when or now_utc()
+
+
+def write_state(run_dir: str | Path, state: dict[str, Any]) -> None:
+    """Check ``state``, stamp ``updated_utc``, replace state.json then metrics.prom atomically.
+
+    Checked with the reader's own rules first, so a document ``read_state`` would refuse is
+    never written (a coordinator bug fails here, in its own process, not in a user's
+    ``status``). NaN/inf become null, as in every JSON file powerfleet writes.
+    """
+    run_dir = Path(run_dir)
+    state["updated_utc"] = now_utc()
+    try:  # no indent: 3x faster to write, and `status --json` re-serialises anyway
+        clean, text = state, json.dumps(state, allow_nan=False)
+    except ValueError:  # a NaN or an infinity: null in a copy (the caller's dicts stay its own)
+        clean = json_safe(state)  # type: ignore[assignment]
+        text = json.dumps(clean, allow_nan=False)
+    check_state(clean, str(run_dir / STATE_FILE))
+    text += "\n"
+    atomic_write_text(str(run_dir / STATE_FILE), text, FILE_MODE)
+    atomic_write_text(str(run_dir / METRICS_FILE), prometheus_text(clean), FILE_MODE)
+
+
+def read_state(run_dir: str | Path) -> dict[str, Any]:
+    """The state of the run in ``run_dir``, checked field by field (InputError: one line)."""
+    run_dir = Path(run_dir)
+    path = run_dir / STATE_FILE
+    if not run_dir.is_dir():
+        raise InputError(f"{run_dir}: no such directory")
+    try:
+        size = path.stat().st_size
+        if size > MAX_BYTES:
+            raise InputError(f"{path}: {size} bytes is larger than any round state")
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise InputError(f"{path} not found: is this a powerfleet run directory?") from None
+    try:
+        state = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        where = f" at line {exc.lineno}" if isinstance(exc, json.JSONDecodeError) else ""
+        msg = exc.msg if isinstance(exc, json.JSONDecodeError) else "not UTF-8"
+        raise InputError(f"{path}: not valid JSON ({msg}{where})") from None
+    check_state(state, str(path))
+    return state
+
+
+# ---------------------------------------------------------------------------------- checking
+
+
+class _Check:
+    """Field readers that name the file and the field's path in every refusal."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def fail(self, where: str, what: str) -> InputError:
+        return InputError(f"{self.path}: {where}: {what}")
+
+    def get(self, obj: dict[str, Any], key: str, where: str) -> Any:
+        if key not in obj:
+            raise self.fail(f"{where}{key}", "missing")
+        return obj[key]
+
+    def obj(self, value: Any, where: str) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self.fail(where, f"expected an object, got {_kind(value)}")
+        return value
+
+    def text(self, value: Any, where: str) -> str:
+        if not isinstance(value, str):
+            raise self.fail(where, f"expected a string, got {_kind(value)}")
+        return value
+
+    def integer(self, value: Any, where: str, lo: int) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.fail(where, f"expected a whole number, got {_kind(value)}")
+        if value < lo:
+            raise self.fail(where, f"{value} is below {lo}")
+        return value
+
+    def number(self, value: Any, where: str, optional: bool = False) -> float | None:
+        if value is None and optional:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self.fail(where, f"expected a number, got {_kind(value)}")
+        if not math.isfinite(value) or value < 0:
+            raise self.fail(where, f"{value!r} is not a finite number >= 0")
+        return float(value)
+
+    def stamp(self, value: Any, where: str, optional: bool = False) -> str | None:
+        if value is None and optional:
+            return None
+        text = self.text(value, where)
+        try:
+            datetime.fromisoformat(text)
+        except ValueError:
+            raise self.fail(where, f"{text!r} is not an ISO 8601 time") from None
+        return text
+
+
+def _kind(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def check_state(state: Any, path: str) -> None:
+    """Raise InputError (file, field) unless ``state`` is a version-1 round state."""
+    c = _Check(path)
+    top = c.obj(state, "top level")
+    fmt = top.get("format")
+    if fmt != FORMAT:
+        raise c.fail("format", f"expected {FORMAT!r}, got {fmt!r} (not a powerfleet round state)")
+    version = top.get("version")
+    if version != VERSION or isinstance(version, bool):
+        raise c.fail("version", f"expected {VERSION}, got {version!r} (written by another release)")
+    for key in ("run", "fleet_file", "fleet_sha256", "engine", "run_token"):
+        c.text(c.get(top, key, ""), key)
+    for key in ("started_utc", "updated_utc"):
+        c.stamp(c.get(top, key, ""), key)
+    if not isinstance(c.get(top, "finished", ""), bool):
+        raise c.fail("finished", f"expected true or false, got {_kind(top['finished'])}")
+    rounds = c.integer(c.get(top, "rounds", ""), "rounds", 1)
+    rnd = c.integer(c.get(top, "round", ""), "round", 0)
+    if rnd > rounds:
+        raise c.fail("round", f"{rnd} is beyond rounds ({rounds})")
+    c.number(c.get(top, "segment_s", ""), "segment_s")
+    _check_plan(c, c.obj(c.get(top, "plan", ""), "plan"))
+    devices = c.obj(c.get(top, "devices", ""), "devices")
+    for name, entry in devices.items():
+        _check_device(c, name, entry)
+    done = c.get(top, "completed_rounds", "")
+    if not isinstance(done, list):
+        raise c.fail("completed_rounds", f"expected a list, got {_kind(done)}")
+    for k, item in enumerate(done):
+        where = f"completed_rounds[{k}]"
+        item = c.obj(item, where)
+        c.integer(c.get(item, "round", f"{where}."), f"{where}.round", 1)
+        c.obj(c.get(item, "totals", f"{where}."), f"{where}.totals")
+
+
+def _check_plan(c: _Check, plan: dict[str, Any]) -> None:
+    c.number(c.get(plan, "deadline_s", "plan."), "plan.deadline_s", optional=True)
+    revisions = c.get(plan, "revisions", "plan.")
+    if not isinstance(revisions, list):
+        raise c.fail("plan.revisions", f"expected a list, got {_kind(revisions)}")
+    for k, rev in enumerate(revisions):
+        where = f"plan.revisions[{k}]"
+        rev = c.obj(rev, where)
+        c.stamp(c.get(rev, "at_utc", f"{where}."), f"{where}.at_utc")
+        c.number(c.get(rev, "round_time_s", f"{where}."), f"{where}.round_time_s")
+        for key in ("deadline_s", "previous_s"):
+            c.number(c.get(rev, key, f"{where}."), f"{where}.{key}", optional=True)
+        c.text(c.get(rev, "reason", f"{where}."), f"{where}.reason")
+
+
+def _check_device(c: _Check, name: str, entry: Any) -> None:
+    where = f"devices.{name}"
+    entry = c.obj(entry, where)
+    p = f"{where}."
+    if c.get(entry, "device", p) != name:
+        raise c.fail(f"{p}device", f"{entry['device']!r} differs from its key {name!r}")
+    c.text(c.get(entry, "device_type", p), f"{p}device_type")
+    status = c.get(entry, "status", p)
+    if status not in statuses.ALL:
+        raise c.fail(f"{p}status", f"{status!r} is not one of {', '.join(statuses.ALL)}")
+    node = c.get(entry, "node_id", p)
+    if node is not None:
+        c.integer(node, f"{p}node_id", 0)
+    c.number(c.get(entry, "budget_w", p), f"{p}budget_w", optional=True)
+    try:
+        Progress.from_dict(c.get(entry, "progress", p), where=f"{p}progress")
+    except InputError as exc:
+        raise InputError(f"{c.path}: {exc}") from None
+    for key in ("last_seen_utc", "lost_at_utc"):
+        c.stamp(c.get(entry, key, p), f"{p}{key}", optional=True)
+    c.text(c.get(entry, "message", p), f"{p}message")
+    row = c.get(entry, "row", p)
+    if row is not None:
+        c.obj(row, f"{p}row")
+
+
+# ---------------------------------------------------------------------------------- summary
+
+
+def summary(state: dict[str, Any]) -> dict[str, Any]:
+    """What a person asks first, computed from the devices: how many in each status, how much
+    is done, what the fleet draws against its budgets now, and the longest ETA still open."""
+    counts = {s: 0 for s in statuses.ALL}
+    samples = energy = power = budget = done = 0.0
+    eta: float | None = None
+    entries = list(state["devices"].values())
+    for e in entries:
+        counts[e["status"]] += 1
+        pr = e["progress"]
+        samples += pr.get("samples") or 0.0
+        energy += pr.get("energy_j") or 0.0
+        done += pr.get("done") or 0.0
+        if e["status"] in statuses.RUNNING:
+            power += pr.get("power_w") or 0.0
+            b = pr.get("budget_w") if pr.get("budget_w") is not None else e.get("budget_w")
+            budget += b or 0.0
+            if pr.get("eta_s") is not None:
+                eta = max(eta or 0.0, pr["eta_s"])
+    running = sum(counts[s] for s in statuses.RUNNING)
+    return {
+        "devices": len(entries),
+        "status_counts": {s: n for s, n in counts.items() if n},
+        "running": running,
+        "final": len(entries) - running,
+        "samples": samples,
+        "energy_j": energy,
+        "running_power_w": power,
+        "running_budget_w": budget,
+        "done_mean": done / len(entries) if entries else None,
+        "eta_max_s": eta,
+        "deadline_s": state["plan"]["deadline_s"],
+        "plan_revisions": len(state["plan"]["revisions"]),
+    }
+
+
+def remove_stale_temps(run_dir: str | Path) -> list[str]:
+    """Temp files a killed writer left (``.state.json.tmp-*``): removed by a restarted
+    coordinator before it writes again; returns their names."""
+    gone = []
+    for name in os.listdir(run_dir):
+        if name.startswith((f".{STATE_FILE}.tmp-", f".{METRICS_FILE}.tmp-")):
+            os.unlink(os.path.join(run_dir, name))
+            gone.append(name)
+    return gone

@@ -1,0 +1,19 @@
+"""The statuses a device can have in a round, in one place.
+
+Why a module of its own: the coordinator writes them into the round state, ``powerfleet status``
+shows them and the Prometheus text one-hot encodes them over the *whole* set (a dashboard needs
+the zeros too), so every one of them must agree on the same list. ``TRAINED`` (ok, late) stays
+in ``device_round``: it is what a round counts, not what a device is.
+"""
+
+from __future__ import annotations
+
+#: While the round runs: not heard from yet, training (segments coming back), past the
+#: deadline without a final reply.
+RUNNING = ("pending", "running", "overdue")
+
+#: How a device ended its round (``lost``: stopped answering; its last progress is kept).
+FINAL = ("ok", "late", "lost", "infeasible", "not reached", "over-budget", "error")
+
+#: Every status, in the order tables and metrics list them.
+ALL = RUNNING + FINAL
