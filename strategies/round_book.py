@@ -16,35 +16,24 @@ a reply replaces the last one, so nothing is counted twice.
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 
 from clients import records
+from fleet.reports import roundstate
+from fleet.rounds import statuses
 from fleet.rounds.progress import Progress
 
-ACTIVE = ("pending", "running", "overdue")  # the round waits for these
-FINAL_OF_DEVICE = ("ok", "late", "infeasible", "not reached", "error", "over-budget", "selected")
+ACTIVE = statuses.RUNNING  # the round waits for these
 
 
-def utc_now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
+utc_now = roundstate.now_utc
 
 
 def device_entry(name: str, device_type: str = "", budget_w: float | None = None) -> dict:
-    return {
-        "device": name,
-        "device_type": device_type,
-        "status": "pending",
-        "node_id": None,
-        "budget_w": budget_w,
-        "progress": Progress().to_dict(),
-        "last_seen_utc": None,
-        "lost_at_utc": None,
-        "message": "",
-        "row": None,
-        "segments": [],  # the round's stretches so far, joined across replies
-        "guard_events": [],
-        "peak_power_w": None,
-    }
+    """The state's device entry (``roundstate.device_entry``) plus what the book joins across
+    segment replies: the round's stretches, guard events and highest peak power."""
+    e = roundstate.device_entry(name, device_type, budget_w)
+    e.update(segments=[], guard_events=[], peak_power_w=None)
+    return e
 
 
 def entry(state: dict, name: str) -> dict:

@@ -25,5 +25,6 @@ def diff(a: object, b: object, where: str = "row", rel: float = 1e-9) -> list[st
     if isinstance(a, list) and isinstance(b, list):
         if len(a) != len(b):
             return [f"{where}: {len(a)} entries != {len(b)}"]
-        return [d for i, (x, y) in enumerate(zip(a, b)) for d in diff(x, y, f"{where}[{i}]", rel)]
+        pairs = enumerate(zip(a, b, strict=True))
+        return [d for i, (x, y) in pairs for d in diff(x, y, f"{where}[{i}]", rel)]
     return [] if a == b else [f"{where}: {a!r} != {b!r}"]

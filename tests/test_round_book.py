@@ -27,8 +27,17 @@ def _state() -> dict:
 
 
 def _row(name: str = "nano-1", **values: object) -> dict:
-    base = dict(status="running", batch_size=32, freq_mhz=921.6, time_s=600.0, samples=9600.0,
-                energy_j=3000.0, budget_w=5.0, peak_power_w=4.8, mean_power_w=4.5)
+    base = dict(
+        status="running",
+        batch_size=32,
+        freq_mhz=921.6,
+        time_s=600.0,
+        samples=9600.0,
+        energy_j=3000.0,
+        budget_w=5.0,
+        peak_power_w=4.8,
+        mean_power_w=4.5,
+    )
     base.update(values)
     return DeviceResult(name, "jetson-nano", **base).to_dict()  # type: ignore[arg-type]
 
@@ -53,8 +62,15 @@ def test_progress_replaces_never_adds_across_replayed_segments() -> None:
 def test_lost_device_reported_with_last_progress_and_back_within_the_round() -> None:
     state = _state()
     book.assign(state, "tx2-1", 3)
-    prog = Progress(time_s=1800, samples=27000, energy_j=9100, done=0.4, batch_size=64,
-                    freq_mhz=1300.5, segments=3)
+    prog = Progress(
+        time_s=1800,
+        samples=27000,
+        energy_j=9100,
+        done=0.4,
+        batch_size=64,
+        freq_mhz=1300.5,
+        segments=3,
+    )
     book.apply_segment(state, "tx2-1", _row("tx2-1"), prog)
     book.mark_lost(state, "tx2-1", "node 3 went offline")
     e = state["devices"]["tx2-1"]
@@ -103,8 +119,13 @@ def test_hostile_reply_refused_naming_device_and_field() -> None:
         row[key] = bad
         with pytest.raises(InputError, match=rf"device nano-1: field '{key}'"):
             check_row(row, "nano-1")
-    for key, bad in (("status", "pwned"), ("status", "lost"), ("device", "other-dev"),
-                     ("message", "x" * 10_000), ("samples", "12")):
+    for key, bad in (
+        ("status", "pwned"),
+        ("status", "lost"),
+        ("device", "other-dev"),
+        ("message", "x" * 10_000),
+        ("samples", "12"),
+    ):
         row = _row()
         row[key] = bad
         with pytest.raises(InputError, match=rf"field '{key}'"):

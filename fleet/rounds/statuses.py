@@ -12,8 +12,9 @@ from __future__ import annotations
 #: deadline without a final reply.
 RUNNING = ("pending", "running", "overdue")
 
-#: How a device ended its round (``lost``: stopped answering; its last progress is kept).
-FINAL = ("ok", "late", "lost", "infeasible", "not reached", "over-budget", "error")
+#: How a device ended its round (``lost``: its node went offline; its last progress is kept;
+#: ``selected``: a board without the trainer only locked its chosen point).
+FINAL = ("ok", "late", "lost", "infeasible", "not reached", "over-budget", "error", "selected")
 
 #: Every status, in the order tables and metrics list them.
 ALL = RUNNING + FINAL
