@@ -96,7 +96,8 @@ class SegmentedRound:
     ) -> None:
         self.grid, self.state, self.run_dir, self.s = grid, state, Path(run_dir), settings
         self.config, self.arrays, self.mode = config, arrays, mode
-        self.fleet_devices = set(devices)
+        self.fleet_order = {name: i for i, name in enumerate(devices)}
+        self.fleet_devices = set(self.fleet_order)
         self.expected = expected
         self.on_reply = on_reply
         self.plan = plan
@@ -233,8 +234,14 @@ class SegmentedRound:
             lk.msg_id = None  # whatever went to the old node is abandoned
         lk.node = node
         book.assign(self.state, name, node)
+        devices = self.state["devices"]  # fleet order, as the reports keep it
+        if list(devices) != sorted(devices, key=self._rank):
+            self.state["devices"] = {k: devices[k] for k in sorted(devices, key=self._rank)}
         log(INFO, "segments: %s on node %d", name, node)
         self.dirty = True
+
+    def _rank(self, name: str) -> tuple[int, str]:
+        return self.fleet_order.get(name, len(self.fleet_order)), name
 
     # ------------------------------------------------------------------ segments
     def _send(self, online: set[int]) -> None:

@@ -9,12 +9,14 @@ layout.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
 
 from fleet.config.fleetfile import load_fleet
 from fleet.reports.report import json_safe, runner_row
+from fleet.reports.roundstate import read_state
 from fleet.rounds.virtual_clock import cached_efficiency, simulate_device
 from simulations.flower_engine import run_flower
 from tests.row_compare import diff
@@ -70,6 +72,17 @@ def test_run_flower_matches_direct_replay(tmp_path: Path) -> None:
         expected = simulate_device(spec, shipped, fleet.run).to_dict()
         # segmented (the default): equal to the last bit's rounding of the summed segments
         assert diff(runner_row(rows[spec.name]), json_safe(expected), spec.name) == []
+
+    # the round ran in segments of 600 device seconds, and its book says so
+    state = read_state(tmp_path / "run")
+    assert state["finished"] is True and state["segment_s"] == 600.0
+    assert list(state["devices"]) == [d.name for d in fleet.devices]
+    for name, e in state["devices"].items():
+        if e["status"] == "ok":
+            t = rows[name]["time_s"]
+            assert e["progress"]["segments"] == math.ceil(t / 600.0), name
+            assert e["progress"]["time_s"] == pytest.approx(t, rel=1e-9)
+            assert e["progress"]["done"] == pytest.approx(1.0)
 
     assert rows["nano-starved"]["status"] == "infeasible"
     assert "1.5" in rows["nano-starved"]["message"]
