@@ -151,8 +151,12 @@ def simulate(
     engine: str = "flower",
     run_dir: str | Path | None = None,
     progress: Progress | None = None,
+    segment_s: float | None = None,
 ) -> dict:
-    """Load the fleet, run one round on the chosen engine, return the report (also on disk)."""
+    """Load the fleet, run one round on the chosen engine, return the report (also on disk).
+
+    ``segment_s`` (flower engine): device seconds per segment, None for the app's default, 0
+    for one request per device and round (docs/architecture.md, "Segmented rounds")."""
     fleet = load_fleet(fleet_path or DEFAULT_FLEET)
     out = Path(run_dir) if run_dir else default_run_dir(fleet)
     t0 = time.perf_counter()
@@ -161,7 +165,7 @@ def simulate(
     elif engine == "flower":
         from simulations.flower_engine import run_flower
 
-        report = run_flower(fleet.path, str(out), progress)
+        report = run_flower(fleet.path, str(out), progress, segment_s=segment_s)
         if fleet.run.objective == "deadline":
             report = with_deadline_comparison(fleet, out, report)
     else:

@@ -12,8 +12,11 @@ runs faster, within its budget. The deadline never moves earlier: a device that 
 must not find it gone.
 
 A device's fastest remaining time is its planned fastest finish times the fraction of the work
-it has left (``1 - done``): the planning reply priced the whole work at the fastest feasible
-point, and the work left is measured in the same samples-to-target.
+it has left (``1 - done``), times how much more work the target takes than the proxy promised:
+the planning reply priced the whole work with the shipped samples-to-target, while the device
+learns its own (``samples / done``, against the shipped count at its batch size). A device on
+a harder dataset than the proxy is behind from its first segment, and the plan hears of it
+then, not when its deadline has already passed.
 """
 
 from __future__ import annotations
@@ -32,13 +35,23 @@ class Standing:
     time_s: float
     done: float
     fastest_s: float | None
+    inflation: float = 1.0  # the device's own samples-to-target over the shipped count
+
+
+def inflation(samples: float, done: float, shipped: float | None) -> float:
+    """How many times the shipped samples-to-target the device's own progress implies (1.0
+    until it has done enough to tell, and never below 1: the plan only learns bad news here,
+    a device ahead of the proxy simply finishes early)."""
+    if not shipped or shipped <= 0 or done < 0.05 or samples <= 0:
+        return 1.0
+    return max(1.0, (samples / done) / shipped)
 
 
 def fastest_finish(s: Standing) -> float | None:
     """The earliest device-clock time this device can reach its target from where it is."""
     if s.fastest_s is None:
         return None
-    return s.time_s + max(0.0, 1.0 - s.done) * s.fastest_s
+    return s.time_s + max(0.0, 1.0 - s.done) * s.fastest_s * s.inflation
 
 
 def revise(deadline_s: float | None, standings: list[Standing]) -> tuple[float | None, str]:

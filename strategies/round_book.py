@@ -23,6 +23,7 @@ from fleet.rounds import statuses
 from fleet.rounds.progress import Progress
 
 ACTIVE = statuses.RUNNING  # the round waits for these
+FIRST_POINT = ("batch_size", "freq_mhz", "predicted_time_s")
 
 
 utc_now = roundstate.now_utc
@@ -32,7 +33,7 @@ def device_entry(name: str, device_type: str = "", budget_w: float | None = None
     """The state's device entry (``roundstate.device_entry``) plus what the book joins across
     segment replies: the round's stretches, guard events and highest peak power."""
     e = roundstate.device_entry(name, device_type, budget_w)
-    e.update(segments=[], guard_events=[], peak_power_w=None)
+    e.update(segments=[], guard_events=[], peak_power_w=None, first_point=None)
     return e
 
 
@@ -106,6 +107,10 @@ def apply_segment(state: dict, name: str, row: dict, prog: Progress) -> bool:
     ]
     peaks = [p for p in (e.get("peak_power_w"), row.get("peak_power_w")) if p is not None]
     e["peak_power_w"] = max(peaks) if peaks else None
+    if e.get("first_point") is None and row.get("batch_size") is not None:
+        # the round's first choice: each segment's row names the choice its own start would
+        # make, which after a re-planned deadline is not what the round began with
+        e["first_point"] = {k: row.get(k) for k in FIRST_POINT}
     e["progress"] = prog.to_dict()
     e["last_seen_utc"] = utc_now()
     e["device_type"] = str(row.get("device_type") or e.get("device_type") or "")
@@ -118,6 +123,8 @@ def apply_segment(state: dict, name: str, row: dict, prog: Progress) -> bool:
         return False
     e["status"] = status
     row = dict(row, segments=e["segments"], guard_events=e["guard_events"])
+    if e.get("first_point") and status not in ("error", "infeasible"):
+        row.update(e["first_point"])
     if e["peak_power_w"] is not None and status not in ("error", "infeasible"):
         row["peak_power_w"] = e["peak_power_w"]
     e["row"] = row
@@ -182,6 +189,26 @@ def round_rows(state: dict) -> list[dict]:
                 mark_lost(state, e["device"], "the round ended without its reply")
             rows.append(lost_row(e))
     return rows
+
+
+def settle_deadline(state: dict) -> None:
+    """Late is what happened, judged against the round's last deadline: a device's own verdict
+    was against the deadline it was sent, which the coordinator may have moved since."""
+    deadline = (state.get("plan") or {}).get("deadline_s")
+    if deadline is None:
+        return
+    for e in state.get("devices", {}).values():
+        row = e.get("row")
+        if not row or row.get("status") not in ("ok", "late") or row.get("time_s") is None:
+            continue
+        late = float(row["time_s"]) > float(deadline) * (1 + 1e-9)
+        status = "late" if late else "ok"
+        if status != row["status"]:
+            word = "after" if late else "within"
+            note = f"finished at {float(row['time_s']):.0f} s, {word} the round's deadline "
+            note += f"{float(deadline):.0f} s (as re-planned)"
+            row["status"], e["status"] = status, status
+            row["message"] = f"{note}; {row.get('message')}" if row.get("message") else note
 
 
 def active(state: dict) -> list[str]:

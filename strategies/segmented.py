@@ -42,6 +42,7 @@ from clients.reply_check import check_row
 from fleet.common.errors import InputError
 from fleet.reports import roundstate
 from fleet.rounds.device_round import TRAINED
+from fleet.rounds.progress import Progress
 from strategies import coordinator, replan
 from strategies import round_book as book
 
@@ -61,6 +62,10 @@ class SegmentSettings:
     overdue_factor: float = 3.0
     max_crashes: int = 3  # ClientApp crashes in a row before the device is an error
     write_every_s: float = 0.5  # state.json at most this often (and at every round's end)
+    # a simulation: every device lives on one virtual clock, so segments go out in lock-step of
+    # device time (none runs ahead of the slowest) and the plan is revised only between steps;
+    # progress then arrives in the order it would in the world, whatever this machine's speed
+    lockstep: bool = False
 
 
 @dataclass
@@ -107,6 +112,7 @@ class SegmentedRound:
         self.weights: dict[str, tuple[ArrayRecord, float]] = {}
         self.dirty, self.last_write = True, 0.0
         self.t0 = time.monotonic()
+        self._shipped_cache: dict[int, float] | None = None
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> tuple[list[dict], list[tuple[ArrayRecord, float]]]:
@@ -124,6 +130,8 @@ class SegmentedRound:
             if self._ready() and not book.active(self.state):
                 break
             time.sleep(self.s.poll_s)
+        if self.plan:
+            book.settle_deadline(self.state)
         self._persist(force=True)
         rows = book.round_rows(self.state)
         self._persist(force=True)
@@ -245,6 +253,20 @@ class SegmentedRound:
 
     # ------------------------------------------------------------------ segments
     def _send(self, online: set[int]) -> None:
+        if self.plan and self.state["plan"].get("deadline_s") is None:
+            return  # the deadline objective trains only once the round has its deadline
+        frontier = None
+        if self.s.lockstep:
+            if any(lk.msg_id is not None for lk in self.links.values()):
+                return  # a step still running: nobody starts the next one
+            times = [
+                book.progress(e).time_s
+                for e in self.state["devices"].values()
+                if e["status"] in book.ACTIVE
+            ]
+            frontier = min(times, default=0.0)
+            if self.plan:
+                self._replan()  # between steps: every device's progress at the same time
         for name, e in self.state["devices"].items():
             lk = self.links.get(name)
             if e["status"] not in book.ACTIVE or lk is None or lk.node not in online:
@@ -252,7 +274,9 @@ class SegmentedRound:
             if lk.msg_id is not None:
                 continue
             prog = book.progress(e)
-            cfg = wire.segment_config(self._round_config(), self.s.segment_s, prog)
+            if frontier is not None and prog.time_s > frontier + 1e-6:
+                continue  # ahead of the slowest device's clock: waits for the next step
+            cfg = wire.segment_config(self._round_config(prog), self.s.segment_s, prog)
             content = RecordDict({records.CONFIG: cfg})
             # the weights: once per node and round (a board keeps them in its checkpoint); in
             # federated mode with every segment, since a replay device keeps nothing between
@@ -317,7 +341,7 @@ class SegmentedRound:
             if records.has_weights(arrays):
                 n = msg.content.metric_records[records.METRICS].get("num-examples", 0)
                 self.weights[name] = (arrays, float(n))  # type: ignore[arg-type]
-        if self.plan and not done:
+        if self.plan and not done and not self.s.lockstep:
             self._replan()
 
     def _on_error(self, name: str, lk: Link, msg: Message) -> None:
@@ -358,9 +382,23 @@ class SegmentedRound:
                 self.dirty = True
 
     # ------------------------------------------------------------------ plan
-    def _round_config(self) -> ConfigRecord:
+    def _round_config(self, prog: Progress | None = None) -> ConfigRecord:
+        """The round's instruction with the deadline as this device must read it.
+
+        A device's deadline objective prices its remaining work with the shipped efficiency;
+        when its own progress says the target takes ``k`` times the shipped samples
+        (``replan.inflation``), the deadline it is sent is scaled to the same units,
+        ``t + (D - t) / k``, so the point it picks finishes by the round's deadline ``D`` in its
+        real work (one device, one message: the deadline itself stays the fleet's).
+        """
         deadline = self.state.get("plan", {}).get("deadline_s")
-        return coordinator.with_deadline(self.config, deadline) if self.plan else self.config
+        if not self.plan:
+            return self.config
+        if deadline is not None and prog is not None and prog.batch_size is not None:
+            k = replan.inflation(prog.samples, prog.done, self._shipped().get(prog.batch_size))
+            if k > 1.0 and deadline > prog.time_s:
+                deadline = prog.time_s + (deadline - prog.time_s) / k
+        return coordinator.with_deadline(self.config, deadline)
 
     def _plan_deadline(self) -> None:
         """The planning exchange (before anyone trains): the slowest fastest finish."""
@@ -397,14 +435,27 @@ class SegmentedRound:
         log(INFO, "planning: deadline %s s", deadline)
         self.dirty = True
 
+    def _shipped(self) -> dict[int, float]:
+        """The shipped samples-to-target per batch size (what the plan priced the work with)."""
+        if self._shipped_cache is None:
+            try:
+                eff = records.decode_instruction(self.config).efficiency
+                self._shipped_cache = {int(b): float(n) for b, n in eff.samples.items()}
+            except InputError:
+                self._shipped_cache = {}
+        return self._shipped_cache
+
     def _replan(self) -> None:
         plan = self.state.get("plan") or {}
         fastest = plan.get("fastest_s") or {}
         standings = []
+        shipped = self._shipped()
         for name, e in self.state["devices"].items():
             if e["status"] in book.ACTIVE and name in fastest:
                 p = book.progress(e)
-                standings.append(replan.Standing(name, p.time_s, p.done, fastest[name]))
+                n = shipped.get(p.batch_size) if p.batch_size is not None else None
+                k = replan.inflation(p.samples, p.done, n)
+                standings.append(replan.Standing(name, p.time_s, p.done, fastest[name], k))
         old = plan.get("deadline_s")
         new, why = replan.revise(old, standings)
         if not why:

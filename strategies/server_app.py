@@ -237,6 +237,7 @@ def run_fleet(grid: Grid, settings: ServerSettings) -> dict[str, Any]:
             segment_s=settings.segment_s,
             node_wait_s=settings.node_wait_s,
             first_allowance_s=settings.round_timeout_s,
+            lockstep=settings.engine == "flower",  # Flower's simulation: one virtual clock
         )
         done_rows = segmented_run.run_rounds(
             ReportingGrid(grid),

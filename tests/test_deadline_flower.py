@@ -17,6 +17,7 @@ from deployment import deploy
 from fleet.config.fleetfile import load_fleet
 from fleet.planning.whatif import simulate_fleet
 from fleet.reports.report import json_safe, read_report, runner_row
+from fleet.reports.roundstate import read_state
 from simulations.runner import DEFAULT_FLEET, simulate
 from tests.deploy_helpers import run_loopback_round, stopped_at_exit
 from tests.test_flower_deploy import FLEET as DEPLOY_FLEET
@@ -39,9 +40,10 @@ def deadline_fleet(tmp_path: Path, text: str) -> Path:
 
 @pytest.mark.timeout(240)
 def test_flower_simulation_plans_the_deadline_like_the_direct_engine(tmp_path: Path) -> None:
+    # one request per device (segment-s = 0): the plan is never revised, as in the direct engine
     fleet_file = deadline_fleet(tmp_path, DEFAULT_FLEET.read_text())
     direct = simulate(fleet_file, "direct", tmp_path / "direct")
-    flower = simulate(fleet_file, "flower", tmp_path / "flower")
+    flower = simulate(fleet_file, "flower", tmp_path / "flower", segment_s=0)
     assert flower["deadline_s"] == pytest.approx(direct["deadline_s"])
     assert [r["device"] for r in flower["devices"]] == [r["device"] for r in direct["devices"]]
     for got, want in zip(flower["devices"], direct["devices"], strict=True):
@@ -54,6 +56,44 @@ def test_flower_simulation_plans_the_deadline_like_the_direct_engine(tmp_path: P
         (d["batch_size"], d["freq_mhz"]) != (t["batch_size"], t["freq_mhz"])
         for d, t in zip(direct["devices"], time_rows, strict=True)
     )
+
+
+@pytest.mark.timeout(240)
+def test_segmented_round_replans_the_deadline_from_progress(tmp_path: Path) -> None:
+    """Segments report progress; the default fleet's nanos need far more samples than the
+    proxy promised, so the planned deadline (the slowest fastest finish, priced with the proxy)
+    cannot hold. The coordinator learns it from the first segments, moves the deadline to the
+    slowest device's real fastest finish and says why; every device then finishes within it,
+    spending no more energy than under the broken plan."""
+    fleet_file = deadline_fleet(tmp_path, DEFAULT_FLEET.read_text())
+    fleet = load_fleet(fleet_file)
+    direct = simulate(fleet_file, "direct", tmp_path / "direct")
+    seg = simulate(fleet_file, "flower", tmp_path / "seg", segment_s=600.0)
+    revisions = seg["plan"]["revisions"]
+    assert revisions[0]["deadline_s"] == pytest.approx(direct["deadline_s"])  # planned as before
+    names = {d.name for d in fleet.devices}
+    for before, rev in zip(revisions, revisions[1:], strict=False):
+        assert rev["previous_s"] == pytest.approx(before["deadline_s"])
+        assert rev["deadline_s"] > before["deadline_s"]  # never earlier
+        assert rev["reason"].split(" fell behind")[0] in names, rev["reason"]
+        assert rev["round_time_s"] > 0
+    assert len(revisions) >= 2
+    # brute force: the slowest device's real fastest finish is its time under the time objective
+    fastest = {r["device"]: r for r in simulate_fleet(fleet, "time").rows}
+    slowest = max(r["time_s"] for r in fastest.values() if r["status"] == "ok")
+    assert seg["deadline_s"] == pytest.approx(slowest, rel=1e-9)
+    d_rows = {r["device"]: r for r in direct["devices"]}
+    s_rows = {r["device"]: r for r in seg["devices"]}
+    # the plan without revision was broken: devices finished long after it
+    assert max(r["time_s"] or 0 for r in d_rows.values()) > direct["deadline_s"] * 1.5
+    for n, r in s_rows.items():
+        assert r["status"] == d_rows[n]["status"], n
+        if r["status"] == "ok":  # within the re-planned deadline, the same work, no more energy
+            assert r["time_s"] <= seg["deadline_s"] * (1 + 1e-9), n
+            assert r["samples"] == pytest.approx(d_rows[n]["samples"], rel=1e-6)
+            assert r["energy_j"] <= d_rows[n]["energy_j"] * (1 + 1e-9), n
+    state = read_state(tmp_path / "seg")
+    assert state["plan"]["revisions"] == revisions and state["finished"] is True
 
 
 @pytest.mark.timeout(180)

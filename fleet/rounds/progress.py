@@ -38,7 +38,9 @@ class Progress:
     ``power_w`` the power it draws now (measured on a board, profiled mean on a replay);
     ``done`` the fraction of the target's samples reached (0..1; its learning curve's view);
     ``eta_s`` predicted device seconds still needed to reach the target at the current point
-    (None when unknown); ``segments`` how many segments the device has run.
+    (None when unknown); ``segments`` how many segments the device has run; ``deadline_s`` the
+    deadline its running point was chosen for (deadline objective): a segment sent with another
+    (re-planned) deadline chooses again from where the device is.
     """
 
     time_s: float = 0.0
@@ -52,6 +54,7 @@ class Progress:
     done: float = 0.0
     eta_s: float | None = None
     segments: int = 0
+    deadline_s: float | None = None  # the deadline the running point was chosen for
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -89,6 +92,7 @@ _BOUNDS: dict[str, tuple[float, float, bool, bool]] = {
     "done": (0.0, 1.0, False, False),
     "eta_s": (0.0, MAX_SECONDS, True, False),
     "segments": (0, 1 << 31, False, True),
+    "deadline_s": (0.0, MAX_SECONDS, True, False),
 }
 
 

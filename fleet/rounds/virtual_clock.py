@@ -149,13 +149,16 @@ class VirtualClock:
         if res.status == "ok":
             res.accuracy, note = reached_accuracy(self.trace, rnd.run.target_accuracy)
             res.message = note or res.message
-        self.progress = now.progress(res, clock, done, start)
+        self.progress = now.progress(res, clock, done, start, _deadline_of(rnd))
 
     def _resumed(self, rnd: Round, k: int, clock: float, done: float) -> Choice | None:
         """The point a device resumed inside budget step k runs: the one its progress names,
         when the profile has it and it fits the step's budget (and the fixed batch); else the
         step's own choice (what a device that lost its point would choose)."""
         s, fixed = self.start, self.batch_size
+        replanned = s is not None and s.deadline_s != _deadline_of(rnd)
+        if replanned:  # the coordinator moved the deadline: choose again from where it is
+            return rnd.choose_step(k, clock, done, fixed)
         if s is not None and s.batch_size is not None and s.freq_mhz is not None:
             p = rnd.profile.point(s.batch_size, s.freq_mhz)
             fits = p is not None and feasible(p, budget_limit(rnd.schedule[k].budget_w))
@@ -165,6 +168,12 @@ class VirtualClock:
         if k == 0 and fixed is None:
             return rnd.first
         return rnd.choose_step(k, clock, done, fixed)
+
+
+def _deadline_of(rnd: Round) -> float | None:
+    """The deadline this segment's choices are made for (None: the objective has none)."""
+    raw = rnd.context.get("deadline_s") if rnd.run.objective == "deadline" else None
+    return float(raw) if isinstance(raw, (int, float)) and math.isfinite(raw) else None
 
 
 def step_index(schedule: tuple[BudgetStep, ...], clock_s: float) -> int:
@@ -188,7 +197,12 @@ class _Now:
         return cls(None, None, 0.0, None, start)
 
     def progress(
-        self, res: DeviceResult, clock: float, done: float, start: Progress | None
+        self,
+        res: DeviceResult,
+        clock: float,
+        done: float,
+        start: Progress | None,
+        deadline_s: float | None = None,
     ) -> Progress:
         """The cumulative progress a segment reply carries (``fleet.rounds.progress``)."""
         if math.isfinite(clock):
@@ -218,6 +232,7 @@ class _Now:
             done=1.0 if done >= DONE else min(max(done, 0.0), 1.0),
             eta_s=0.0 if finished else eta,
             segments=(start.segments if start is not None else 0) + 1,
+            deadline_s=deadline_s,
         )
 
 
