@@ -31,8 +31,17 @@ generated from the backend registry: e.g. ``sysfs-root``, ``state-dir``, ``rail`
 or a battery/solar controller rewrites; the board re-reads it every second, and it takes the
 place of the fleet's budget).
 
-This module is the round on the agent (``AgentRunner``, ``run_on_agent``) and the two Flower
-entry points (``hardware_round``, ``hardware_plan``). The profile files are
+Segmented rounds (``hardware_segment``): the instruction's ``segment-s`` bounds this call's
+training (device seconds); the agent pauses at its next evaluation, restores the clocks and
+checkpoints, and the row says ``running`` with counters cumulative since the round began; the
+next segment's call finds the same checkpoint (``TrainFiles.for_round``: one stem per device,
+run and round) and resumes. A board whose agent was killed meanwhile restores its clocks when
+the next agent starts (``JetsonBackend`` reads the saved originals before anything else), then
+resumes from the last checkpoint. Every segment reply carries a ``progress`` record
+(``segment_args.py``).
+
+This module is the round on the agent (``AgentRunner``, ``run_on_agent``) and the three Flower
+entry points (``hardware_round``, ``hardware_segment``, ``hardware_plan``). The profile files are
 ``board_profile.py``, the work directory and weight files ``work_dir.py``, the ``train``
 request and the reply-to-row mapping ``train_exchange.py``.
 """
@@ -43,11 +52,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from flwr.app import RecordDict
+from flwr.app import ArrayRecord, RecordDict
 
 from clients import records
 from clients.agent_link import AgentError, AgentLink, AgentSettings, ProgressCallback
 from clients.board_profile import merge_refreshed, obtain_profile, profile_path_for
+from clients.segment_args import attach_progress, behind_note, progress_of, read_segment
 from clients.train_exchange import budget_args, fill_from_train, train_extras
 from clients.work_dir import TrainFiles, work_dir_for
 from fleet.common.errors import InputError
@@ -78,6 +88,8 @@ class AgentRunner:
     learning: str | None = None
     truth: Efficiency | None = None
     probes: int = 0  # points measured by ``probe`` this round
+    segment_s: float | None = None  # a segment of the round: this call's training seconds
+    reply: dict[str, Any] | None = None  # the agent's train reply, once it trained
 
     def run(self, rnd: Round, res: DeviceResult) -> None:
         try:
@@ -144,7 +156,9 @@ class AgentRunner:
             **budget_args(rnd, self.settings),
             **train_extras(run),
             **(self.files.agent_args() if self.files else {}),
+            **({"segment_s": self.segment_s} if self.segment_s else {}),
         )
+        self.reply = out
         fill_from_train(res, out, run.target_accuracy)
         refreshed = out.get("refreshed_profile_csv")
         if isinstance(refreshed, str) and refreshed.strip() and rnd.spec.profile:
@@ -159,11 +173,15 @@ def run_on_agent(
     on_progress: ProgressCallback | None = None,
     files: TrainFiles | None = None,
     profile_info: dict[str, Any] | None = None,
+    segment_s: float | None = None,
+    train_reply: dict[str, Any] | None = None,
 ) -> dict[str, object]:
     """hello -> profile -> the device round on the agent runner; returns the report row.
 
     ``profile_info`` (filled in): where the profile came from (``origin``), probes measured
     this round, the board's provenance, and ``csv`` when the profile is new or changed.
+    ``segment_s``: train one segment of that many seconds (``hardware_segment``);
+    ``train_reply`` (filled in): the agent's train reply, when it trained.
 
     Infeasible budgets and agent failures become the row's status and message, never an
     exception, so one board cannot stop the fleet's round.
@@ -179,8 +197,10 @@ def run_on_agent(
         res.message = " ".join(str(exc).split())
         return res.to_dict()
     before = _read_text(path)
-    runner = AgentRunner(link, settings, commands, files, on_progress)
+    runner = AgentRunner(link, settings, commands, files, on_progress, segment_s=segment_s)
     row = run_device(spec, profile, ins.efficiency, ins.run, runner)
+    if train_reply is not None and runner.reply is not None:
+        train_reply.update(runner.reply)
     row.profile = path
     after = _read_text(path)
     board = hello.get("device") if isinstance(hello.get("device"), dict) else {}
@@ -218,27 +238,75 @@ def _read_text(path: str) -> str:
 
 def hardware_round(node_config: dict, content: RecordDict) -> RecordDict:
     """One round on this board, from the node config and the instruction, as reply content."""
+    row, files, info, mode = _board_round(node_config, content)
+    return _reply(row, files, info, mode)
+
+
+def hardware_segment(node_config: dict, content: RecordDict) -> RecordDict:
+    """One segment of a round on this board (the ``train.segment`` message), as reply content.
+
+    The instruction's ``segment-s`` bounds this call's training (absent or 0: the whole run);
+    the row is the round's so far (status ``running`` until a final one: ok, late, not
+    reached, over-budget, error), and the reply adds the ``progress`` record, the board's own
+    view (``segment_args.progress_of``), or the coordinator's ``resume`` unchanged when the
+    board could not even start.
+    """
+    label = records.node_label(node_config)
+    try:
+        seg = read_segment(content.config_records[records.CONFIG])
+    except KeyError:
+        return records.reply_content(records.error_row(label, "no train instruction"))
+    except InputError as exc:
+        return records.reply_content(records.error_row(label, str(exc)))
+    reply: dict[str, Any] = {}
+    row, files, info, mode = _board_round(node_config, content, seg.segment_s, reply)
+    if reply:
+        progress = progress_of(reply, row)
+        note = behind_note(seg.resume, reply)
+        if note:
+            row["message"] = f"{row['message']}; {note}" if row.get("message") else note
+    else:  # nothing trained this call: the last known progress stands
+        progress = seg.resume if seg.resume is not None else progress_of(None, row)
+    return attach_progress(_reply(row, files, info, mode), progress)
+
+
+def _board_round(
+    node_config: dict,
+    content: RecordDict,
+    segment_s: float | None = None,
+    train_reply: dict[str, Any] | None = None,
+) -> tuple[dict, TrainFiles | None, dict[str, Any], str]:
+    """The round (or one segment of it) on the agent: (row, files, profile info, run mode)."""
     label = records.node_label(node_config)
     try:
         ins, spec, settings = _instruction_for(node_config, content)
         settings = replace(settings, work_dir=str(work_dir_for(settings)))  # the agent's too
     except KeyError:
-        return records.reply_content(records.error_row(label, "no train instruction"))
+        return records.error_row(label, "no train instruction"), None, {}, ""
     except InputError as exc:
-        return records.reply_content(records.error_row(label, str(exc)))
+        return records.error_row(label, str(exc)), None, {}, ""
     arrays = content.array_records.get(records.ARRAYS)
-    files = TrainFiles.for_round(settings, spec, ins, arrays)
+    files = TrainFiles.for_round(settings, spec, ins, arrays, keep_weights=segment_s is not None)
     link = AgentLink(settings.argv(), timeout_s=settings.timeout_s)
     info: dict[str, Any] = {}
     try:
         link.start()
-        row = run_on_agent(link, spec, ins, settings, files=files, profile_info=info)
+        row = run_on_agent(
+            link, spec, ins, settings, files=files, profile_info=info, segment_s=segment_s,
+            train_reply=train_reply,
+        )  # fmt: skip
     except AgentError as exc:
         row = records.error_row(spec.name, str(exc), spec.device_type)
     finally:
         link.close()
-    send = ins.run.mode == "federated" and row.get("status") in TRAINED
-    content = records.reply_content(row, files.trained() if send else None)
+    return row, files, info, ins.run.mode
+
+
+def _reply(row: dict, files: TrainFiles | None, info: dict[str, Any], mode: str) -> RecordDict:
+    """The reply content: the row, the trained weights (federated, trained), the profile."""
+    send = files is not None and mode == "federated" and row.get("status") in TRAINED
+    weights: ArrayRecord | None = files.trained() if send and files is not None else None
+    content = records.reply_content(row, weights)
     csv_text = info.pop("csv", None)
     if csv_text:
         records.attach_profile(content, csv_text, info)

@@ -74,7 +74,9 @@ def fill_from_train(res: DeviceResult, out: dict[str, Any], target: float) -> No
 
     Measured power replaces the profile's, so a board that ran over its budget shows up in the
     report's budget violations. ``over-budget``: the guard ran out of clocks and stopped
-    training (the checkpoint is kept on the board).
+    training (the checkpoint is kept on the board). ``paused``: a segment of the round ended
+    (``segment_s``) before the target: the row says ``running``, its counters cumulative since
+    the round began, and the next segment resumes from the board's checkpoint.
     """
     for key in ("time_s", "energy_j", "peak_power_w", "mean_power_w", "accuracy", "samples"):
         value = out.get(key)
@@ -88,7 +90,10 @@ def fill_from_train(res: DeviceResult, out: dict[str, Any], target: float) -> No
         res.batch_size, res.freq_mhz = first.batch_size, first.freq_mhz
     status = out.get("status")
     late = out.get("late") is True  # the board's deadline plan missed from the start
-    if status == "over-budget":
+    if status == "paused":
+        res.status = "running"
+        res.message = f"segment ended at {out.get('samples')} samples; resumes from the checkpoint"
+    elif status == "over-budget":
         res.status = "over-budget"
         res.message = str(out.get("stop_reason") or "the guard ran out of clocks under the budget")
     elif status == "reached" or (status is None and out.get("reached")):

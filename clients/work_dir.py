@@ -57,13 +57,19 @@ class TrainFiles:
         spec: DeviceSpec,
         ins: records.TrainInstruction,
         arrays: ArrayRecord | None,
+        keep_weights: bool = False,
     ) -> TrainFiles:
+        """The round's files: one stem per device, run and round, so every segment of a round
+        (``keep_weights``: a later segment may come without the weights) finds the same
+        checkpoint and the same starting weights, which the checkpoint's fingerprint holds."""
         base = work_dir_for(settings)
         stem = base / f"{spec.name}_{ins.run.name or 'run'}_r{ins.server_round}"
         weights = None
         if records.has_weights(arrays):
             weights = f"{stem}_in.pt"
             write_weights(records.state_dict_of(arrays), weights)
+        elif keep_weights and Path(f"{stem}_in.pt").is_file():
+            weights = f"{stem}_in.pt"  # this round's, written by its first segment
         return cls(weights, f"{stem}_out.pt", f"{stem}.ckpt")
 
     def agent_args(self) -> dict[str, str]:

@@ -309,7 +309,14 @@ def test_lowest_clock_still_over_stops_with_checkpoint_and_restores(tmp_path):
     backend2 = FollowBackend()
     result2, summary2 = run_loop(backend2, FixedBudget(3.2), result.samples + 256, checkpoint=ckpt)
     assert result2.resumed_from_samples == result.samples
-    assert result2.samples >= result.samples + 256 and summary2["guard_events"] == []
+    # the run's record is cumulative: the first call's guard events, and no new ones
+    assert result2.samples >= result.samples + 256 and summary2["guard_events"] == ev
+    # (the checkpoint's record ends where it was written, a moment before the loop stopped)
+    key = [(s["start_s"], s["freq_mhz"], s["reason"]) for s in summary["segments"]]
+    assert [(s["start_s"], s["freq_mhz"], s["reason"]) for s in summary2["segments"]][
+        : len(key)
+    ] == key
+    assert summary2["segments"][len(key)]["reason"] == "resume"
 
 
 def test_nothing_fits_the_first_budget_is_one_line_and_restores():

@@ -62,6 +62,7 @@ from .segments import (
     REASON_START,
     REASON_SWITCH,
     account,
+    loop_history,
     loop_summary,
     open_segment,
 )
@@ -149,6 +150,7 @@ class ClosedLoop(object):
         self.status = None  # type: Optional[str]
         self.stop_reason = None  # type: Optional[str]
         self.lock_log = []  # type: List[Tuple[float, float]]  # (t_s, MHz) of every lock
+        self.prior = {}  # type: Dict[str, Any]  # the record of a resumed run's earlier calls
         self._t0 = 0.0
         self._end = None  # type: Optional[float]
         self._budget = None  # type: Optional[float]
@@ -300,6 +302,18 @@ class ClosedLoop(object):
             if n:
                 self.done = min(1.0, self.done + samples / n)
                 self._reselect = True
+
+    def carry(self, prior: Dict[str, Any]) -> None:
+        """The trainer resumed a checkpoint: ``prior`` is the record of the calls before this one
+        (``history()`` as that checkpoint saved it); the summary and the next ``history()`` are
+        the whole run's (``segments.merge_record``). What the guard ruled out is not carried: a
+        new call measures the rail afresh."""
+        with self._mu:
+            self.prior = dict(prior or {})
+
+    def history(self) -> Dict[str, Any]:
+        """The run's record up to now, which the trainer writes into every checkpoint."""
+        return loop_history(self)
 
     def after_step(self) -> None:
         """The trainer finished a step: count it towards the target (deadline objective), and

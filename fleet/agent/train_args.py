@@ -32,6 +32,7 @@ TRAIN_ARGS = [
     "max_samples",
     "seed",
     "checkpoint",
+    "segment_s",
     "out_weights",
     "freq_mhz",
     "device",
@@ -81,6 +82,21 @@ def load_train_data(path: str) -> Any:
             'data file {} must hold {{"train": (x, y), "test": (x, y)}} tensors'.format(path)
         )
     return tuple(blob["train"]), tuple(blob["test"])
+
+
+def segment_arg(req: Dict[str, Any], checkpoint: Optional[str]) -> Optional[float]:
+    """``segment_s``: seconds of training time this call trains before it pauses at its next
+    evaluation; a paused run resumes only from its checkpoint, so it needs ``checkpoint``."""
+    value = number(req, "segment_s")
+    if value is None:
+        return None
+    if not 0 < value < float("inf"):
+        raise ProtocolError(
+            "'segment_s' must be a positive number of seconds, got {!r}".format(value)
+        )
+    if checkpoint is None:
+        raise ProtocolError("'segment_s' needs 'checkpoint' (the file a paused run resumes from)")
+    return float(value)
 
 
 def closed_loop_args(req: Dict[str, Any]) -> Optional[Dict[str, Any]]:

@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Optional
 
 from .handler_api import Context, bool_arg, check_args, int_arg, number, path_arg, torch_device
 from .sampler import sensor_hz
-from .train_args import TRAIN_ARGS, closed_loop_args, load_train_data
+from .train_args import TRAIN_ARGS, closed_loop_args, load_train_data, segment_arg
 from .wire import ProtocolError, error_line
 
 log = logging.getLogger("fleet.agent")
@@ -38,6 +38,14 @@ def handle_train(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
     ``drift_events``, ``loop_time_s``, ``loop_energy_j`` and ``notes``, and for the deadline
     ``predicted_finish_s``, ``late`` and ``behind_at_s``; ``status`` may be ``over-budget``
     (checkpoint kept).
+
+    Segments: with ``segment_s`` (and ``checkpoint``) the call trains at least that many seconds
+    of training time (the device's clock; paced with ``pace``), stops at the next evaluation,
+    restores the clocks and replies ``status`` ``paused``; the next call with the same
+    checkpoint resumes. Every counter of the reply is the run's, cumulative across calls (the
+    closed loop's segments and events too), and ``progress`` is where the run stands in
+    ``fleet.rounds.progress.Progress``'s fields (time_s, samples, energy_j, accuracy,
+    batch_size, freq_mhz, budget_w, power_w, done, eta_s, segments).
     """
     from .checkpoint import atomic_torch_save, torch_load_cpu
     from .models import MODELS, build_model, canonical_name
@@ -52,6 +60,7 @@ def handle_train(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
     data_path = path_arg(req, "data", required=True)
     weights = path_arg(req, "weights")
     checkpoint = path_arg(req, "checkpoint")
+    segment_s = segment_arg(req, checkpoint)
     out_weights = path_arg(req, "out_weights")
     batch_size = int_arg(req, "batch_size", required=True)
     lr = number(req, "lr", required=True)
@@ -104,6 +113,7 @@ def handle_train(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
         "eval_at_start": bool_arg(req, "eval_at_start", True),
         # never faster than the board's sensor converts
         "sampler_hz": sensor_hz(ctx.backend, float(number(req, "sampler_hz", 20.0))),
+        "segment_s": segment_s,
     }  # type: Dict[str, Any]
 
     # Every argument is checked above: from here on the device is locked, and restored on exit.
@@ -159,6 +169,20 @@ def handle_train(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
             "checkpoint": checkpoint,
             "out_weights": out_weights,
             "notes": notes,
+            "segment_s": train_options["segment_s"],
+            "progress": {
+                "time_s": result.train_time_s,
+                "samples": result.samples,
+                "energy_j": result.energy_j,
+                "accuracy": result.final_accuracy if result.curve else None,
+                "batch_size": result.batch_size,
+                "freq_mhz": locked,
+                "budget_w": None,
+                "power_w": None,
+                "done": 1.0 if result.reached else 0.0,  # no efficiency here to count against
+                "eta_s": 0.0 if result.reached else None,
+                "segments": result.sessions,
+            },
         }
     )
     return response
@@ -224,6 +248,9 @@ def _train_closed_loop(
             if summary["refreshes"]
             else None,
             "loop_time_s": summary["time_s"],
+            "call_time_s": summary["call_time_s"],
+            "segment_s": opts.get("segment_s"),
+            "progress": summary["progress"],
             "loop_energy_j": summary["energy_j"],
             "loop_peak_power_w": summary["peak_power_w"],
             "stop_reason": summary["stop_reason"],

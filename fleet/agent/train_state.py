@@ -13,6 +13,9 @@ import torch  # noqa: F401 - in type comments
 STATUS_REACHED = "reached"
 STATUS_NOT_REACHED = "not reached"
 STATUS_OVER_BUDGET = "over-budget"  # the closed loop stopped: even the lowest clock was over
+# A segmented run (``segment_s``) stopped at the evaluation that ended its segment; the checkpoint
+# written there resumes it. Never saved as a checkpoint's status (that one says "running").
+STATUS_PAUSED = "paused"
 RUNNING = "running"
 
 
@@ -23,7 +26,7 @@ class TrainerError(ValueError):
 _TrainResultBase = NamedTuple(
     "_TrainResultBase",
     [
-        ("status", str),  # "reached" | "not reached"
+        ("status", str),  # "reached" | "not reached" | "over-budget" | "paused"
         ("samples_to_accuracy", Optional[int]),  # samples when the target was first met
         ("samples", int),  # samples processed in total (== samples_to_accuracy when reached)
         ("steps", int),
@@ -109,11 +112,15 @@ class RunState(object):
         self.power_samples = 0
         self.sessions = 1
         self.cur_batch = None  # type: Optional[int]  # closed loop: the running batch size
+        # The closed loop's record of the calls before this one (``ClosedLoop.history``): a
+        # segmented run's segments, guard and drift events and loop time span several calls.
+        self.history = {}  # type: Dict[str, Any]
 
     def to_dict(self) -> Dict[str, Any]:
         out = {k: getattr(self, k) for k in self.FIELDS}
         out["perm"] = self.perm
         out["cur_batch"] = self.cur_batch
+        out["history"] = self.history
         return out
 
     def load(self, saved: Dict[str, Any]) -> None:
@@ -123,6 +130,8 @@ class RunState(object):
             setattr(self, k, saved[k])
         self.perm = saved.get("perm")
         self.cur_batch = saved.get("cur_batch")  # absent in checkpoints of fixed-batch runs
+        history = saved.get("history")  # absent in checkpoints written before segmented runs
+        self.history = dict(history) if isinstance(history, dict) else {}
 
 
 def account_power(state: RunState, stats: Any, stretch_s: float) -> None:

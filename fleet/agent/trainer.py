@@ -45,6 +45,13 @@ Rules (documented because tests and the coordinator rely on them):
   resume is exact whenever the controller decides the same batch sizes at the same sample
   counts (a fixed budget, or no change); under a schedule or budget file the switch points
   depend on wall time and differ.
+- Segments (``segment_s``): a long run is split into calls that each train at least
+  ``segment_s`` seconds of training time (the device's clock: the trainer's stretches, paced ones
+  included; evaluation excluded, as ``train_time_s`` counts it) and stop at the evaluation that
+  ends that stretch, with status ``paused``. That evaluation has just written the checkpoint, so
+  the next call with the same checkpoint resumes exactly there; every counter is the run's,
+  cumulative across calls, and a controller's record of earlier calls travels in the
+  checkpoint too (``controller.history()`` saved, ``controller.carry()`` on resume).
 - Energy: with a power reader, the sampler's window is marked at the start and end of every
   training stretch, so evaluation and checkpoint writes are excluded. ``mean_power_w`` is the
   time-weighted mean of the windows' means, ``energy_j`` is that mean times the training time
@@ -85,6 +92,7 @@ from .train_state import (
     RUNNING,
     STATUS_NOT_REACHED,
     STATUS_OVER_BUDGET,
+    STATUS_PAUSED,
     STATUS_REACHED,
     RunState,
     TrainerError,
@@ -163,6 +171,7 @@ def train_to_target(
     sampler_hz: float = 20.0,
     progress_interval_s: float = 1.0,
     controller: Any = None,
+    segment_s: Optional[float] = None,
 ) -> TrainResult:
     """Fine-tune ``model`` (in place, from its current weights) until the target or the cap.
 
@@ -181,6 +190,9 @@ def train_to_target(
     (``TrainerError`` naming the differences, the file untouched) and resumed; a finished one is
     returned without training (its weights are loaded into ``model``); every evaluation
     rewrites it atomically.
+
+    ``segment_s`` (needs ``checkpoint_path``): train at least this many seconds of training time
+    in this call, then stop at the next evaluation with status ``paused`` (module docstring).
     """
     b = _positive_int("batch_size", batch_size)
     if not (isinstance(lr, (int, float)) and lr > 0 and math.isfinite(lr)):
@@ -194,6 +206,12 @@ def train_to_target(
         raise TrainerError(
             "unknown optimizer {!r} (known: {})".format(optimizer, ", ".join(OPTIMIZERS))
         )
+    if segment_s is not None:
+        ok = isinstance(segment_s, (int, float)) and not isinstance(segment_s, bool)
+        if not (ok and 0 < segment_s < float("inf")):
+            raise TrainerError("segment_s must be a positive number, got {!r}".format(segment_s))
+        if not checkpoint_path:
+            raise TrainerError("segment_s needs checkpoint_path: a paused run resumes from it")
     train = IndexedData(train_set, "train_set")
     test = IndexedData(test_set, "test_set")
     if controller is None and len(train) < b:
@@ -241,6 +259,9 @@ def train_to_target(
             restore_checkpoint(ckpt, model, opt, state, gen, dev, checkpoint_path)
             state.sessions += 1
             resumed_from = state.samples
+        carry = getattr(controller, "carry", None)
+        if carry is not None:
+            carry(state.history)  # the loop's record of the calls before: one run's record
         if checkpoint_path:
             remove_stale_temps(checkpoint_path)
         if state.status == STATUS_REACHED or (state.status != RUNNING and state.samples >= cap):
@@ -253,6 +274,7 @@ def train_to_target(
                 model, opt, train, test, state, gen, dev, b, k, cap, eval_bs, task,
                 float(target_accuracy), eval_at_start, augment, sampler, progress,
                 progress_interval_s, checkpoint_path, fingerprint, controller, float(lr), opt_name,
+                segment_s,
             )  # fmt: skip
         finally:
             if own_sampler and sampler is not None:
@@ -297,10 +319,13 @@ def _run(
     controller: Any = None,
     ref_lr: float = 0.0,
     opt_name: str = "adam",
+    segment_s: Optional[float] = None,
 ) -> None:
     """The loop: train stretches between evaluations; each evaluation may stop and checkpoints."""
     session_t0 = time.perf_counter()
     wall_before = state.wall_time_s
+    train_before = state.train_time_s  # this call's segment is measured from here
+    history_of = getattr(controller, "history", None)
     n = len(train)
     model.train()
     ref_b = b
@@ -337,6 +362,8 @@ def _run(
             state.status = STATUS_NOT_REACHED
         state.wall_time_s = wall_now()
         if checkpoint_path and (state.samples > 0 or state.status != RUNNING):
+            if history_of is not None:
+                state.history = history_of()
             t0 = time.perf_counter()
             save_checkpoint(checkpoint_path, model, opt, state, gen, dev, fingerprint)
             state.checkpoint_time_s += time.perf_counter() - t0
@@ -416,9 +443,14 @@ def _run(
             # Stop now: an evaluation would run on over budget. The checkpoint resumes.
             state.wall_time_s = wall_now()
             if checkpoint_path:
+                if history_of is not None:
+                    state.history = history_of()
                 t0 = time.perf_counter()
                 save_checkpoint(checkpoint_path, model, opt, state, gen, dev, fingerprint)
                 state.checkpoint_time_s += time.perf_counter() - t0
             return
         if evaluate_and_decide(loss_sum, loss_steps):
+            return
+        if segment_s is not None and state.train_time_s - train_before >= segment_s:
+            state.status = STATUS_PAUSED  # the checkpoint this evaluation wrote resumes it
             return

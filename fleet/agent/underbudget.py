@@ -14,6 +14,7 @@ from .closedloop import ClosedLoop
 from .devices.base import Backend
 from .driftwatch import DriftWatch, rows_from_points
 from .sampler import sensor_hz
+from .segments import loop_progress
 
 
 def train_under_budget(
@@ -49,6 +50,11 @@ def train_under_budget(
 
     ``pace``: every step lasts at least the profile's step time at its point (``ClosedLoop``):
     a rehearsal on a host faster than the board, or a virtual board, keeps the board's timeline.
+
+    ``segment_s`` (in ``train_options``, with ``checkpoint_path``): one segment of a longer run
+    (``trainer`` module docstring): status ``paused`` when it stopped at its evaluation; the
+    result's counters and the summary's record are the whole run's, and ``summary["progress"]``
+    is where the run stands (``segments.loop_progress``).
     """
     from .trainer import train_to_target
 
@@ -90,6 +96,10 @@ def train_under_budget(
         summary["status"] = result.status
     summary["batch_size"] = loop.batch_size
     summary["freq_mhz"] = loop.freq_mhz
+    summary["progress"] = loop_progress(
+        loop, result.samples, result.train_time_s, result.energy_j, result.final_accuracy,
+        result.sessions, result.status == "reached",
+    )  # fmt: skip
     return result, summary
 
 

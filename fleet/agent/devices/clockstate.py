@@ -212,13 +212,17 @@ def check_identity(record: Dict[str, Any], identity: Dict[str, Any], path: str) 
 
 
 def _proc_start(pid: int) -> Optional[str]:
-    """The process's start time in clock ticks since boot (/proc/PID/stat field 22), or None."""
+    """The process's start time in clock ticks since boot (/proc/PID/stat field 22), or None
+    when it does not run: gone, or a zombie (an agent SIGKILLed whose parent has not reaped
+    it yet has exited and holds nothing, though its /proc entry is still there)."""
     try:
         with open("/proc/{}/stat".format(pid), "r") as fh:
             text = fh.read()
     except OSError:
         return None
     fields = text[text.rfind(")") + 2 :].split()  # the command name may hold spaces
+    if not fields or fields[0] in ("Z", "X"):
+        return None
     return fields[19] if len(fields) > 19 else None
 
 
