@@ -48,11 +48,12 @@ request and the reply-to-row mapping ``train_exchange.py``.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from flwr.app import ArrayRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
 from clients import records
 from clients.agent_link import AgentError, AgentLink, AgentSettings, ProgressCallback
@@ -65,6 +66,7 @@ from fleet.config.fleetfile import DeviceSpec, RunSettings
 from fleet.core.efficiency import Efficiency, scaled_lr
 from fleet.core.profile import load_profile
 from fleet.rounds.device_round import TRAINED, DeviceResult, Round, run_device
+from fleet.rounds.progress import Progress
 
 
 @dataclass
@@ -259,6 +261,7 @@ def hardware_segment(node_config: dict, content: RecordDict) -> RecordDict:
     except InputError as exc:
         return records.reply_content(records.error_row(label, str(exc)))
     reply: dict[str, Any] = {}
+    content = _deadline_from_here(content, seg.resume)
     row, files, info, mode = _board_round(node_config, content, seg.segment_s, reply)
     if reply:
         progress = progress_of(reply, row)
@@ -268,6 +271,29 @@ def hardware_segment(node_config: dict, content: RecordDict) -> RecordDict:
     else:  # nothing trained this call: the last known progress stands
         progress = seg.resume if seg.resume is not None else progress_of(None, row)
     return attach_progress(_reply(row, files, info, mode), progress)
+
+
+def _deadline_from_here(content: RecordDict, resume: Progress | None) -> RecordDict:
+    """The instruction with the deadline as the board's closed loop reads it.
+
+    The coordinator's ``deadline_s`` is on the round's device clock; the board's deadline
+    objective times each call from its own start (``fleet/agent/deadline.py``), so a segment
+    that resumes at ``t`` of training gets ``deadline - t`` (at least 1 s: a board past the
+    deadline runs its fastest point and reports ``late``)."""
+    cfg = content.config_records.get(records.CONFIG)
+    if resume is None or resume.time_s <= 0 or cfg is None:
+        return content
+    try:
+        extra = json.loads(str(cfg.get("extra", "{}")))
+    except ValueError:
+        return content  # decode_instruction will name it
+    deadline = extra.get("deadline_s") if isinstance(extra, dict) else None
+    if isinstance(deadline, bool) or not isinstance(deadline, (int, float)):
+        return content
+    extra["deadline_s"] = max(1.0, float(deadline) - resume.time_s)
+    out = RecordDict(dict(content.items()))
+    out[records.CONFIG] = ConfigRecord(dict(cfg, extra=json.dumps(extra)))
+    return out
 
 
 def _board_round(

@@ -1,7 +1,7 @@
 """A segment of a round on a board: what the instruction asks, and the progress the reply carries.
 
 Why separate: a round that lasts hours runs in bounded segments (docs/architecture.md,
-"Segmented rounds"). The coordinator's side of the wire lives in ``records.py``; the board only
+"Segmented rounds"). The wire's names and parsers are ``segment_wire.py``; the board only
 needs to read two keys of the instruction's ConfigRecord and to say where it stands, and both
 are small enough to keep apart from the round itself (``hardware_client.py``):
 
@@ -19,19 +19,21 @@ so a broken agent cannot hand the coordinator an unbounded number.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, fields
 
-from flwr.app import ConfigRecord, RecordDict
+from flwr.app import ConfigRecord
 
+from clients.segment_wire import (  # noqa: F401 - attach_progress is this module's API too
+    PROGRESS,
+    RESUME,
+    SEGMENT_S,
+    attach_progress,
+    parse_progress,
+)
 from fleet.common.errors import InputError
 from fleet.rounds.progress import MAX_SECONDS, Progress
 
-SEGMENT_S = "segment-s"
-RESUME = "resume"
-PROGRESS = "progress"  # the reply's ConfigRecord and its one key
-MAX_RESUME_CHARS = 64 * 1024
 _OPTIONAL = ("accuracy", "batch_size", "freq_mhz", "budget_w", "power_w", "eta_s")
 
 
@@ -56,14 +58,8 @@ def read_segment(cfg: ConfigRecord) -> SegmentRequest:
         segment_s = float(raw) if raw > 0 else None
     text = cfg.get(RESUME)
     resume = None
-    if text is not None and text != "":
-        if not isinstance(text, str) or len(text) > MAX_RESUME_CHARS:
-            raise InputError(f"instruction {RESUME}: expected JSON text of at most 64 KiB")
-        try:
-            data = json.loads(text)
-        except ValueError as exc:
-            raise InputError(f"instruction {RESUME}: not JSON ({exc})") from None
-        resume = Progress.from_dict(data, f"instruction {RESUME}")
+    if text not in (None, "", "{}"):
+        resume = parse_progress(text, f"instruction {RESUME}")
     return SegmentRequest(segment_s, resume)
 
 
@@ -106,9 +102,3 @@ def behind_note(resume: Progress | None, reply: dict | None) -> str:
         f"the board resumed at {start:g} samples, behind the {resume.samples:g} last "
         "reported (its checkpoint was lost or replaced): that work is done again"
     )
-
-
-def attach_progress(content: RecordDict, progress: Progress) -> RecordDict:
-    """Add the ``progress`` ConfigRecord to a reply."""
-    content.config_records[PROGRESS] = ConfigRecord({PROGRESS: json.dumps(progress.to_dict())})
-    return content

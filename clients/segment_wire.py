@@ -61,10 +61,10 @@ def read_segment(cfg: ConfigRecord) -> tuple[float, Progress]:
         raise InputError(f"{where}: '{SEGMENT_S}' must be in (0, {MAX_SECONDS:g}], got {raw!r}")
     if cfg.get(RESUME, "") in ("", "{}"):
         return float(raw), Progress()
-    return float(raw), _progress_json(cfg.get(RESUME), f"{where}: '{RESUME}'")
+    return float(raw), parse_progress(cfg.get(RESUME), f"{where}: '{RESUME}'")
 
 
-def _progress_json(text: object, where: str) -> Progress:
+def parse_progress(text: object, where: str) -> Progress:
     if not isinstance(text, str) or len(text) > MAX_PROGRESS_CHARS:
         raise InputError(f"{where}: expected JSON text of at most {MAX_PROGRESS_CHARS} chars")
     try:
@@ -86,7 +86,7 @@ def decode_progress(content: RecordDict) -> Progress | None:
     cfg = content.config_records.get(PROGRESS)
     if cfg is None or PROGRESS not in cfg:
         return None
-    return _progress_json(cfg[PROGRESS], f"segment reply: '{PROGRESS}'")
+    return parse_progress(cfg[PROGRESS], f"segment reply: '{PROGRESS}'")
 
 
 def progress_of(content: RecordDict, device: str) -> Progress:
@@ -94,7 +94,7 @@ def progress_of(content: RecordDict, device: str) -> Progress:
     cfg = content.config_records.get(PROGRESS)
     if cfg is None:
         raise InputError(f"device {device}: segment reply without a '{PROGRESS}' record")
-    return _progress_json(cfg.get(PROGRESS), f"device {device}: reply '{PROGRESS}'")
+    return parse_progress(cfg.get(PROGRESS), f"device {device}: reply '{PROGRESS}'")
 
 
 def identity_content(device: str, device_type: str, client: str, error: str = "") -> RecordDict:
