@@ -270,6 +270,7 @@ def run_fleet(grid: Grid, settings: ServerSettings) -> dict[str, Any]:
             plan_timeout_s=settings.round_timeout_s,
             round_config=keeper.round_config,
         )
+        strategy.deadlines = deadlines  # one dict: each round's report names its deadline
         result = strategy.start(
             grid=ReportingGrid(grid, on_reply),
             initial_arrays=arrays,
@@ -277,7 +278,6 @@ def run_fleet(grid: Grid, settings: ServerSettings) -> dict[str, Any]:
             timeout=settings.round_timeout_s,
             train_config=train_config,
         )
-        deadlines.update(strategy.deadlines)
         last = max(strategy.rounds) if strategy.rounds else 0
         rows = strategy.rounds.get(last, [])
         final_arrays = result.arrays if result is not None else None

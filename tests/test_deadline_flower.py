@@ -104,7 +104,13 @@ def test_deployment_planning_exchange_matches_the_direct_engine(tmp_path: Path) 
     fleet = load_fleet(fleet_file)
     run_dir = tmp_path / "run"
     configs = node_configs(fleet)  # nano-a: a board behind the agent, plans from its profile
-    run_config = {"fleet-path": str(fleet_file), "run-dir": str(run_dir), "run-token": "d-1"}
+    # one request per device (segment-s 0): the plan as planned, as the direct engine has it
+    run_config = {
+        "fleet-path": str(fleet_file),
+        "run-dir": str(run_dir),
+        "run-token": "d-1",
+        "segment-s": 0.0,
+    }
     with stopped_at_exit() as procs:
         status, details = run_loopback_round(procs, tmp_path, configs, run_config, timeout_s=90)
 
@@ -140,7 +146,7 @@ def test_federated_rounds_each_plan_their_deadline(tmp_path: Path) -> None:
     from tests.test_flower_sim import FLEET as SIM_FLEET
 
     fleet_file = deadline_fleet(tmp_path, SIM_FLEET)
-    report = simulate(fleet_file, "flower", tmp_path / "run")
+    report = simulate(fleet_file, "flower", tmp_path / "run", segment_s=0)  # never re-planned
     want = simulate_fleet(load_fleet(fleet_file), "deadline")
     for k in (1, 2):
         rnd = read_report(tmp_path / "run" / "rounds" / f"round-{k:03d}")
