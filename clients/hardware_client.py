@@ -58,6 +58,7 @@ from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 from clients import records
 from clients.agent_link import AgentError, AgentLink, AgentSettings, ProgressCallback
 from clients.board_profile import merge_refreshed, obtain_profile, profile_path_for
+from clients.reply_check import check_row
 from clients.segment_args import attach_progress, behind_note, progress_of, read_segment
 from clients.train_exchange import budget_args, fill_from_train, train_extras
 from clients.work_dir import TrainFiles, work_dir_for
@@ -329,7 +330,17 @@ def _board_round(
 
 
 def _reply(row: dict, files: TrainFiles | None, info: dict[str, Any], mode: str) -> RecordDict:
-    """The reply content: the row, the trained weights (federated, trained), the profile."""
+    """The reply content: the row, the trained weights (federated, trained), the profile.
+
+    The row is checked first (``reply_check.check_row``): an agent that answered NaN, negative
+    or absurd numbers, a sample count as text, an unknown status or a megabyte of message
+    makes the row ``error`` naming the field, and nothing it said travels on."""
+    try:
+        check_row(row, str(row.get("device")))
+    except InputError as exc:
+        row = records.error_row(
+            str(row.get("device")), f"agent reply refused: {exc}", str(row.get("device_type"))
+        )
     send = files is not None and mode == "federated" and row.get("status") in TRAINED
     weights: ArrayRecord | None = files.trained() if send and files is not None else None
     content = records.reply_content(row, weights)

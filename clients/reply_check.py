@@ -53,6 +53,10 @@ def check_row(row: dict[str, object], device: str) -> dict[str, object]:
         raise InputError(f"{where}: field 'status': {str(status)[:80]!r} is not a device status")
     for key, (lo, hi) in _NUMBERS.items():
         _number(row.get(key), f"{where}: field '{key}'", lo, hi)
+    if status in ("ok", "late"):  # a device that trained says how long and how much
+        for key in ("time_s", "samples"):
+            if row.get(key) is None:
+                raise InputError(f"{where}: field '{key}': missing from a trained row")
     message = row.get("message")
     if message is not None and (not isinstance(message, str) or len(message) > MAX_MESSAGE):
         raise InputError(f"{where}: field 'message': expected text of at most {MAX_MESSAGE}")
