@@ -263,7 +263,7 @@ class Loopback:
         try:
             return flwr_cli.run_status(self.cli, run_id)
         except DeployError as exc:
-            if "unknown to the SuperLink" in str(exc):
+            if "unknown to the SuperLink" in str(exc) or "Run ID not found" in str(exc):
                 return "unknown-run", str(exc)  # a SuperLink that forgot its runs
             return "unreachable", str(exc)
 
