@@ -46,13 +46,21 @@ def superlink_command(
     *,
     insecure: bool = False,
     supernode_auth: bool = False,
+    database: str | Path | None = None,
 ) -> list[str]:
     """``flower-superlink`` on host:port: TLS, or plaintext with ``insecure`` on an address
     that resolves to loopback only. ``supernode_auth`` (needs TLS, as Flower insists) admits
-    only SuperNodes whose public key is registered (``register_supernodes``)."""
+    only SuperNodes whose public key is registered (``register_supernodes``). ``database``: a
+    SQLite file for the SuperLink's state (runs, nodes, messages; made absolute, since the
+    daemon runs in its private directory), so a SuperLink restarted on the same file knows the
+    runs and nodes it had; None keeps the state in memory (lost when the process ends)."""
     bind = serve_host(host, tls, insecure)
     argv = [flower_bin("flower-superlink"), "--host", bind, "--port", str(port)]
     argv.append("--disable-runtime-dependency-installation")
+    if database is not None:
+        if not str(database).strip():
+            raise InputError("--database: empty path (leave it out to keep the state in memory)")
+        argv += ["--database", str(Path(database).resolve())]
     if tls is None:
         if supernode_auth:
             raise InputError("SuperNode authentication needs TLS: pass the --ssl-* files too")

@@ -51,6 +51,22 @@ class CoordinatorResult:
         return self.status == "finished:completed" and self.report is not None
 
 
+# The SuperLink's state file, relative to the run directory (run_coordinator's default).
+SUPERLINK_DB = "superlink.db"
+
+
+def superlink_database(run_dir: Path, database: str | Path | None) -> Path | None:
+    """Where the SuperLink keeps its state: None (in memory), or ``database`` resolved against
+    ``run_dir`` (created 0700 when missing: the file holds the run's messages)."""
+    if database is None:
+        return None
+    if not str(database).strip():
+        raise InputError("database: empty path (pass None to keep the state in memory)")
+    path = run_dir / Path(database).expanduser()
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return path
+
+
 def read_report(run_dir: Path, token: str) -> dict[str, Any] | None:
     """This run's report, or None when the run wrote none (``fleet.reports.report.read_report``)."""
     try:
@@ -74,8 +90,14 @@ def run_coordinator(
     work_dir: str | Path | None = None,
     keep_work_dir: bool = False,
     on_status: Callable[[str], None] | None = None,
+    database: str | Path | None = SUPERLINK_DB,
 ) -> CoordinatorResult:
     """Start a SuperLink, run the fleet's rounds through `flwr run`, stop it; the report.
+
+    ``database``: the SuperLink's state file (``--database``); a relative path lies in
+    ``run_dir`` (default ``run_dir/superlink.db``). It is what makes a SuperLink killed
+    mid-run restartable with its runs and nodes (a restart on the same file knows them); None
+    keeps the state in memory, as Flower does by default.
 
     ``auth_public_keys`` (checked with ``security.public_keys``) turns on SuperNode
     authentication and registers them before the run is submitted. The SuperLink's and the
@@ -86,7 +108,10 @@ def run_coordinator(
     fleet_path = Path(fleet_path).resolve()
     run_dir = Path(run_dir).resolve()
     keys = list(auth_public_keys or [])
-    argv = superlink_command(host, port, tls, insecure=insecure, supernode_auth=bool(keys))
+    db = superlink_database(run_dir, database)
+    argv = superlink_command(
+        host, port, tls, insecure=insecure, supernode_auth=bool(keys), database=db
+    )
     home = security.run_dir(work_dir or security.state_base(), "coordinator")
     try:
         return _coordinate(argv, home, fleet_path, run_dir, host, port, num_nodes, tls,
