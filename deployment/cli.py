@@ -42,6 +42,7 @@ from fleet.agent.devices import (
 from fleet.common.errors import InputError
 from fleet.common.names import check_name
 from fleet.config.fleetfile import load_fleet
+from fleet.reports import roundstate
 
 DEFAULT_PORT = 9091
 
@@ -71,7 +72,19 @@ def register_coordinator(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="send the model weights (default: the fleet's [run] ship_weights)",
     )
-    p.add_argument("--timeout", type=float, default=3600.0, help="give up after this many s")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=3600.0,
+        help="give up after this many s without progress (a segment reply, run-dir/state.json)",
+    )
+    p.add_argument(
+        "--segment-s",
+        type=float,
+        default=None,
+        help="device-clock seconds per segment of a round (default 600; 0: one request per "
+        "device and round). Rerun with the same --run-dir to resume an interrupted run",
+    )
     p.add_argument("--ssl-ca-certfile", help="TLS: CA certificate (PEM)")
     p.add_argument("--ssl-certfile", help="TLS: server certificate (PEM)")
     p.add_argument("--ssl-keyfile", help="TLS: server private key (PEM)")
@@ -116,6 +129,8 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     fleet = load_fleet(args.fleet)
     run_dir = Path(args.run_dir or f"runs/{fleet.run.name}-{time.strftime('%Y%m%d-%H%M%S')}")
     n = args.nodes or len(fleet.devices)
+    if roundstate.resumable(run_dir, fleet.path) is not None:
+        _note("coordinator", f"resuming the unfinished run in {run_dir} (see: powerfleet status)")
     keys = security.public_keys(args.auth_public_keys or [])
     # refuse bad TLS / --insecure / auth settings before anything starts
     daemons.superlink_command(
@@ -151,6 +166,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
             work_dir=args.work_dir,
             keep_work_dir=args.keep_work_dir,
             on_status=lambda status: _note("coordinator", f"run status: {status}"),
+            segment_s=args.segment_s,
         )
     except processes.DeployError as exc:
         _note("coordinator", f"error: {exc} ({run_dir / 'logs' / 'superlink.log'})")

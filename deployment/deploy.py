@@ -37,6 +37,7 @@ from deployment.processes import start_process, stop_tree, wait_healthy
 from deployment.security import Tls
 from fleet.common.errors import InputError
 from fleet.reports import report as fleet_report
+from fleet.reports.roundstate import STATE_FILE, resumable
 
 
 @dataclass
@@ -91,6 +92,7 @@ def run_coordinator(
     keep_work_dir: bool = False,
     on_status: Callable[[str], None] | None = None,
     database: str | Path | None = SUPERLINK_DB,
+    segment_s: float | None = None,
 ) -> CoordinatorResult:
     """Start a SuperLink, run the fleet's rounds through `flwr run`, stop it; the report.
 
@@ -98,6 +100,12 @@ def run_coordinator(
     ``run_dir`` (default ``run_dir/superlink.db``). It is what makes a SuperLink killed
     mid-run restartable with its runs and nodes (a restart on the same file knows them); None
     keeps the state in memory, as Flower does by default.
+
+    Rounds run in segments of ``segment_s`` device seconds (None: the app's default; 0: one
+    request per device and round). ``run_dir`` may hold an unfinished run of the same fleet:
+    the coordinator then resumes it (``fleet.reports.roundstate.resumable``; a finished run or
+    another fleet's is refused). ``timeout_s`` counts from the run's last progress
+    (``run_dir/state.json``), so a round of hours that keeps reporting is never cut short.
 
     ``auth_public_keys`` (checked with ``security.public_keys``) turns on SuperNode
     authentication and registers them before the run is submitted. The SuperLink's and the
@@ -107,6 +115,7 @@ def run_coordinator(
     """
     fleet_path = Path(fleet_path).resolve()
     run_dir = Path(run_dir).resolve()
+    resumable(run_dir, fleet_path)  # refuse a finished run's directory before starting anything
     keys = list(auth_public_keys or [])
     db = superlink_database(run_dir, database)
     argv = superlink_command(
@@ -115,7 +124,8 @@ def run_coordinator(
     home = security.run_dir(work_dir or security.state_base(), "coordinator")
     try:
         return _coordinate(argv, home, fleet_path, run_dir, host, port, num_nodes, tls,
-                           insecure, keys, ship_weights, timeout_s, on_status)  # fmt: skip
+                           insecure, keys, ship_weights, timeout_s, on_status,
+                           segment_s)  # fmt: skip
     finally:
         if not keep_work_dir:
             shutil.rmtree(home, ignore_errors=True)
@@ -135,6 +145,7 @@ def _coordinate(
     ship_weights: bool | None,
     timeout_s: float,
     on_status: Callable[[str], None] | None,
+    segment_s: float | None = None,
 ) -> CoordinatorResult:
     link_home, cli_home = home / "superlink", home / "cli"
     link_home.mkdir(mode=0o700)
@@ -153,13 +164,17 @@ def _coordinate(
     }
     if ship_weights is not None:
         run_config["ship-weights"] = bool(ship_weights)
+    if segment_s is not None:
+        run_config["segment-s"] = float(segment_s)
     proc = start_process(argv, link_home, run_dir / "logs" / "superlink.log")
     run_id = None
     try:
         wait_healthy(cli_host, port, proc, tls=tls is not None)
         register_supernodes(cli_home, keys)
         run_id = submit_run(cli_home, run_config)
-        status, details = wait_for_run(cli_home, run_id, timeout_s, on_status=on_status)
+        status, details = wait_for_run(
+            cli_home, run_id, timeout_s, on_status=on_status, progress_file=run_dir / STATE_FILE
+        )
     finally:
         stop_tree(proc)
     return CoordinatorResult(status, details, run_id, read_report(run_dir, token))

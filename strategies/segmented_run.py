@@ -26,7 +26,6 @@ from flwr.serverapp import Grid
 from flwr.supercore import log
 
 from clients import segment_wire as wire
-from fleet.common.errors import InputError
 from fleet.config.fleetfile import Fleet
 from fleet.reports import roundstate
 from strategies import coordinator
@@ -40,24 +39,15 @@ def open_state(
     run_dir: Path, fleet: Fleet, engine: str, token: str, segment_s: float
 ) -> tuple[dict, bool]:
     """(state, resumed): the run's book, read back when it is an unfinished run of this fleet."""
-    sha = roundstate.fleet_sha256(fleet.path)
-    if (run_dir / roundstate.STATE_FILE).exists():
-        state = roundstate.read_state(run_dir)
-        where = run_dir / roundstate.STATE_FILE
-        if state.get("fleet_sha256") != sha:
-            raise InputError(
-                f"{where}: holds a run of another fleet file (or an edited one); "
-                "use a new run directory"
-            )
-        if state.get("finished"):
-            raise InputError(f"{where}: this run has finished; use a new run directory")
+    state = roundstate.resumable(run_dir, fleet.path)
+    if state is not None:
         state["run_token"] = token
         book.resume_after_restart(state)
         return state, True
     state = roundstate.new_state(
         run=fleet.run.name,
         fleet_file=str(fleet.path),
-        fleet_sha256=sha,
+        fleet_sha256=roundstate.fleet_sha256(fleet.path),
         engine=engine,
         run_token=token,
         rounds=fleet.run.rounds,

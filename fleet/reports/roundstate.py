@@ -387,3 +387,20 @@ def remove_stale_temps(run_dir: str | Path) -> list[str]:
             os.unlink(os.path.join(run_dir, name))
             gone.append(name)
     return gone
+
+
+def resumable(run_dir: str | Path, fleet_path: str | Path) -> dict[str, Any] | None:
+    """The state of an unfinished run of this fleet file in ``run_dir`` (a coordinator started
+    again resumes it), or None when ``run_dir`` holds no run. A finished run, or a run of
+    another (or an edited) fleet file, is refused in one line: a run directory holds one run."""
+    path = Path(run_dir) / STATE_FILE
+    if not path.exists():
+        return None
+    state = read_state(run_dir)
+    if state.get("fleet_sha256") != fleet_sha256(fleet_path):
+        raise InputError(
+            f"{path}: holds a run of another fleet file (or an edited one); use a new run dir"
+        )
+    if state.get("finished"):
+        raise InputError(f"{path}: this run has finished; use a new run directory")
+    return state
