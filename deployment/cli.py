@@ -256,6 +256,12 @@ def register_device(sub: argparse._SubParsersAction) -> None:
         help="plaintext without TLS; only when --superlink resolves to loopback addresses only",
     )
     _add_work_dir(p, "~/.local/state/powerfleet/device-NAME")
+    p.add_argument(
+        "--pace",
+        type=float,
+        help="replay client: device seconds per wall second (e.g. 60: a 2-hour round in 2 "
+        "minutes; default: no wait, the virtual clock answers at once)",
+    )
     hw = p.add_argument_group("hardware client (--client hardware)")
     hw.add_argument("--backend", choices=backend_names(), help="agent backend (default jetson)")
     hw.add_argument("--agent-python", help="interpreter for the agent (e.g. JetPack's python3)")
@@ -303,7 +309,8 @@ def cmd_device(args: argparse.Namespace) -> int:
         agent_python=args.agent_python,
         agent_timeout_s=args.agent_timeout_s,
         budget_file=str(Path(args.budget_file).resolve()) if args.budget_file else None,
-        work_dir=str(work) if args.client == "hardware" else None,
+        work_dir=str(work),  # the agent's, and a replay device's segment checkpoints
+        pace=args.pace if args.client == "replay" else None,
         **{public.replace("-", "_"): value for public, value in agent_options.items()},
     )
     port = args.port or processes.free_port()
