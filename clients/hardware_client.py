@@ -264,6 +264,12 @@ def hardware_segment(node_config: dict, content: RecordDict) -> RecordDict:
     reply: dict[str, Any] = {}
     content = _deadline_from_here(content, seg.resume)
     row, files, info, mode = _board_round(node_config, content, seg.segment_s, reply)
+    if info.pop(AGENT_DIED, False) and seg.segment_s is not None:
+        # the agent died mid-segment: its checkpoint holds the work; the next segment resumes it
+        # (the coordinator gives up on a device that makes no progress in several segments)
+        row = dict(row, status="running")
+        row["message"] = f"segment lost, resuming from the board's checkpoint: {row['message']}"
+        return attach_progress(_reply(row, None, info, mode), seg.resume or Progress())
     if reply:
         progress = progress_of(reply, row)
         note = behind_note(seg.resume, reply)
@@ -316,17 +322,44 @@ def _board_round(
     files = TrainFiles.for_round(settings, spec, ins, arrays, keep_weights=segment_s is not None)
     link = AgentLink(settings.argv(), timeout_s=settings.timeout_s)
     info: dict[str, Any] = {}
+    died = False
     try:
         link.start()
         row = run_on_agent(
             link, spec, ins, settings, files=files, profile_info=info, segment_s=segment_s,
             train_reply=train_reply,
         )  # fmt: skip
+        died = link.proc is not None and link.proc.poll() is not None
     except AgentError as exc:
         row = records.error_row(spec.name, str(exc), spec.device_type)
+        died = link.proc is not None and link.proc.poll() is not None
     finally:
         link.close()
+    if died:
+        row["message"] = (
+            f"{row.get('message') or 'the agent died'}; {restore_after_crash(settings)}"
+        )
+        info[AGENT_DIED] = True
     return row, files, info, ins.run.mode
+
+
+AGENT_DIED = "agent-died"  # profile-info flag (never sent): the agent process ended mid-round
+
+
+def restore_after_crash(settings: AgentSettings) -> str:
+    """A fresh agent's ``hello`` on a board whose agent died (killed, out of memory) with its
+    clock locked: a new agent restores the clocks a dead holder saved before anything else
+    (``fleet/agent/devices/clockstate.py``). Returns what happened, for the row's message:
+    no clock stays pinned because one round went wrong."""
+    link = AgentLink(settings.argv(), timeout_s=settings.timeout_s)
+    try:
+        link.start()
+        link.request("hello", timeout_s=settings.timeout_s)
+        return "a fresh agent restored the board's saved clocks"
+    except (AgentError, OSError) as exc:
+        return f"restoring the clocks failed too: {' '.join(str(exc).split())[:200]}"
+    finally:
+        link.close()
 
 
 def _reply(row: dict, files: TrainFiles | None, info: dict[str, Any], mode: str) -> RecordDict:

@@ -78,6 +78,7 @@ class Link:
     sent_time_s: float = 0.0  # the device's clock when the segment was sent
     wall_per_s: float | None = None  # wall seconds per device second, from its replies
     crashes: int = 0
+    stalls: int = 0  # running replies in a row without progress
     weights_to: int | None = None  # the node the round's weights went to
 
 
@@ -329,6 +330,16 @@ class SegmentedRound:
             lk.wall_per_s = (
                 wall / ran if lk.wall_per_s is None else 0.5 * (lk.wall_per_s + wall / ran)
             )
+        before = (
+            book.progress(self.state["devices"][name]) if name in self.state["devices"] else None
+        )
+        if row.get("status") == "running" and before is not None and prog.time_s <= before.time_s:
+            lk.stalls += 1  # a segment that trained nothing (its agent died, its data broke)
+            if lk.stalls >= self.s.max_crashes:
+                self._refuse(name, f"no progress in {lk.stalls} segments: {row.get('message')}")
+                return
+        else:
+            lk.stalls = 0
         done = book.apply_segment(self.state, name, row, prog)
         self.dirty = True
         if self.on_reply is not None:
