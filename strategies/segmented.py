@@ -95,6 +95,7 @@ class SegmentedRound:
         arrays: ArrayRecord,
         *,
         devices: Iterable[str],
+        describe: dict[str, tuple[str, float | None]] | None = None,
         expected: int,
         mode: str = "local",
         on_reply: ReplyHook | None = None,
@@ -103,6 +104,7 @@ class SegmentedRound:
         self.grid, self.state, self.run_dir, self.s = grid, state, Path(run_dir), settings
         self.config, self.arrays, self.mode = config, arrays, mode
         self.fleet_order = {name: i for i, name in enumerate(devices)}
+        self.describe = describe or {}  # name -> (device type, budget): shown before a reply
         self.fleet_devices = set(self.fleet_order)
         self.expected = expected
         self.on_reply = on_reply
@@ -242,6 +244,9 @@ class SegmentedRound:
         if lk.node != node:
             lk.msg_id = None  # whatever went to the old node is abandoned
         lk.node = node
+        if name not in self.state["devices"] and name in self.describe:
+            dtype, budget = self.describe[name]
+            self.state["devices"][name] = book.device_entry(name, dtype, budget)
         book.assign(self.state, name, node)
         devices = self.state["devices"]  # fleet order, as the reports keep it
         if list(devices) != sorted(devices, key=self._rank):

@@ -99,6 +99,7 @@ def run_rounds(
             config,
             arrays,
             devices=[d.name for d in fleet.devices],
+            describe={d.name: (d.device_type, d.budget_w) for d in fleet.devices},
             expected=expected,
             mode=run.mode,
             on_reply=on_reply,
