@@ -45,12 +45,9 @@ from fleet.rounds.device_round import TRAINED
 from fleet.rounds.progress import Progress
 from strategies import coordinator, replan
 from strategies import round_book as book
+from strategies.strategy import NodesMissing
 
 ReplyHook = Callable[[Message], None]
-
-
-class NodesMissing(RuntimeError):
-    """Fewer devices identified than the fleet expects, within the wait allowed."""
 
 
 @dataclass(frozen=True)
