@@ -9,6 +9,11 @@ checks that both ways give the same rows (time, energy, samples, choice), since 
 change when the coordinator learns things, never what the devices do.
 
     .venv/bin/python benchmarks/segments.py [--fleet F] [--segment-s 600] [--repeats 2]
+    .venv/bin/python benchmarks/segments.py --deployment --pace 200 [--segment-s 600]
+
+``--deployment``: the same comparison on a real SuperLink and one SuperNode per device on
+127.0.0.1, each device paced (``pace`` device seconds per wall second), so the round takes wall
+time as a real one does and the ratio is the segments' overhead on work that lasts.
 """
 
 from __future__ import annotations
@@ -49,12 +54,64 @@ def one_run(fleet: Path, segment_s: float, tmp: Path, k: int) -> tuple[float, di
     return wall, report, segments
 
 
+def deployment_run(fleet: Path, segment_s: float, pace: float, tmp: Path, k: int) -> tuple:
+    """One round on a loopback SuperLink with paced replay SuperNodes: (wall s, report, n)."""
+    import uuid
+
+    from deployment import daemons, flwr_cli, processes
+    from fleet.config.fleetfile import load_fleet
+    from fleet.reports.report import read_report
+
+    base = tmp / f"dep-{segment_s:g}-{k}"
+    run_dir, home = base / "run", base / "flwr"
+    port = processes.free_port()
+    procs = []
+    try:
+        link = processes.start_process(
+            daemons.superlink_command("127.0.0.1", port, insecure=True),
+            home / "superlink",
+            base / "superlink.log",
+        )
+        procs.append(link)
+        processes.wait_healthy("127.0.0.1", port, link)
+        specs = load_fleet(fleet).devices
+        for spec in specs:
+            config = dict(spec.to_node_config(), client="replay", pace=pace)
+            config["work-dir"] = str(base / "work" / spec.name)
+            argv = daemons.supernode_command(
+                f"127.0.0.1:{port}", processes.free_port(), config, insecure=True
+            )
+            procs.append(processes.start_process(argv, home / spec.name, base / spec.name))
+        cli = home / "cli"
+        flwr_cli.write_cli_config(cli, f"127.0.0.1:{port}")
+        flwr_cli.wait_for_nodes(cli, len(specs), timeout_s=60)
+        token = uuid.uuid4().hex
+        config = {"fleet-path": str(fleet), "run-dir": str(run_dir), "run-token": token}
+        config["segment-s"] = float(segment_s)
+        t0 = time.perf_counter()
+        run_id = flwr_cli.submit_run(cli, config)
+        status, details = flwr_cli.wait_for_run(cli, run_id, timeout_s=1800, poll_s=0.2)
+        wall = time.perf_counter() - t0
+        if status != "finished:completed":
+            raise SystemExit(f"run {status}: {details}")
+        report = read_report(run_dir, token)
+    finally:
+        for p in procs:
+            processes.stop_tree(p)
+    n = 0
+    if segment_s > 0:
+        n = sum(int(e["progress"]["segments"]) for e in read_state(run_dir)["devices"].values())
+    return wall, report, n
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--fleet", default=str(ROOT / "simulations" / "fleets" / "default.toml"))
     ap.add_argument("--segment-s", type=float, default=600.0)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--deployment", action="store_true", help="real SuperLink + SuperNodes")
+    ap.add_argument("--pace", type=float, default=200.0, help="deployment: device s per wall s")
     args = ap.parse_args()
     fleet = Path(args.fleet).resolve()
     walls: dict[float, list[float]] = {0.0: [], args.segment_s: []}
@@ -63,7 +120,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="powerfleet-bench-seg-") as tmp:
         for k in range(args.repeats):
             for seg in (0.0, args.segment_s):  # alternate: drift on this machine hits both
-                wall, report, n = one_run(fleet, seg, Path(tmp), k)
+                if args.deployment:
+                    wall, report, n = deployment_run(fleet, seg, args.pace, Path(tmp), k)
+                else:
+                    wall, report, n = one_run(fleet, seg, Path(tmp), k)
                 walls[seg].append(wall)
                 reports[seg] = report
                 segments = n or segments
@@ -87,10 +147,14 @@ def main() -> int:
         "overhead_per_segment_s": (seg - one) / max(1, segments - devices),
         "rows_differ": diffs,
     }
+    result["mode"] = f"deployment, pace {args.pace:g}" if args.deployment else "simulation"
     if args.json:
         print(json.dumps(result, indent=1))
     else:
-        print(f"fleet {fleet.name}: {devices} devices, segment {args.segment_s:g} s of device time")
+        print(
+            f"{result['mode']}: fleet {fleet.name}, {devices} devices, "
+            f"segment {args.segment_s:g} s of device time"
+        )
         print(f"one request per device: median {one:.2f} s  ({walls[0.0]})")
         print(f"segmented ({segments} segments): median {seg:.2f} s  ({walls[args.segment_s]})")
         print(f"ratio segmented / one-request: {seg / one:.3f}")
