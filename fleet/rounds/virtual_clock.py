@@ -278,13 +278,18 @@ def simulate_device(spec: DeviceSpec, shipped: Efficiency, run: RunSettings) -> 
     without that device) rather than an exception that would stop the fleet.
     """
     try:
-        profile, index = cached_profile(spec.profile)
-        if spec.data is None:
-            raise InputError(f"device {spec.name}: no convergence trace (data) to run on")
-        trace = cached_efficiency(spec.data)
+        profile, index, trace = _device_files(spec)
     except InputError as exc:
         return DeviceResult.for_device(spec, shipped.source, message=str(exc))
     return run_device(spec, profile, shipped, run, VirtualClock(trace), index=index)
+
+
+def _device_files(spec: DeviceSpec) -> tuple[Profile, SelectionIndex, Efficiency]:
+    """The device's profile (with its index) and convergence trace, each parsed once."""
+    profile, index = cached_profile(spec.profile)
+    if spec.data is None:
+        raise InputError(f"device {spec.name}: no convergence trace (data) to run on")
+    return profile, index, cached_efficiency(spec.data)
 
 
 def simulate_segment(
@@ -309,10 +314,7 @@ def simulate_segment(
     begin = start if start is not None else Progress()
     unchanged = replace(begin, segments=begin.segments + 1)
     try:
-        profile, index = cached_profile(spec.profile)
-        if spec.data is None:
-            raise InputError(f"device {spec.name}: no convergence trace (data) to run on")
-        trace = cached_efficiency(spec.data)
+        profile, index, trace = _device_files(spec)
     except InputError as exc:
         return DeviceResult.for_device(spec, shipped.source, message=str(exc)), unchanged
     clock = VirtualClock(trace, start=begin, stop_s=begin.time_s + float(segment_s))
