@@ -108,10 +108,15 @@ def simulated_round(node_config: dict, content: RecordDict) -> RecordDict:
         return records.reply_content(records.error_row(label, str(exc)))
     trained = None
     try:
+        pace = segments.NodeSettings.from_node_config(node_config)
         row, trained = learn(spec, Received(ins, arrays))
     except InputError as exc:
         row = records.error_row(spec.name, str(exc), spec.device_type)
         row.update(budget_w=spec.budget_w, profile=spec.profile, learning=spec.learning)
+    else:
+        wait = pace.wait_s(float(row.get("time_s") or 0.0))  # type: ignore[arg-type]
+        if wait > 0:
+            time.sleep(wait)  # a paced device lives its clock: the whole round in one piece
     # Federated mode: a device sends its weights back (fine-tuned, or unchanged by a trace).
     out = trained if trained is not None else arrays
     trained_ok = row.get("status") in TRAINED
