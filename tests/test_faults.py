@@ -22,6 +22,7 @@ heartbeats stop counting (~60 s), so its case overlaps with the others in one ru
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 
@@ -117,26 +118,33 @@ def assert_totals_are_the_rows_sums(report: dict) -> None:
 
 @pytest.mark.timeout(420)
 def test_round_survives_a_lost_node_a_restarted_node_and_a_frozen_superlink(tmp_path):
-    """One run, four paced replay devices (2,400-7,400 device s each, segments of 300 s):
-    dev-2's SuperNode is SIGKILLed for good (lost, with its last progress and the moment; the
-    round completes for the others), dev-3's is SIGKILLed and restarted (it resumes from its
-    checkpoint and ends on the unfaulted row), then the SuperLink is SIGSTOPped 25 s (nobody
-    is lost over it)."""
-    fleet = fleet_of_replay_devices(tmp_path, 4)
+    """One run, four paced replay devices (2,456-4,535 device s each, segments of 500 s) and a
+    board whose agent answers NaN energy: dev-2's SuperNode is SIGKILLed for good (lost, with
+    its last progress and the moment; the round completes for the others), dev-3's is
+    SIGKILLed and restarted (it resumes from its checkpoint and ends on the unfaulted row),
+    then the SuperLink is SIGSTOPped 25 s (nobody is lost over it); the board ends ``error``
+    naming the field and its numbers stay out of the fleet's totals."""
+    devices = [dict(REF[i], name=f"dev-{k}") for k, i in enumerate((5, 4, 2, 1), start=1)]
+    fleet = fleet_of_replay_devices(
+        tmp_path, 0, extra_devices=[*devices, dict(REF[0], name="bad-1")]
+    )
     expected = replay_rows(fleet)
     run_dir = tmp_path / "run"
     with stopped_at_exit() as procs:
         lb = Loopback(procs, tmp_path, run_dir / "superlink.db")
         lb.start_link()
-        for name, config in paced_configs(fleet, tmp_path, pace=200.0).items():
-            lb.start_node(name, config)
-        lb.wait_nodes(4)
-        rid = lb.submit(run_config(fleet, run_dir, 300.0))
-        # both faulted devices have checkpointed at least one segment, none has finished
+        for name, config in paced_configs(fleet, tmp_path, pace=500.0).items():
+            if name != "bad-1":
+                lb.start_node(name, config)
+        agent = hostile_agent_python(tmp_path / "bin", "nan-energy")
+        lb.start_node("bad-1", hostile_node_config(fleet, "bad-1", agent, tmp_path / "bad"))
+        lb.wait_nodes(5)
+        rid = lb.submit(run_config(fleet, run_dir, 500.0))
+        # both faulted devices have checkpointed a segment, neither has finished
         wait_for_json(
             run_dir / "state.json",
             lambda s: all(
-                (s["devices"].get(n) or {}).get("progress", {}).get("segments", 0) >= 2
+                (s["devices"].get(n) or {}).get("progress", {}).get("segments", 0) >= 1
                 for n in ("dev-2", "dev-3")
             ),
         )
@@ -163,9 +171,11 @@ def test_round_survives_a_lost_node_a_restarted_node_and_a_frozen_superlink(tmp_
     rows = rows_of(report)
     assert_rows_equal_replay(rows, expected, ["dev-1", "dev-3", "dev-4"])
     lost = rows["dev-2"]
-    assert lost["status"] == "lost" and "lost at 20" in lost["message"]
+    assert lost["status"] == "lost" and "lost at " in lost["message"]
     assert lost["time_s"] >= killed_at["time_s"] > 0 and lost["samples"] > 0
     assert lost["time_s"] < expected["dev-2"]["time_s"]
+    bad = rows["bad-1"]
+    assert bad["status"] == "error" and "field 'energy_j'" in bad["message"], bad["message"]
     state = state_of(run_dir)
     assert state["finished"] is True
     assert state["devices"]["dev-2"]["lost_at_utc"]
@@ -174,12 +184,17 @@ def test_round_survives_a_lost_node_a_restarted_node_and_a_frozen_superlink(tmp_
         "dev-2": "lost",
         "dev-3": "ok",
         "dev-4": "ok",
+        "bad-1": "error",
     }
-    # rounds longer than one 600 s default segment, cut into several 300 s ones
+    # rounds longer than one default 600 s segment, run in several 500 s ones
     for name in ("dev-1", "dev-3", "dev-4"):
         assert rows[name]["time_s"] > 600.0
-        assert state["devices"][name]["progress"]["segments"] >= 8
+        segments = state["devices"][name]["progress"]["segments"]
+        assert segments == math.ceil(rows[name]["time_s"] / 500.0), name
     assert_totals_are_the_rows_sums(report)
+    assert report["fleet"]["samples"] == pytest.approx(
+        sum(expected[n]["samples"] for n in ("dev-1", "dev-3", "dev-4")), rel=1e-9
+    )
 
 
 # --------------------------------------------------------------------------- hostile boards
