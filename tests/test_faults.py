@@ -41,10 +41,12 @@ from tests.fault_helpers import (
     fleet_of_replay_devices,
     hostile_agent_python,
     hostile_node_config,
+    kill_tree,
     read_json,
     reference_devices,
     replay_node_configs,
     wait_for_json,
+    wait_for_process,
     wait_until,
 )
 from tests.row_compare import diff
@@ -236,3 +238,165 @@ def test_a_hostile_board_segment_is_an_error_naming_the_field(tmp_path, mode):
     assert len(row["message"]) < 2000
     assert row["energy_j"] is None and row["samples"] is None
     assert (read_json(tmp_path / "work" / "hostile-agent.json") or {}).get("state") == "replied"
+
+
+# --------------------------------------------------------------------------- coordinator restart
+
+
+@pytest.mark.timeout(420)
+def test_a_coordinator_killed_mid_round_resumes_on_its_run_dir(tmp_path):
+    """The SuperLink tree (ServerApp included) is SIGKILLed once dev-1 finished and while
+    dev-2 and dev-3 train; restarted on the same port and ``--database``, a new run on the same
+    run directory and fleet resumes: dev-1 is not trained again (its entry and checkpoint are
+    untouched), the others resume from their checkpoints and end on the unfaulted rows, and
+    the round is counted once."""
+    devices = [dict(REF[i], name=f"dev-{k}") for k, i in enumerate((5, 2, 1), start=1)]
+    fleet = fleet_of_replay_devices(tmp_path, 0, extra_devices=devices)
+    expected = replay_rows(fleet)
+    run_dir = tmp_path / "run"
+    configs = paced_configs(fleet, tmp_path, pace=300.0)
+    configs["dev-1"]["pace"] = 1500.0  # done in two quick segments, long before the others
+    with stopped_at_exit() as procs:
+        lb = Loopback(procs, tmp_path, run_dir / "superlink.db")
+        lb.start_link()
+        for name, config in configs.items():
+            lb.start_node(name, config)
+        lb.wait_nodes(3)
+        lb.submit(run_config(fleet, run_dir, 1500.0))
+
+        def dev1_done_others_midway(s: dict) -> bool:
+            d = s["devices"]
+            return (d.get("dev-1") or {}).get("status") == "ok" and all(
+                (d.get(n) or {}).get("progress", {}).get("segments", 0) >= 1
+                for n in ("dev-2", "dev-3")
+            )
+
+        wait_for_json(run_dir / "state.json", dev1_done_others_midway)
+        wait_for_process(lb.link.proc, "flwr-serverapp", HANG_GUARD_S)
+        lb.kill_link()
+        before = state_of(run_dir)
+        done_ckpt = checkpoint(tmp_path, "dev-1")
+        ckpt_file = next((tmp_path / "work" / "dev-1").glob("*.progress.json"))
+        done_mtime = ckpt_file.stat().st_mtime_ns
+        assert before["finished"] is False
+        assert {before["devices"][n]["status"] for n in ("dev-2", "dev-3")} <= {"running"}
+        lb.start_link()
+        lb.wait_nodes(3)
+        rid = lb.submit(run_config(fleet, run_dir, 1500.0, **{"run-token": TOKEN + "-2"}))
+        status, details, _ = lb.wait_run(rid, HANG_GUARD_S)
+    assert status == "finished:completed", details
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["run_token"] == TOKEN + "-2"
+    rows = rows_of(report)
+    assert [r["status"] for r in rows.values()] == ["ok", "ok", "ok"]
+    assert_rows_equal_replay(rows, expected, ["dev-1", "dev-2", "dev-3"])
+    state = state_of(run_dir)
+    assert state["finished"] is True and state["run_uid"] == before["run_uid"]
+    # dev-1 was not trained again: its book entry, row and checkpoint are as before the kill
+    assert state["devices"]["dev-1"]["row"] == before["devices"]["dev-1"]["row"]
+    assert state["devices"]["dev-1"]["progress"] == before["devices"]["dev-1"]["progress"]
+    assert checkpoint(tmp_path, "dev-1") == done_ckpt
+    assert ckpt_file.stat().st_mtime_ns == done_mtime
+    for name in ("dev-2", "dev-3"):  # resumed, never restarted from nothing
+        assert state["devices"][name]["progress"]["segments"] == math.ceil(
+            rows[name]["time_s"] / 1500.0
+        )
+    assert [r["round"] for r in state["completed_rounds"]] == [1]
+    assert_totals_are_the_rows_sums(report)
+    assert state["completed_rounds"][0]["totals"]["samples"] == report["fleet"]["samples"]
+
+
+# --------------------------------------------------------------------------- a board's agent
+
+
+def _pinned(board) -> bool:
+    try:
+        c = board.clocks()
+    except (OSError, ValueError):  # a file being rewritten by the kernel stand-in
+        return False
+    return c["min_freq"] == c["max_freq"]
+
+
+def _bounds(board) -> dict | None:
+    try:
+        return board.bounds()
+    except (OSError, ValueError):
+        return None
+
+
+@pytest.mark.timeout(300)
+def test_a_board_agent_killed_with_its_clock_locked_restores_and_resumes(tmp_path, monkeypatch):
+    """A virtual Nano behind the hardware client in a deployment, in segments of 2 s of its
+    clock: its agent is SIGKILLed mid-segment while the clock is locked. A fresh agent puts the
+    original devfreq bounds back at once, the device resumes from the board's checkpoint and
+    finishes its run (every sample once), and the clocks are the originals at the end."""
+    from fleet.agent.models import build_model
+    from fleet.training.task import write_weights
+    from simulations.virtual_jetson import build_board
+    from tests.hardware_helpers import BATCH, board_profile, tiny_pt_data
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # inherited by the agent: no thread thrash
+    board = build_board(tmp_path / "nano", "nano", workload="small_cnn")
+    original = board.bounds()
+    board.set_load(BATCH)
+    board_profile(board, tmp_path / "nano.csv")
+    (tmp_path / "work").mkdir(mode=0o700)
+    tiny_pt_data(tmp_path / "work" / "nano.pt", seed=1)
+    (tmp_path / "eff.csv").write_text(f"batch_size,samples_to_accuracy\n{BATCH},4000\n")
+    weights = build_model("small_cnn", input_shape="1x8x8", seed=7).state_dict()
+    write_weights(weights, str(tmp_path / "w.pt"))
+    max_samples = 4800  # 300 steps of 0.02 s at 921.6 MHz: ~6 s of the paced board's clock
+    run = {
+        "model": "small_cnn",
+        "efficiency": str(tmp_path / "eff.csv"),
+        "weights": str(tmp_path / "w.pt"),
+        "target_accuracy": 1.0,  # unreachable on noise: the run ends at max_samples
+        "lr_ref_batch": BATCH,
+        "lr_ref": 0.001,
+        "max_samples": max_samples,
+        "eval_every_samples": 800,
+        "ship_weights": True,
+    }
+    nano = {
+        "name": "nano-1",
+        "type": "jetson-nano",
+        "budget_w": 5.0,
+        "profile": str(tmp_path / "nano.csv"),
+        "data": str(tmp_path / "work" / "nano.pt"),
+    }
+    fleet = fleet_of_replay_devices(tmp_path, 0, name="fault-board", run=run, extra_devices=[nano])
+    (config,) = replay_node_configs(fleet).values()
+    config.update(
+        client="hardware",
+        backend="jetson",
+        **{
+            "sysfs-root": str(board.root),
+            "state-dir": str(tmp_path / "state"),
+            "work-dir": str(tmp_path / "work"),
+            "agent-timeout-s": 120.0,
+            "pace-to-profile": "true",
+        },
+    )
+    run_dir = tmp_path / "run"
+    with board.kernel(process=True, lag_s=0.02), stopped_at_exit() as procs:
+        lb = Loopback(procs, tmp_path, run_dir / "superlink.db")
+        lb.start_link()
+        lb.start_node("nano-1", config)
+        lb.wait_nodes(1)
+        rid = lb.submit(run_config(fleet, run_dir, 2.0))
+        agent = wait_for_process(lb.node_proc("nano-1"), "fleet.agent", HANG_GUARD_S)
+        wait_until(lambda: _pinned(board), HANG_GUARD_S, "the board's clock locked", 0.05)
+        kill_tree(agent)
+        # a fresh agent restores the saved bounds before the device's next segment
+        wait_until(lambda: _bounds(board) == original, HANG_GUARD_S, "the originals back", 0.05)
+        status, details, _ = lb.wait_run(rid, HANG_GUARD_S)
+        after = board.bounds()
+    assert status == "finished:completed", details
+    assert after == original
+    report = json.loads((run_dir / "report.json").read_text())
+    (row,) = report["devices"]
+    assert row["status"] == "not reached", row["message"]  # trained to the end on the board
+    assert row["samples"] == max_samples  # resumed from the checkpoint: every sample once
+    e = state_of(run_dir)["devices"]["nano-1"]
+    assert e["status"] == "not reached" and e["progress"]["segments"] >= 2
+    assert e["progress"]["samples"] == max_samples
