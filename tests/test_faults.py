@@ -326,7 +326,7 @@ def _bounds(board) -> dict | None:
 
 @pytest.mark.timeout(300)
 def test_a_board_agent_killed_with_its_clock_locked_restores_and_resumes(tmp_path, monkeypatch):
-    """A virtual Nano behind the hardware client in a deployment, in segments of 2 s of its
+    """A virtual Nano behind the hardware client in a deployment, in segments of 3 s of its
     clock: its agent is SIGKILLed mid-segment while the clock is locked. A fresh agent puts the
     original devfreq bounds back at once, the device resumes from the board's checkpoint and
     finishes its run (every sample once), and the clocks are the originals at the end."""
@@ -383,7 +383,7 @@ def test_a_board_agent_killed_with_its_clock_locked_restores_and_resumes(tmp_pat
         lb.start_link()
         lb.start_node("nano-1", config)
         lb.wait_nodes(1)
-        rid = lb.submit(run_config(fleet, run_dir, 2.0))
+        rid = lb.submit(run_config(fleet, run_dir, 3.0))
         agent = wait_for_process(lb.node_proc("nano-1"), "fleet.agent", HANG_GUARD_S)
         wait_until(lambda: _pinned(board), HANG_GUARD_S, "the board's clock locked", 0.05)
         kill_tree(agent)
