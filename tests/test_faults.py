@@ -384,9 +384,13 @@ def test_a_board_agent_killed_with_its_clock_locked_restores_and_resumes(tmp_pat
         lb.start_node("nano-1", config)
         lb.wait_nodes(1)
         rid = lb.submit(run_config(fleet, run_dir, 3.0))
-        agent = wait_for_process(lb.node_proc("nano-1"), "fleet.agent", HANG_GUARD_S)
-        wait_until(lambda: _pinned(board), HANG_GUARD_S, "the board's clock locked", 0.05)
-        kill_tree(agent)
+        for _ in range(3):  # a segment that ended between the look and the kill: the next
+            wait_until(lambda: _pinned(board), HANG_GUARD_S, "the board's clock locked", 0.05)
+            agent = wait_for_process(lb.node_proc("nano-1"), "fleet.agent", HANG_GUARD_S)
+            kill_tree(agent)
+            if _pinned(board):  # killed while it held the clock: nobody restored it yet
+                break
+        assert _pinned(board), "the agent was never killed while it held the clock"
         # a fresh agent restores the saved bounds before the device's next segment
         wait_until(lambda: _bounds(board) == original, HANG_GUARD_S, "the originals back", 0.05)
         status, details, _ = lb.wait_run(rid, HANG_GUARD_S)
