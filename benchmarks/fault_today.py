@@ -1,7 +1,13 @@
-"""What a deployed fleet round does TODAY under each fault (issue 20's baseline, before the
-segmented rounds): real SuperLink and SuperNodes on 127.0.0.1, replay devices, one slow board.
+"""What a deployed fleet round does under each fault (issue 20's BEFORE table, taken before the
+segmented rounds, and its AFTER with ``--after`` on the current code): real SuperLink and
+SuperNodes on 127.0.0.1, replay devices, one slow board.
 
     python benchmarks/fault_today.py [--cases a,b,c0,c1,d,e,f] [--guard-s 180] [--out FILE]
+                                     [--after]
+
+``--after`` changes one step, the one the segmented rounds added: in case c the restarted
+coordinator is a new run submitted on the same run directory and fleet (the current resume
+flow); without it case c waits on the killed run, as the BEFORE table did.
 
 Why a script and not a test: it measures and prints, it asserts nothing about the outcome
 (today's outcome is what issue 20 changes). Each case is bounded (every wait has a hang guard,
@@ -52,6 +58,10 @@ from tests.fault_helpers import (  # noqa: E402
 )
 
 TOKEN = "fault-today"
+# --after: case c submits a new run on the same run dir once the SuperLink is back (how the
+# current coordinator resumes; before the segmented rounds nothing could, so --before waits
+# on the killed run as it did)
+RESUBMIT = False
 HOSTILE = (
     "nan-energy",
     "negative-energy",
@@ -169,6 +179,12 @@ def case_c(tmp: Path, guard_s: float, database: bool) -> list[str]:
         c.lb.start_link()
         up = time.monotonic() - t0
         nodes = "nodes back: " + _nodes_back(c.lb, 4, 75.0, t0)
+        if RESUBMIT:  # the current code's resume: a new run on the same run dir and fleet
+            try:
+                rid = c.submit(round_timeout_s=guard_s)
+                nodes += f"; resubmitted as a new run after {time.monotonic() - t0:.1f}s"
+            except Exception as exc:  # noqa: BLE001 - a measurement: say it, go on
+                nodes += f"; resubmitting failed: {' '.join(str(exc).split())[:80]}"
         status, details, seen = c.lb.wait_run(rid, min(guard_s, 120.0))
         wall = time.monotonic() - t0
         mark = read_json(c.work("slow-1") / "hostile-agent.json") or {}
@@ -315,6 +331,11 @@ def case_f(tmp: Path, guard_s: float) -> list[str]:
         locked = board.clocks()
         t0 = time.monotonic()
         kill_tree(agent)
+        try:
+            wait_until(lambda: _bounds(board) == original, 60.0, "originals back", 0.05)
+            restored = f"originals back {time.monotonic() - t0:.1f}s after the kill"
+        except HangGuard:
+            restored = "originals not back within 60s of the kill"
         status, details, seen = lb.wait_run(rid, guard_s)
         wall = time.monotonic() - t0
         time.sleep(2.0)  # let anything that would restore do so
@@ -327,9 +348,16 @@ def case_f(tmp: Path, guard_s: float) -> list[str]:
         f"max={after['max_freq'] / 1e6:g} MHz governor={after['governor']} -> clocks "
         f"{'PINNED' if pinned else 'free'} (originals {back}:"
         f" min={original['min_freq'] / 1e6:g} max={original['max_freq'] / 1e6:g}); state-dir "
-        f"{state}; {timeline(seen)}"
+        f"{state}; {restored}; {timeline(seen)}"
     )
     return [line("f", "virtual Jetson agent SIGKILL, clock locked", status, run_dir, wall, extra)]
+
+
+def _bounds(board) -> dict | None:
+    try:
+        return board.bounds()
+    except (OSError, ValueError):
+        return None
 
 
 def _pinned(board) -> bool:
@@ -356,7 +384,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cases", default=",".join(CASES), help="comma-separated: a,b,c0,c1,d,e,f")
     ap.add_argument("--guard-s", type=float, default=180.0, help="hang guard per wait (s)")
     ap.add_argument("--out", help="also append the lines to this file")
+    ap.add_argument(
+        "--after",
+        action="store_true",
+        help="the AFTER measurement: case c resubmits on the same run dir (the resume flow)",
+    )
     args = ap.parse_args(argv)
+    global RESUBMIT
+    RESUBMIT = args.after
     names = [c.strip() for c in args.cases.split(",") if c.strip()]
     unknown = [c for c in names if c not in CASES]
     if unknown:

@@ -270,13 +270,18 @@ def hardware_segment(node_config: dict, content: RecordDict) -> RecordDict:
         row = dict(row, status="running")
         row["message"] = f"segment lost, resuming from the board's checkpoint: {row['message']}"
         return attach_progress(_reply(row, None, info, mode), seg.resume or Progress())
-    if reply:
-        progress = progress_of(reply, row)
-        note = behind_note(seg.resume, reply)
-        if note:
-            row["message"] = f"{row['message']}; {note}" if row.get("message") else note
-    else:  # nothing trained this call: the last known progress stands
-        progress = seg.resume if seg.resume is not None else progress_of(None, row)
+    try:
+        if reply:
+            progress = progress_of(reply, row)
+            note = behind_note(seg.resume, reply)
+            if note:
+                row["message"] = f"{row['message']}; {note}" if row.get("message") else note
+        else:  # nothing trained this call: the last known progress stands
+            progress = seg.resume if seg.resume is not None else progress_of(None, row)
+    except InputError:
+        # the agent's numbers are beyond any bound (1e308 J): ``_reply`` refuses its row with
+        # the field named; the progress stays where the coordinator last saw it
+        progress = seg.resume or Progress()
     return attach_progress(_reply(row, files, info, mode), progress)
 
 

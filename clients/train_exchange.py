@@ -17,6 +17,7 @@ from typing import Any
 
 from clients.agent_link import AgentSettings
 from fleet.budgets.codec import format_budget, format_schedule
+from fleet.common.errors import InputError
 from fleet.config.fleetfile import RunSettings
 from fleet.rounds.device_round import DeviceResult, Round, Segment
 
@@ -60,6 +61,8 @@ def budget_args(rnd: Round, settings: AgentSettings) -> dict[str, Any]:
 # The objectives the board's closed loop knows (fleet/agent/closedloop.py); others keep its
 # default (time).
 BOARD_OBJECTIVES = ("time", "energy", "deadline")
+# what the agent's train may answer (fleet/agent/train_state.py); anything else is refused
+TRAIN_STATUSES = ("reached", "not reached", "over-budget", "paused")
 
 
 def train_extras(run: RunSettings) -> dict[str, Any]:
@@ -78,17 +81,31 @@ def fill_from_train(res: DeviceResult, out: dict[str, Any], target: float) -> No
     (``segment_s``) before the target: the row says ``running``, its counters cumulative since
     the round began, and the next segment resumes from the board's checkpoint.
     """
+    where = f"device {res.device}: agent train reply: field"
+    status = out.get("status")
+    if status is not None and status not in TRAIN_STATUSES:
+        raise InputError(f"{where} 'status': {str(status)[:80]!r} is not a train status")
+    numbers = {}
     for key in ("time_s", "energy_j", "peak_power_w", "mean_power_w", "accuracy", "samples"):
         value = out.get(key)
-        if isinstance(value, (int, float)) and math.isfinite(value):
-            setattr(res, key, float(value))
+        if value is None:
+            continue
+        # NaN or text is a broken board, not a missing sensor: dropping it would let a row
+        # with no energy pass as trained (the row checks bound what is there, not what is not);
+        # checked before any is kept, so a refused reply leaves none of its numbers in the row
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise InputError(f"{where} '{key}': expected a number, got {type(value).__name__}")
+        if not math.isfinite(value):
+            raise InputError(f"{where} '{key}': {value!r} is not a finite number")
+        numbers[key] = float(value)
+    for key, value in numbers.items():
+        setattr(res, key, value)
     segments = [s for s in out.get("segments") or [] if isinstance(s, dict)]
     res.segments = [segment_of(s) for s in segments]
     res.guard_events = [dict(e) for e in out.get("guard_events") or [] if isinstance(e, dict)]
     first = next((s for s in res.segments if s.batch_size is not None), None)
     if first is not None:
         res.batch_size, res.freq_mhz = first.batch_size, first.freq_mhz
-    status = out.get("status")
     late = out.get("late") is True  # the board's deadline plan missed from the start
     if status == "paused":
         res.status = "running"
