@@ -253,6 +253,8 @@ def simulated_segment(
             own, note = checkpoint.read()
             start = later(resume, own) if own is not None else resume
         res, progress = simulate_segment(spec, ins.efficiency, ins.run, start, seconds)
+        if start.time_s > resume.time_s:
+            res.segments = _unseen(spec, ins, resume, start) + res.segments
     except InputError as exc:
         row = records.error_row(spec.name, str(exc), spec.device_type)
         return attach_progress(records.reply_content(row), resume)
@@ -271,6 +273,16 @@ def simulated_segment(
     send = ins.run.mode == "federated" and row["status"] in TRAINED
     reply = records.reply_content(row, arrays if send and records.has_weights(arrays) else None)
     return attach_progress(reply, progress)
+
+
+def _unseen(spec, ins: records.TrainInstruction, resume: Progress, start: Progress) -> list:
+    """The stretches from the coordinator's ``resume`` to this device's checkpoint ``start``:
+    work done in a segment whose reply never arrived (the coordinator restarted, the reply was
+    lost). The counters are cumulative and already hold it, but the round's record of stretches
+    (joined by the coordinator, ``strategies.round_book.join_segments``) would keep a hole
+    there; the replay is deterministic, so the device replays that stretch without waiting."""
+    gap, _ = simulate_segment(spec, ins.efficiency, ins.run, resume, start.time_s - resume.time_s)
+    return list(gap.segments)
 
 
 def _whole_round(

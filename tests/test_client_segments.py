@@ -208,6 +208,29 @@ def test_deployed_device_resumes_from_its_checkpoint_when_ahead(tmp_path):
     assert rows[-1]["energy_j"] == pytest.approx(one.energy_j, rel=1e-9)
 
 
+def test_replies_the_coordinator_never_saw_leave_no_hole_in_the_stretches(tmp_path):
+    """The coordinator restarted and missed two replies: the device resumes from its own
+    checkpoint, and its reply also carries the stretches since the coordinator's ``resume``,
+    so the joined record is the one-go replay's (a hole would split it in two)."""
+    from strategies.round_book import join_segments
+
+    node = deployed(tmp_path)
+    first = segment_round(node, instruction(500.0))
+    kept = row_of(first)["segments"]
+    seen = segments.decode_progress(first)
+    for _ in range(2):  # trained and checkpointed, the replies lost
+        segment_round(node, instruction(500.0, seen))
+    reply = segment_round(node, instruction(100000.0, seen))
+    row = row_of(reply)
+    assert row["status"] == "ok" and row["segments"][0]["start_s"] == seen.time_s
+    one = simulate_device(FLEET.devices[1], SHIPPED, FLEET.run).to_dict()
+    joined = join_segments(kept, row["segments"])
+    assert len(joined) == len(one["segments"])
+    for a, b in zip(joined, one["segments"], strict=True):
+        assert a["end_s"] == pytest.approx(b["end_s"], rel=1e-9)
+        assert a["samples"] == pytest.approx(b["samples"], rel=1e-9)
+
+
 def test_checkpoint_of_another_run_or_round_is_not_ours(tmp_path):
     node = deployed(tmp_path)
     segment_round(node, instruction(500.0, **{segments.RUN_TOKEN: "run-a"}))
