@@ -268,7 +268,7 @@ def test_tls_and_supernode_auth_round_refuses_unregistered_node(tmp_path: Path) 
         run_id = flwr_cli.submit_run(
             cli,
             {"fleet-path": str(fleet_file), "run-dir": str(run_dir), "run-token": "t-auth",
-             "num-nodes": 1},
+             "num-nodes": 1, "segment-s": 4000.0},
         )  # fmt: skip
         status, details = flwr_cli.wait_for_run(cli, run_id, timeout_s=60)
         time.sleep(0.5)
