@@ -21,8 +21,10 @@ run: $(VENV)/.installed
 	$(VENV)/bin/powerfleet data prepare
 	$(VENV)/bin/powerfleet simulate
 
+# Three workers: most of the suite waits on real processes (Flower daemons, paced boards), and
+# no verdict depends on how fast a test runs, so tests may share the cores.
 test: $(VENV)/.installed
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 3
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

@@ -21,7 +21,7 @@ from fleet.core.efficiency import load_efficiency
 from fleet.core.profile import load_profile
 from fleet.core.selection import select
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 
 SIM = Path(__file__).resolve().parents[1] / "simulations"
 PROFILE = str(SIM / "profiles" / "nano_resnet18.csv")

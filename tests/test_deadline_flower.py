@@ -38,7 +38,7 @@ def deadline_fleet(tmp_path: Path, text: str) -> Path:
     return path
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(420)
 def test_flower_simulation_plans_the_deadline_like_the_direct_engine(tmp_path: Path) -> None:
     # one request per device (segment-s = 0): the plan is never revised, as in the direct engine
     fleet_file = deadline_fleet(tmp_path, DEFAULT_FLEET.read_text())
@@ -58,7 +58,7 @@ def test_flower_simulation_plans_the_deadline_like_the_direct_engine(tmp_path: P
     )
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(420)
 def test_segmented_round_replans_the_deadline_from_progress(tmp_path: Path) -> None:
     """Segments report progress; the default fleet's nanos need far more samples than the
     proxy promised, so the planned deadline (the slowest fastest finish, priced with the proxy)
@@ -96,7 +96,7 @@ def test_segmented_round_replans_the_deadline_from_progress(tmp_path: Path) -> N
     assert state["plan"]["revisions"] == revisions and state["finished"] is True
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(420)
 def test_deployment_planning_exchange_matches_the_direct_engine(tmp_path: Path) -> None:
     # no weights travel: the planning exchange and the choices need none (trace + select only)
     text = DEPLOY_FLEET.replace('mode = "local"', 'mode = "local"\nship_weights = false')
@@ -139,7 +139,7 @@ def test_deployment_planning_exchange_matches_the_direct_engine(tmp_path: Path) 
     assert rows["tx2-b"]["predicted_time_s"] > fast["predicted_time_s"]  # slower, on purpose
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(420)
 def test_federated_rounds_each_plan_their_deadline(tmp_path: Path) -> None:
     """Federated, two rounds: every round runs the planning exchange on its own work and ships
     weights back from devices that trained (``ok`` or ``late``)."""

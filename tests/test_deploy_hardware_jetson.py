@@ -61,7 +61,7 @@ data = "work/tx2-1/tx2.pt"
 
 @pytest.mark.integration
 @pytest.mark.slow
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(420)
 def test_two_virtual_jetsons_one_deployment_round(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # inherited by the agents: no thread thrash
     boards = {

@@ -229,7 +229,7 @@ def test_each_run_gets_a_fresh_private_directory(tmp_path: Path) -> None:
 
 @pytest.mark.integration
 @pytest.mark.slow
-@pytest.mark.timeout(150)
+@pytest.mark.timeout(420)
 def test_tls_and_supernode_auth_round_refuses_unregistered_node(tmp_path: Path) -> None:
     """A SuperLink with TLS and --enable-supernode-auth; tx2-b's key is registered, nano-a's is
     not: nano-a's SuperNode is refused at activation (it exits with Flower's connection error
@@ -262,15 +262,15 @@ def test_tls_and_supernode_auth_round_refuses_unregistered_node(tmp_path: Path) 
             )
             nodes[name] = processes.start_process(node_argv, home / name, logs / f"{name}.log")
             procs.append(nodes[name])
-        flwr_cli.wait_for_nodes(cli, 1, timeout_s=40)
-        rogue_code = nodes["nano-a"].wait(timeout=40)
+        flwr_cli.wait_for_nodes(cli, 1, timeout_s=120)
+        rogue_code = nodes["nano-a"].wait(timeout=120)
         listed = flwr_cli.flwr(["supernode", "list", flwr_cli.CONNECTION], cli)["nodes"]
         run_id = flwr_cli.submit_run(
             cli,
             {"fleet-path": str(fleet_file), "run-dir": str(run_dir), "run-token": "t-auth",
              "num-nodes": 1, "segment-s": 4000.0},
         )  # fmt: skip
-        status, details = flwr_cli.wait_for_run(cli, run_id, timeout_s=60)
+        status, details = flwr_cli.wait_for_run(cli, run_id, timeout_s=300)
         time.sleep(0.5)
 
     # the unregistered SuperNode: refused at activation, exited non-zero, never listed
@@ -291,7 +291,7 @@ def test_tls_and_supernode_auth_round_refuses_unregistered_node(tmp_path: Path) 
 
 
 @pytest.mark.integration
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(420)
 def test_coordinator_removes_its_private_directory_when_the_superlink_fails(
     tmp_path: Path,
 ) -> None:

@@ -61,7 +61,7 @@ def three_rows(tmp_path: Path, profile_type: str, spec_type: str = "jetson-nano"
 
 
 @pytest.mark.integration
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(420)
 def test_three_runners_give_rows_with_identical_columns(tmp_path: Path) -> None:
     clock, host, agent = three_rows(tmp_path, "jetson-nano")
     assert list(clock) == list(host) == list(agent) == row_fields()
@@ -77,7 +77,7 @@ def test_three_runners_give_rows_with_identical_columns(tmp_path: Path) -> None:
 
 
 @pytest.mark.integration
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(420)
 def test_device_type_check_fires_on_every_path(tmp_path: Path) -> None:
     rows = three_rows(tmp_path, "jetson-tx2nx", spec_type="jetson-nano")
     for row in rows:

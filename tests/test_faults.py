@@ -220,7 +220,7 @@ def segment_request(fleet_path: Path, segment_s: float) -> RecordDict:
     return RecordDict({records.CONFIG: cfg})
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(420)
 @pytest.mark.parametrize("mode", sorted(HOSTILE_FIELDS))
 def test_a_hostile_board_segment_is_an_error_naming_the_field(tmp_path, mode):
     """The hardware client's segment on a board whose agent answers ``mode``: the reply that

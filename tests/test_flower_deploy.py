@@ -89,7 +89,7 @@ def test_node_config_and_commands_without_processes(tmp_path: Path) -> None:
 
 @pytest.mark.integration
 @pytest.mark.slow
-@pytest.mark.timeout(150)
+@pytest.mark.timeout(420)
 def test_superlink_two_supernodes_one_round(tmp_path: Path) -> None:
     fleet_file = tmp_path / "fleet.toml"
     fleet_file.write_text(FLEET)

@@ -21,7 +21,7 @@ from fleet.rounds.virtual_clock import cached_efficiency, simulate_device
 from simulations.flower_engine import run_flower
 from tests.row_compare import diff
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(420)]
 
 SIM = Path(__file__).resolve().parents[1] / "simulations"
 

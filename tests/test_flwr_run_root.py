@@ -41,7 +41,7 @@ def test_root_app_and_deployment_app_agree() -> None:
 
 
 @pytest.mark.integration
-@pytest.mark.timeout(150)
+@pytest.mark.timeout(420)
 def test_flwr_run_from_a_fresh_clone_writes_the_default_report(tmp_path: Path) -> None:
     branch = subprocess.run(
         ["git", "rev-parse", "--abbrev-ref", "HEAD"], cwd=ROOT, capture_output=True, text=True

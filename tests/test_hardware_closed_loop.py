@@ -87,7 +87,7 @@ def run_round(
 
 
 @pytest.mark.integration
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(420)
 def test_schedule_is_honoured_on_the_board_through_the_hardware_client(tmp_path):
     board = build_board(tmp_path / "board", "nano", workload="small_cnn")
     original = board.bounds()
@@ -127,7 +127,7 @@ def test_schedule_is_honoured_on_the_board_through_the_hardware_client(tmp_path)
 
 
 @pytest.mark.integration
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(420)
 def test_a_rail_over_budget_at_every_clock_ends_the_round_over_budget(tmp_path):
     """The rail reads 6 W above the model: the guard steps down clock after clock, runs out of
     clocks and stops training; the row says over-budget with every guard event."""
@@ -156,7 +156,7 @@ def test_a_rail_over_budget_at_every_clock_ends_the_round_over_budget(tmp_path):
 
 
 @pytest.mark.integration
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(420)
 def test_a_live_budget_file_named_in_the_node_config_drives_the_board(tmp_path):
     """``budget-file`` in the node config: the board follows the file, not the fleet's budget."""
     board = build_board(tmp_path / "board", "nano", workload="small_cnn")
@@ -203,7 +203,7 @@ def test_a_live_budget_file_named_in_the_node_config_drives_the_board(tmp_path):
 
 
 @pytest.mark.integration
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(420)
 def test_the_deadline_objective_reaches_the_board_and_its_loop_keeps_it(tmp_path):
     """``objective = "deadline"`` with the round's ``deadline_s``: the hardware client sends
     both to the agent, whose closed loop starts on the host's planned deadline point and, at

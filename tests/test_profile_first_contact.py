@@ -103,7 +103,7 @@ def test_jetson_describe_reads_l4t_and_serial_under_the_root(tmp_path: Path) -> 
 
 @pytest.mark.integration
 @pytest.mark.slow
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(420)
 def test_first_contact_profiles_once_and_round_two_reuses(tmp_path: Path) -> None:
     store = tmp_path / "store"
     fleet_file = tmp_path / "fleet.toml"
@@ -145,7 +145,7 @@ def test_first_contact_profiles_once_and_round_two_reuses(tmp_path: Path) -> Non
 
 
 @pytest.mark.integration
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(420)
 def test_a_new_board_of_a_known_type_starts_from_a_sibling_and_verifies(tmp_path: Path) -> None:
     from flwr.app import RecordDict
 

@@ -100,6 +100,12 @@ def test_an_old_run_directory_is_named_as_such(tmp_path):
 # ---------------------------------------------------------------------------------- follow
 
 
+def _sigint_default() -> None:
+    """A CI runner may start the suite with SIGINT ignored (a background job), which every
+    child inherits and Python then keeps: give the follower Ctrl-C as a terminal would."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Follower:
     """`powerfleet status --follow` in the background, its stdout collected line by line."""
 
@@ -112,6 +118,7 @@ class Follower:
             text=True,
             cwd=ROOT,
             env=dict(os.environ, COLUMNS="200"),
+            preexec_fn=_sigint_default,
         )
         self.lines: list[str] = []
         self.changed = threading.Condition()

@@ -43,7 +43,7 @@ def test_virtual_clock_row_says_the_profile_does_not_cover_the_budget(staircase5
     assert ok["status"] == "ok"  # at its own budget the staircase is complete
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(420)
 def test_agent_runner_profiles_the_missing_points(staircase5, tmp_path):  # noqa: F811
     prof = tmp_path / "stair5.csv"
     shutil.copy(staircase5, prof)

@@ -32,7 +32,7 @@ def power(board, mhz: float) -> float:
     return board.model_power_w(int(round(mhz * MHZ)), 16)
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(420)
 def test_a_wrongly_predicted_choice_is_probed_and_corrected(tmp_path: Path) -> None:
     board = build_board(tmp_path / "board", "nano", workload="small_cnn")
     board.set_load(16)

@@ -159,7 +159,7 @@ def test_a_prepared_dataset_name_is_a_name_not_a_path(tmp_path):
 
 
 @pytest.mark.integration
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(420)
 def test_flower_simulation_ships_pretrained_weights_to_a_training_device(tmp_path):
     """Flower's simulation engine (a ClientApp in another process, torch not yet imported
     there): the default ship_weights = true sends the fleet's pre-trained weights, which the
