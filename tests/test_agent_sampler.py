@@ -11,7 +11,7 @@ import fleet.agent.sampler as sampler_module
 from fleet.agent.sampler import PowerSampler, WindowStats, idle_power, stats_from_samples
 
 
-def wait_for(predicate, timeout=10.0):
+def wait_for(predicate, timeout=60.0):
     """Poll until predicate() holds: a hang guard (each wait here is for tens of ms of work)."""
     deadline = time.monotonic() + timeout
     while not predicate():
