@@ -45,6 +45,7 @@ from tests.deploy_helpers import stopped_at_exit  # noqa: E402
 from tests.fault_helpers import (  # noqa: E402
     HangGuard,
     Loopback,
+    board_node_config,
     fleet_of_replay_devices,
     hostile_agent_python,
     hostile_node_config,
@@ -56,21 +57,14 @@ from tests.fault_helpers import (  # noqa: E402
     wait_for_process,
     wait_until,
 )
+from tests.hostile_agent import MODES  # noqa: E402
 
 TOKEN = "fault-today"
 # --after: case c submits a new run on the same run dir once the SuperLink is back (how the
 # current coordinator resumes; before the segmented rounds nothing could, so --before waits
 # on the killed run as it did)
 RESUBMIT = False
-HOSTILE = (
-    "nan-energy",
-    "negative-energy",
-    "huge-energy",
-    "samples-string",
-    "big-message",
-    "unknown-status",
-    "exit",
-)
+HOSTILE = tuple(m for m in MODES if m not in ("ok", "hang"))  # every way of answering badly
 
 
 class Case:
@@ -299,18 +293,7 @@ def case_f(tmp: Path, guard_s: float) -> list[str]:
             }
         ],
     )
-    (config,) = replay_node_configs(fleet).values()
-    config.update(
-        client="hardware",
-        backend="jetson",
-        **{
-            "sysfs-root": str(board.root),
-            "state-dir": str(tmp / "state"),
-            "work-dir": str(tmp / "work"),
-            "agent-timeout-s": 300.0,
-            "pace-to-profile": "true",
-        },
-    )
+    config = board_node_config(fleet, board.root, tmp, 300.0)
     run_dir = tmp / "run"
     with board.kernel(process=True, lag_s=0.02), stopped_at_exit() as procs:
         lb = Loopback(procs, tmp, run_dir / "superlink.db")

@@ -351,6 +351,27 @@ def replay_node_configs(fleet_path: Path, names: list[str] | None = None) -> dic
     }
 
 
+def board_node_config(
+    fleet_path: Path, board_root: Path, base: Path, agent_timeout_s: float = 120.0
+) -> dict:
+    """The one device of ``fleet_path`` as a hardware node on a virtual board: the Jetson
+    backend on ``board_root``, its state and work directories under ``base``, paced to its
+    profile (the board lives its device clock, not this host's)."""
+    (config,) = replay_node_configs(fleet_path).values()
+    config.update(
+        client="hardware",
+        backend="jetson",
+        **{
+            "sysfs-root": str(board_root),
+            "state-dir": str(base / "state"),
+            "work-dir": str(base / "work"),
+            "agent-timeout-s": agent_timeout_s,
+            "pace-to-profile": "true",
+        },
+    )
+    return config
+
+
 def hostile_agent_python(directory: Path, mode: str = "ok", delay_s: float = 0.0) -> Path:
     """An executable for a hardware node's ``agent-python``: it runs ``tests/hostile_agent.py``
     in ``mode`` (answering train after ``delay_s``) with the client's arguments after."""

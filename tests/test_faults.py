@@ -38,6 +38,7 @@ from tests.deploy_helpers import stopped_at_exit
 from tests.fault_helpers import (
     HANG_GUARD_S,
     Loopback,
+    board_node_config,
     fleet_of_replay_devices,
     hostile_agent_python,
     hostile_node_config,
@@ -365,18 +366,7 @@ def test_a_board_agent_killed_with_its_clock_locked_restores_and_resumes(tmp_pat
         "data": str(tmp_path / "work" / "nano.pt"),
     }
     fleet = fleet_of_replay_devices(tmp_path, 0, name="fault-board", run=run, extra_devices=[nano])
-    (config,) = replay_node_configs(fleet).values()
-    config.update(
-        client="hardware",
-        backend="jetson",
-        **{
-            "sysfs-root": str(board.root),
-            "state-dir": str(tmp_path / "state"),
-            "work-dir": str(tmp_path / "work"),
-            "agent-timeout-s": 120.0,
-            "pace-to-profile": "true",
-        },
-    )
+    config = board_node_config(fleet, board.root, tmp_path, 120.0)
     run_dir = tmp_path / "run"
     with board.kernel(process=True, lag_s=0.02), stopped_at_exit() as procs:
         lb = Loopback(procs, tmp_path, run_dir / "superlink.db")
