@@ -92,7 +92,8 @@ def test_selection_holds_a_predicted_point_to_its_bound(tmp_path):
 
 def test_a_bound_below_its_prediction_is_refused_in_one_line(tmp_path):
     path = _two_point_profile(tmp_path, 4.0)
-    with pytest.raises(InputError, match=r"line 3: peak_power_bound_w='4' is below peak_power_w='4.9'"):
+    msg = r"line 3: peak_power_bound_w='4' is below peak_power_w='4.9'"
+    with pytest.raises(InputError, match=msg):
         load_profile(path)
 
 
