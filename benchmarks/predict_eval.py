@@ -199,7 +199,7 @@ def evaluate_grid(
     base, _, adaptive = design.partition("+")
     probed = [k for k in DESIGNS[base](bs, ks) if k in table]
     if adaptive:
-        probed = adapt(table, probed, max(2, len(table) // 10), per_step)
+        probed = adapt(table, probed, max(2, len(table) // 5), per_step)
     rows = _rows(table, probed)
     vals, details = PREDICTORS[predictor](rows, bs, ks)
     for k in probed:  # measured points are known exactly
