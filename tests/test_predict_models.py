@@ -21,7 +21,7 @@ from fleet.agent.predict_design import frame_probes
 from fleet.agent.predict_models import frame
 from fleet.agent.profile_io import write_rows
 from fleet.common.errors import InputError
-from fleet.core.efficiency import Efficiency
+from fleet.core.efficiency import Efficiency, load_efficiency
 from fleet.core.profile import load_profile
 from fleet.core.selection import select
 from tests.test_predict import BATCHES, CAPS, NANO, capped, physical, rows_at
@@ -156,3 +156,34 @@ def test_cli_reports_the_models_and_names_next_probes(tmp_path):
     )
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert bad.stderr.strip().count("\n") == 0 and "--budgets" in bad.stderr
+
+
+def test_profile_predict_adapts_its_probes_to_the_budgets_given(tmp_path):
+    """A replayed Nano profiled in predict mode with budgets: the extra probes land where the
+    choice is in doubt, and the choice at each budget is then the full grid's, measured."""
+    nano = "simulations/profiles/nano_resnet18.csv"
+    eff = "simulations/efficiency/resnet18_svhn.csv"
+    out = tmp_path / "adapted.csv"
+    base = [sys.executable, "-m", "fleet", "profile", "--backend", "replay"]
+    base += ["--replay-profile", nano, "--model", "resnet18", "--predict", "--json"]
+    got = subprocess.run(
+        [*base, "--out", str(out), "--adapt-budgets", "4.5,7", "--adapt-efficiency", eff],
+        capture_output=True,
+        text=True,
+    )
+    assert got.returncode == 0, got.stderr
+    summary = json.loads(got.stdout)
+    assert 18 < summary["probes"] <= 18 + 72 // 5  # the design, then at most a fifth more
+    adapted = load_profile(out)
+    truth = load_profile(nano)
+    for budget in (4.5, 7.0):
+        mine = select(adapted, load_efficiency(eff), budget)
+        best = select(truth, load_efficiency(eff), budget)
+        assert (mine.batch_size, mine.freq_mhz) == (best.batch_size, best.freq_mhz)
+        assert math.isnan(adapted.point(mine.batch_size, mine.freq_mhz).peak_power_bound_w)
+    bad = subprocess.run(
+        [*base[:-2], "--json", "--out", str(out), "--adapt-budgets", "4.5"],
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 2 and "--adapt-budgets applies to --predict" in bad.stderr

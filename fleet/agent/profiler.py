@@ -59,6 +59,9 @@ def profile_grid(
     predict: bool = False,
     max_probes: Optional[int] = None,
     idle_s: float = IDLE_WINDOW_S,
+    adapt_budgets: Optional[Sequence[Optional[float]]] = None,
+    adapt_efficiency: Optional[Dict[int, float]] = None,
+    adapt_probes: Optional[int] = None,
 ) -> ProfileResult:
     """Profile ``model_name`` on ``backend``: the full grid, or the staircase under ``budget_w``.
 
@@ -73,6 +76,10 @@ def profile_grid(
     grid size (an upper bound) and a last call with ``done == total`` marks the end.
     ``predict`` probes only the design of ``predict_design.design_probes`` (at most ``max_probes``,
     default a quarter of the grid) and fills the rest with ``source=predicted`` rows.
+    ``adapt_budgets`` (predict mode): after the design, probe up to ``adapt_probes`` more points
+    (default a fifth of the grid), two at a time, where a measurement could change the choice at
+    these budgets (``predict_adapt.next_probes``; ``adapt_efficiency`` = samples to accuracy per
+    batch size, default every batch size alike).
     ``idle_s``: before the sweep, with the clocks as found and nothing running, the rail is read
     for this long and its mean written as ``idle_power_w`` (what the board draws while it waits
     for a round to end); a backend without a power reading, or 0, leaves it absent, and a replay
@@ -160,6 +167,10 @@ def profile_grid(
             for b, f in design:
                 if b not in cannot_run and measure(b, f) is None and rows[-1]["status"] == "oom":
                     cannot_run.add(b)
+            if adapt_budgets:
+                extra = (len(bs) * len(points)) // 5 if adapt_probes is None else int(adapt_probes)
+                total += extra
+                _adapt(rows, bs, points, adapt_budgets, adapt_efficiency, extra, measure)
         elif budget_w is None:
             for b in bs:
                 for f in points:
@@ -191,6 +202,40 @@ def profile_grid(
     if design is not None:
         rows = _fill_predicted(rows, bs, points, metadata)
     return ProfileResult(rows, probes, len(bs) * len(points), metadata)
+
+
+def _adapt(
+    rows: List[Row],
+    bs: Sequence[int],
+    points: Sequence[float],
+    budgets: Sequence[Optional[float]],
+    efficiency: Optional[Dict[int, float]],
+    extra: int,
+    measure: Any,
+) -> None:
+    """Spend up to ``extra`` probes, two at a time, where the choice at ``budgets`` is in doubt;
+    stop when no un-probed point could change it (or the probes cannot support a prediction)."""
+    from .predict import predict_profile
+    from .predict_adapt import next_probes
+    from .predict_fit import PredictError
+
+    eff = dict(efficiency) if efficiency else dict((b, 1.0) for b in bs)
+    while extra > 0:
+        try:
+            pred = predict_profile([dict(r) for r in rows], bs, points)
+        except PredictError:
+            return
+        done = set((int(r["batch_size"]), float(r["freq_mhz"])) for r in rows)
+        step = [
+            k
+            for k in next_probes(pred.rows, budgets, [eff], min(2, extra), pred.margin or 0.0)
+            if k not in done
+        ]
+        if not step:
+            return
+        for b, f in step:
+            measure(b, f)
+        extra -= len(step)
 
 
 def require_power(backend: Backend) -> None:

@@ -21,7 +21,7 @@ from fleet.agent.devices import (
     preferred_torch_device,
 )
 from fleet.agent.devices.guard import install_restore_handlers
-from fleet.cli.common import console, emit_json, parse_budget, table
+from fleet.cli.common import console, emit_json, parse_budget, parse_budgets, table
 from fleet.common.errors import InputError
 
 DEFAULT_BATCH_SIZES = "4,8,16,32,64,128"
@@ -45,6 +45,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="probe a small design (a quarter of the grid) and predict the rest",
     )  # fmt: skip
     p.add_argument("--max-probes", type=int, help="with --predict: most points to probe")
+    p.add_argument(
+        "--adapt-budgets",
+        help="with --predict: after the design, probe where the choice at these budgets (W, "
+        "comma-separated) is in doubt",
+    )
+    p.add_argument(
+        "--adapt-probes", type=int, help="with --adapt-budgets: most extra probes (default 1/5)"
+    )
+    p.add_argument(
+        "--adapt-efficiency", help="with --adapt-budgets: efficiency CSV the choice is made with"
+    )
     p.add_argument("--steps", type=int, default=5, help="timed training steps per point")
     p.add_argument("--warmup", type=int, default=2, help="untimed warm-up steps per point")
     p.add_argument("--sampler-hz", type=float, default=20.0, help="power sampling rate")
@@ -74,6 +85,23 @@ def _numbers(raw: str, flag: str, kind: type) -> list[Any]:
     return out
 
 
+def _adapt_args(args: argparse.Namespace) -> tuple[list[float | None] | None, dict | None]:
+    """The adaptive probes' budgets and efficiency, checked before any probe."""
+    from fleet.core.efficiency import load_efficiency
+
+    if args.adapt_budgets is None:
+        if args.adapt_probes is not None or args.adapt_efficiency:
+            raise InputError("--adapt-probes and --adapt-efficiency apply to --adapt-budgets")
+        return None, None
+    if not args.predict:
+        raise InputError("--adapt-budgets applies to --predict")
+    if args.adapt_probes is not None and args.adapt_probes < 0:
+        raise InputError(f"--adapt-probes must be >= 0, got {args.adapt_probes}")
+    budgets = parse_budgets(args.adapt_budgets, "--adapt-budgets")
+    eff = load_efficiency(args.adapt_efficiency).reached if args.adapt_efficiency else None
+    return budgets, eff
+
+
 def add_backend_flags(parser: argparse.ArgumentParser) -> None:
     """The backend flags ``profile`` takes, for other commands that open a backend (``train``)."""
     add_backend_arguments(parser)
@@ -100,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--predict fills the whole grid; it does not combine with --budget-w")
     if args.max_probes is not None and not args.predict:
         raise InputError("--max-probes applies to --predict")
+    adapt_budgets, adapt_eff = _adapt_args(args)
     if args.steps < 1:
         raise InputError(f"--steps must be >= 1, got {args.steps}")
     if args.warmup < 0:
@@ -175,6 +204,9 @@ def run(args: argparse.Namespace) -> int:
                 progress=on_progress,
                 predict=args.predict,
                 max_probes=args.max_probes,
+                adapt_budgets=adapt_budgets,
+                adapt_efficiency=adapt_eff,
+                adapt_probes=args.adapt_probes,
             )
     except PredictError as exc:
         raise InputError(f"--predict: {exc}") from None
