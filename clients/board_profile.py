@@ -77,9 +77,16 @@ def obtain_profile(
         "rows": False,
     }
     timeout = settings.long_timeout_s
+    # predict mode spends a few more probes where the choice at this device's own budgets is
+    # in doubt (fleet.agent.predict_adapt): a tenth of the grid at most (the profiler's default)
+    steps = [s.budget_w for s in spec.schedule] or [spec.budget_w]
+    adapt = {
+        "adapt_budgets": sorted(set(steps), key=lambda b: (b is None, b or 0.0)),
+        "adapt_efficiency": {str(b): n for b, n in ins.efficiency.reached.items()},
+    }
     try:
         reply = link.request(
-            "profile", timeout_s=timeout, on_progress=on_progress, predict=True, **args
+            "profile", timeout_s=timeout, on_progress=on_progress, predict=True, **args, **adapt
         )
     except AgentError as exc:
         if "too few" not in str(exc):

@@ -27,6 +27,9 @@ _PROFILE_ARGS = [
     "rows",
     "predict",
     "max_probes",
+    "adapt_budgets",
+    "adapt_efficiency",
+    "adapt_probes",
 ]
 
 
@@ -70,6 +73,9 @@ def handle_profile(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
         progress=progress,
         predict=bool(req.get("predict", False)),  # probe a design, predict the rest
         max_probes=None if req.get("max_probes") is None else int(number(req, "max_probes")),
+        adapt_budgets=_budgets(req.get("adapt_budgets")),
+        adapt_efficiency=_efficiency(req.get("adapt_efficiency")),
+        adapt_probes=None if req.get("adapt_probes") is None else int(number(req, "adapt_probes")),
     )
     if out:
         write_profile(out, result.rows, result.metadata)
@@ -84,6 +90,39 @@ def handle_profile(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
     if req.get("rows", True):
         response["rows"] = result.rows
     return response
+
+
+def _budgets(raw: Any) -> Optional[List[Optional[float]]]:
+    """'adapt_budgets': a list of watts, null meaning no limit (the device's budget steps)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, list) or not raw:
+        raise ProtocolError("'adapt_budgets' must be a non-empty list of watts (null: no limit)")
+    out = []  # type: List[Optional[float]]
+    for item in raw:
+        if item is None:
+            out.append(None)
+            continue
+        try:
+            value = float(item)
+        except (TypeError, ValueError):
+            value = float("nan")
+        if not 0 < value < float("inf"):
+            raise ProtocolError("'adapt_budgets': {!r} is not a budget in watts".format(item))
+        out.append(value)
+    return out
+
+
+def _efficiency(raw: Any) -> Optional[Dict[int, float]]:
+    """'adapt_efficiency': samples to accuracy per batch size (the shipped efficiency)."""
+    from .choose import ChooseError, efficiency_from
+
+    if raw is None:
+        return None
+    try:
+        return efficiency_from(raw, "'adapt_efficiency'")
+    except ChooseError as exc:
+        raise ProtocolError(str(exc)) from None
 
 
 def handle_lock(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:

@@ -77,7 +77,7 @@ def profile_grid(
     ``predict`` probes only the design of ``predict_design.design_probes`` (at most ``max_probes``,
     default a quarter of the grid) and fills the rest with ``source=predicted`` rows.
     ``adapt_budgets`` (predict mode): after the design, probe up to ``adapt_probes`` more points
-    (default a fifth of the grid), two at a time, where a measurement could change the choice at
+    (default a tenth of the grid), two at a time, where a measurement could change the choice at
     these budgets (``predict_adapt.next_probes``; ``adapt_efficiency`` = samples to accuracy per
     batch size, default every batch size alike).
     ``idle_s``: before the sweep, with the clocks as found and nothing running, the rail is read
@@ -168,7 +168,7 @@ def profile_grid(
                 if b not in cannot_run and measure(b, f) is None and rows[-1]["status"] == "oom":
                     cannot_run.add(b)
             if adapt_budgets:
-                extra = (len(bs) * len(points)) // 5 if adapt_probes is None else int(adapt_probes)
+                extra = (len(bs) * len(points)) // 10 if adapt_probes is None else int(adapt_probes)
                 total += extra
                 _adapt(rows, bs, points, adapt_budgets, adapt_efficiency, extra, measure)
         elif budget_w is None:

@@ -51,7 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "comma-separated) is in doubt",
     )
     p.add_argument(
-        "--adapt-probes", type=int, help="with --adapt-budgets: most extra probes (default 1/5)"
+        "--adapt-probes", type=int, help="with --adapt-budgets: most extra probes (default 1/10)"
     )
     p.add_argument(
         "--adapt-efficiency", help="with --adapt-budgets: efficiency CSV the choice is made with"
