@@ -23,6 +23,7 @@ from fleet.common.errors import InfeasibleError
 from fleet.core.efficiency import Efficiency
 from fleet.core.profile import Point, Profile
 from fleet.core.selection import select
+from fleet.trust.verify import select_verified
 
 Key = tuple[int, float]
 Table = dict[Key, dict[str, float]]
@@ -215,7 +216,7 @@ def evaluate_grid(
         {q: {k: v[q] for k, v in table.items()} for q in QUANTITIES}, sorted(table), "t"
     )
     guess = _profile(vals, sorted(table), "p")
-    regrets, over = [], 0
+    regrets, over, verified = [], 0, []
     for eff in efficiencies(bs, per_step).values():
         for budget in budgets(table):
             try:
@@ -232,6 +233,30 @@ def evaluate_grid(
                 over += 1
             tta = p.time_per_batch_s / p.batch_size * eff.reached[p.batch_size]
             regrets.append(tta / best.predicted_time_s - 1.0)
+            verified.append(
+                _verified(table, vals, set(probed), eff, budget) / best.predicted_time_s - 1.0
+            )
     out["regrets"] = regrets
     out["over_budget"] = over
+    out["verified_regrets"] = verified
     return out
+
+
+def _verified(table: Table, vals: dict, probed: set, eff: Efficiency, budget: float) -> float:
+    """Time to accuracy of the choice after the device's verify-before-trust
+    (``fleet.trust.verify.select_verified``), the true table answering its probes."""
+    rows = []
+    for k in sorted(table):
+        row = {"batch_size": k[0], "freq_mhz": k[1]}
+        row.update({q: vals[q][k] for q in QUANTITIES})
+        row["source"] = "measured" if k in probed else "predicted"
+        if k in vals.get("peak_power_bound_w", {}) and k not in probed:
+            row["peak_power_bound_w"] = vals["peak_power_bound_w"][k]
+        rows.append(row)
+
+    def measure(b: int, f: float) -> dict:
+        return {"batch_size": b, "freq_mhz": f, **table[(b, f)]}
+
+    got = select_verified(rows, eff, budget, measure, max_probes=20)
+    p = table[(got.choice.batch_size, got.choice.freq_mhz)]
+    return p["time_per_batch_s"] / got.choice.batch_size * eff.reached[got.choice.batch_size]

@@ -187,3 +187,26 @@ def test_profile_predict_adapts_its_probes_to_the_budgets_given(tmp_path):
         text=True,
     )
     assert bad.returncode == 2 and "--adapt-budgets applies to --predict" in bad.stderr
+
+
+@pytest.mark.parametrize("true_peak, chosen", [(4.95, 900.0), (5.05, 500.0)])
+def test_verification_probes_a_better_point_the_bound_held_back(true_peak, chosen):
+    """Predicted 4.9 W with a bound of 5.1 W at a 5 W budget: selection holds back, and
+    verify-before-trust measures the point; it is taken only if it really fits."""
+    from fleet.trust.verify import select_verified
+
+    rows = [
+        {"batch_size": 8, "freq_mhz": 500.0, "time_per_batch_s": 0.5, "peak_power_w": 4.0},
+        {"batch_size": 8, "freq_mhz": 900.0, "time_per_batch_s": 0.3, "peak_power_w": 4.9},
+    ]
+    rows[0]["source"] = "measured"
+    rows[1].update({"source": "predicted", BOUND_COLUMN: 5.1})
+    probed = []
+
+    def measure(b: int, f: float) -> dict:
+        probed.append((b, f))
+        return {"batch_size": b, "freq_mhz": f, "time_per_batch_s": 0.3, "peak_power_w": true_peak}
+
+    got = select_verified(rows, Efficiency({8: 1000.0}), 5.0, measure)
+    assert probed == [(8, 900.0)]
+    assert got.choice.freq_mhz == chosen

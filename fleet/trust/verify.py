@@ -86,8 +86,9 @@ def _key(r: Row) -> tuple[int, float]:
 def _near_miss(
     table: Sequence[Row], eff: Efficiency, budget: float, choice: Choice, margin: float
 ) -> tuple[int, float] | None:
-    """The best predicted point that is predicted just over the budget (within ``margin``) yet
-    would beat ``choice``: a prediction error of that size could be hiding a better point."""
+    """The best predicted point that is predicted just over the budget (within ``margin``), or
+    under it but with its upper bound (``peak_power_bound_w``) over it, yet would beat
+    ``choice``: a prediction error of that size could be hiding a better point."""
     if math.isinf(budget) or margin <= 0:
         return None
     reached = eff.reached
@@ -97,7 +98,9 @@ def _near_miss(
             continue
         b, f = _key(r)
         peak, t = _num(r.get("peak_power_w")), _num(r.get("time_per_batch_s"))
-        if b not in reached or not budget < peak <= budget * (1 + margin):
+        bound = _num(r.get("peak_power_bound_w"))
+        straddles = peak <= budget < bound  # fits as predicted, not as bounded: probe it
+        if b not in reached or not (budget < peak <= budget * (1 + margin) or straddles):
             continue
         cost = t / b * reached[b]
         if choice.objective == "energy":
