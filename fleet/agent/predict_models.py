@@ -162,23 +162,21 @@ def _fill(got: Dict[Key, float], obs: Obs, bs, ks, points: Sequence[Key]) -> Dic
 def cap_ratio(peak: Obs) -> Optional[float]:
     """If the knob is a power limit in watts, the ratio power/limit where power sits at it.
 
-    Recognised when some batch size has 3+ probes whose power is the same fraction (within
-    3 %, between 0.5 and 1.2) of the knob: power pinned to the knob. A clock in MHz never
-    looks like that (power is affine in the clock with a large offset). None otherwise.
+    Recognised when 3+ probes, at 2+ different knobs, draw the same fraction (within 3 %,
+    between 0.5 and 1.2) of their knob: power pinned to the limit. A clock in MHz never looks
+    like that (watts per MHz are a hundredth of that, and power is affine in the clock). None
+    otherwise.
     """
-    ratios = {}  # type: Dict[int, list]
-    for (b, k), p in peak.items():
-        if k > 0:
-            ratios.setdefault(b, []).append(p / k)
+    ratios = [(k, p / k) for (_b, k), p in peak.items() if k > 0]
     if not ratios:
         return None
-    best = max(max(r) for r in ratios.values())
+    best = max(r for _k, r in ratios)
     if not 0.5 <= best <= 1.2:
         return None
-    if not any(sum(1 for x in r if x >= 0.97 * best) >= 3 for r in ratios.values()):
+    pinned = [(k, r) for k, r in ratios if r >= 0.97 * best]
+    if len(pinned) < 3 or len(set(k for k, _r in pinned)) < 2:
         return None
-    pinned = [x for r in ratios.values() for x in r if x >= 0.97 * best]
-    return float(np.median(pinned))
+    return float(np.median([r for _k, r in pinned]))
 
 
 POWER_COLUMNS = ("peak_power_w", "mean_power_w")
@@ -237,12 +235,14 @@ def _capped_power(power: Obs, rho: float, b: int, k: float) -> float:
 
 
 MODELS = {
+    "cap": cap,
     "shape": shape,
     "separable": separable,
     "frame": frame,
     "interp": interp,
-    "cap": cap,
 }  # type: Dict[str, Callable[..., Dict[Key, float]]]
-"""The candidates every column is offered, in order of preference on a tie (the next model is
-one function here plus one line in this table). A model that raises ``PredictError`` on a
-probe set (``cap`` on a clock knob) is simply not a candidate for it."""
+"""The candidates every column is offered, in order of preference on a tie or when the probes
+cannot validate them (the next model is one function here plus one line in this table). The
+physical models come first: ``cap`` where the knob is a power limit, else the shared curve. A
+model that raises ``PredictError`` on a probe set (``cap`` on a clock knob) is simply not a
+candidate for it."""

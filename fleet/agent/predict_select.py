@@ -122,15 +122,21 @@ def choose(
     if not fitted:
         raise PredictError("{}: {}".format(name, first_error or "no model fits the probes"))
     residuals = dict((m, cross_validate(name, columns, bs, ks, m)) for m in fitted)
+    # Compare like with like: on the probes every validated model could predict. A model that
+    # could predict none of them is not ranked by validation (it keeps its place in MODELS).
+    validated = [m for m in fitted if any(not math.isnan(r) for r in residuals[m])]
     common = [
         i
         for i in range(len(validation_keys(columns[name])))
-        if all(not math.isnan(residuals[m][i]) for m in fitted)
+        if validated and all(not math.isnan(residuals[m][i]) for m in validated)
     ]
     scores = dict(
-        (m, sum(abs(residuals[m][i]) for i in common) / len(common)) for m in fitted if common
+        (m, sum(abs(residuals[m][i]) for i in common) / len(common)) for m in validated if common
     )
-    best = min(fitted, key=lambda m: (scores.get(m, math.inf), list(MODELS).index(m)))
+    if scores:
+        best = min(scores, key=lambda m: (scores[m], list(MODELS).index(m)))
+    else:  # nothing validated: the physical prior's order (a power limit's own model first)
+        best = min(fitted, key=lambda m: list(MODELS).index(m))
     seen = [r for r in residuals[best] if not math.isnan(r)]
     # Symmetric on purpose: a model that over-predicted the held-out probes may under-predict
     # elsewhere by as much; the bound covers the largest miss either way.
