@@ -159,6 +159,11 @@ def _fill(got: Dict[Key, float], obs: Obs, bs, ks, points: Sequence[Key]) -> Dic
     return got
 
 
+class NotApplicable(PredictError):
+    """The model does not apply to this grid (``cap`` on a clock knob): not an error to report
+    when another model fails for a real reason."""
+
+
 def cap_ratio(peak: Obs) -> Optional[float]:
     """If the knob is a power limit in watts, the ratio power/limit where power sits at it.
 
@@ -189,10 +194,10 @@ def cap(obs: Obs, bs: Sequence[int], ks: Sequence[float], points: Sequence[Key],
     columns = columns or {}
     power = columns.get("peak_power_w") or columns.get("mean_power_w")
     if not power:
-        raise PredictError("the power-limit model needs power probes")
+        raise NotApplicable("the power-limit model needs power probes")
     rho = cap_ratio(power)
     if rho is None:
-        raise PredictError("the knob is not a power limit in watts")
+        raise NotApplicable("the knob is not a power limit in watts")
     own = cap_ratio(obs) if any(obs is columns.get(q) for q in POWER_COLUMNS) else None
     if own is not None:  # a power column pinned to the limit itself
         return dict((p, _capped_power(obs, own, p[0], p[1])) for p in points)

@@ -19,7 +19,7 @@ import math
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from .predict_fit import PredictError
-from .predict_models import MODELS
+from .predict_models import MODELS, NotApplicable
 
 Key = Tuple[int, float]
 Obs = Dict[Key, float]
@@ -114,6 +114,8 @@ def choose(
     for model in models or list(MODELS):
         try:
             values = MODELS[model](columns[name], bs, ks, points, columns)
+        except NotApplicable:
+            continue
         except PredictError as exc:
             first_error = first_error or exc
             continue
