@@ -5,7 +5,9 @@ in practice (B1: memory only; B2 and ours: the proxy's efficiency; the oracle: t
 and every choice is costed with the target's true samples-to-accuracy. Seeds: the paper repeats
 each training five times (three for text); here each seed draws the target's samples-to-accuracy
 from its recorded mean and spread (``std`` column; deterministic per seed) unless the file holds
-a single run, so the mean +- std columns carry the same meaning as the paper's. The baselines'
+a single run, so the mean +- std columns carry the same meaning as the paper's. Every method
+chooses once per case and budget (the oracle on the target's mean, the paper's "fastest
+configuration") and that one choice is costed on every seed. The baselines'
 clock cap is the highest frequency safe for *every* model on that device, as in the paper.
 
 Every number keeps its provenance: the profile's and efficiency files' ``source`` (measured,
@@ -163,19 +165,20 @@ def run_case(
         for method in methods():
             times, energies, choices = [], [], []
             status = "ok"
-            for t in realisations:
-                try:
-                    # one truth per seed: the oracle chooses with the very draw every method is
-                    # costed with (the paper trains every batch size on the target, per seed)
-                    c = choose(method, index, proxy, t, budget, cap)
-                except InfeasibleError as exc:
-                    status = f"infeasible: {exc}"
-                    break
-                e = evaluate(c, t)
-                times.append(e.predicted_time_s)
+            try:
+                # one configuration per case and budget, as the paper's tables: every method
+                # chooses once (the oracle on the target's mean over seeds, §5.1 "Fastest
+                # configuration"), and that one choice is costed on every seed's draw
+                c = choose(method, index, proxy, truth, budget, cap)
+            except InfeasibleError as exc:
+                status = f"infeasible: {exc}"
+            else:
+                for t in realisations:
+                    e = evaluate(c, t)
+                    times.append(e.predicted_time_s)
+                    energies.append(e.predicted_energy_j)
+                    choices.append((c.batch_size, c.freq_mhz))
                 per_seed[method] = times
-                energies.append(e.predicted_energy_j)
-                choices.append((c.batch_size, c.freq_mhz))
             row: dict[str, object] = {
                 "model": case.model,
                 "device": case.device,
@@ -207,17 +210,23 @@ def run_case(
 
 
 def _check_oracle(per_seed: dict[str, list[float]], case: Case, budget: float | None) -> None:
-    """Stop if any method beat the oracle on the same seed (it chose with that seed's truth)."""
+    """Stop if any method beat the oracle on the mean over seeds.
+
+    The oracle is one configuration chosen on the target's mean samples-to-accuracy, so on a
+    single seed another configuration may come out faster (the paper's fastest is not the best
+    of every seed either); on the seeds' mean, whose draws keep the recorded mean, none can.
+    """
     oracle = per_seed.get("oracle")
-    if not oracle:
+    if not oracle or not all(math.isfinite(x) for x in oracle):
         return
+    best = float(np.mean(oracle))
     for method, times in per_seed.items():
-        for s, (mine, best) in enumerate(zip(times, oracle, strict=False)):
-            if math.isfinite(best) and mine < best * (1 - 1e-9):
-                raise OracleBeatenError(
-                    f"{case.model}/{case.device}/{case.dataset} budget {budget}: {method} "
-                    f"({mine:.1f} s) beat the oracle ({best:.1f} s) on seed {s}"
-                )
+        mine = float(np.mean(times)) if times else math.inf
+        if mine < best * (1 - 1e-9):
+            raise OracleBeatenError(
+                f"{case.model}/{case.device}/{case.dataset} budget {budget}: {method} "
+                f"({mine:.1f} s) beat the oracle ({best:.1f} s) on the mean over seeds"
+            )
 
 
 def _ratios(rows: list[dict[str, object]]) -> None:
