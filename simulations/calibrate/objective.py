@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from simulations.calibrate.audit import ours_runs_baseline
 from simulations.calibrate.paper import BOARDS_OF, BUDGETS, CAPS_MHZ, DATASETS, Cell
 from simulations.calibrate.params import (
     DEVICE_FIELDS,
@@ -22,7 +23,7 @@ from simulations.calibrate.params import (
     decode,
     to_free,
 )
-from simulations.calibrate.predict import board_device, grid, predict_cells
+from simulations.calibrate.predict import board_device, grid, predict_cells, soft_pick
 from simulations.devicemodel.boards import JETSON_NANO, Device
 from simulations.devicemodel.fitted import PRIOR_TX2NX, PRIOR_WORKLOADS
 from simulations.devicemodel.paper_checks import FIG1_SAVING, FIG1_TOLERANCE, FIG2_N
@@ -37,6 +38,16 @@ W_SCALE = 1.0
 W_SMOOTH = 1.0
 W_PROXY = 0.3
 W_FIG1 = 3.0
+#: ours/fastest (log) against the paper's, per cell: the paper's "ours" is at most 8.3 % over
+#: its fastest and equal in 20 of 24 cells, which the cells' log-times alone let a fit trade
+#: away for a few points of B1/B2 error (issue 21: up to 61.7 % before this term).
+W_GAP = 15.0
+#: Fig. 5 / Fig. 6: choosing with any one of the model's datasets' r costs 0 % extra on any
+#: other (MobileNetV2 and the transformer on the Nano, the datasets this project has).
+W_SENS = 3.0
+SENSITIVITY_MODELS = ("mobilenetv2", "transformer")
+#: Where the paper's ours repeats a baseline's cell, ours's soft weight on that (b, f) (-log).
+W_CHOICE = 1.0
 #: Clearance between a peak and a budget the calibration relies on (W).
 MARGIN_W = 0.02
 #: Whether Fig. 1 and Fig. 2 enter the fit as hinges. They do not. Forced in (Fig. 1's saving
@@ -76,6 +87,48 @@ def cell_residuals(state, model, cells, soft) -> list[float]:
                     p = math.log(pred[(budget, ref)] / pred[(budget, "ours")])
                     q = math.log(other.time_s / ours.time_s)
                     res.append(W_RATIO * (p - q))
+            oracle = have.get((budget, "oracle"))
+            if ours and oracle:
+                p = math.log(pred[(budget, "ours")] / pred[(budget, "oracle")])
+                q = math.log(ours.time_s / oracle.time_s)
+                res.append(W_GAP * (p - q))
+    return res
+
+
+def choice_residuals(state: State, model: str, cells: Sequence[Cell], soft) -> list[float]:
+    """The choices the paper reports (:func:`.audit.ours_runs_baseline`) and Fig. 5/6's zeros.
+
+    Where ours's cell repeats a baseline's (MobileNetV2's ours at 7 W and without a limit is B2
+    at the top clock; the transformer's ours without a limit is B1's), ours's soft choice is
+    pulled onto that (b, f). For the models of Fig. 5/6 every ordered pair of its datasets
+    (choose with one's r, cost on the other's) should cost nothing over the other's own choice.
+    """
+    if soft is None:
+        return []
+    res = []
+    proxy = DATASETS[model][0]
+    runs = ours_runs_baseline(cells)
+    for (m, board, _ds, budget), (method, at_budget) in runs.items():
+        if m != model:
+            continue
+        dev = board_device(board, state)
+        ts, peak, _ = grid(dev, state.workload)
+        n_p = np.exp(state.log_n[proxy])
+        i = len(n_p) - 1 if method == "b1" else int(np.argmin(n_p))
+        j = list(dev.freqs_mhz).index(CAPS_MHZ[board][at_budget])
+        w = soft_pick(ts, peak, n_p, budget, soft)
+        res.append(W_CHOICE * -math.log(max(float(w[i, j]), 1e-12)))
+    if model in SENSITIVITY_MODELS:
+        ts, peak, _ = grid(JETSON_NANO, state.workload)
+        n = {d: np.exp(state.log_n[d]) for d in DATASETS[model]}
+        for budget in BUDGETS:
+            w = {d: soft_pick(ts, peak, n[d], budget, soft) for d in DATASETS[model]}
+            for t in DATASETS[model]:
+                cost = ts * n[t][:, None]
+                best = float(np.sum(w[t] * cost))
+                for p in DATASETS[model]:
+                    if p != t and p != proxy:  # proxy -> target is the ours/fastest cell
+                        res.append(W_SENS * math.log(float(np.sum(w[p] * cost)) / best))
     return res
 
 
@@ -214,4 +267,5 @@ def residuals(
     r += _power_residuals(state, lay.model, lighter_than)
     r += _prior_residuals(state, lay.model, lay)
     r += _b2_residuals(state, lay.model, b2)
+    r += choice_residuals(state, lay.model, cells, soft)
     return np.array(r)

@@ -96,13 +96,10 @@ def summary_lines(cells, fitted, loo, project, before) -> list[str]:
         "`floor`: the least error any model of this class can reach with ours as in the paper "
         "(`calibrate.baseline_floors`): a baseline runs one batch size at the clock caps, so its "
         "three times lie on t = a + c / f_cap (a, c >= 0); the floor is the paper column's "
-        "distance from the nearest such line. Table 3's Dickens B2 column is far from one "
-        "(4.5 W -> 7 W gains 1,337 s, 7 W -> none 5,074 s; one batch gains 3x more on the "
-        "first step), which alone puts the transformer's B2/ours floor above the 0.10 goal. A fit "
-        "can go under it only by moving ours off the paper: weighting the transformer's ratios "
-        "up (x4 to x9) reaches 0.08-0.10, but only with Austen's and Dickens's b=4 needing a "
-        "third of the samples Shakespeare's does, a proxy the paper's Fig. 6 says picks the "
-        "targets' best configuration; the physical fit is kept.",
+        "distance from the nearest such line. Table 3's printed Dickens B2 7 W cell (12,941 s) is "
+        "far from one (floor 0.103 with it); the audit (`simulations/calibrate/audit.py`, the "
+        "section above) corrects it to the value its row's Dickens/Austen ratio gives, and the "
+        "fit, these errors and their floors use the corrected cell.",
     ]
     lines += ["", "Relative error of the cell times (mean |err|, max |err|):", ""]
     for name, vals in cols:
