@@ -7,7 +7,10 @@ time that does not follow the clock; per board: the TX2 NX's scale factors again
 the samples-to-accuracy of every batch size on every dataset, jointly, to:
 
 * every time cell of the paper's Tables 2, 3 and 4 (``simulations/paper_cells.csv``: B1, B2, ours,
-  fastest), as log-times and as the speed-up ratios B1/ours and B2/ours;
+  fastest), as audited (:mod:`.audit`: Table 3's faulty Dickens B2 7 W cell corrected), as
+  log-times and as the ratios B1/ours, B2/ours and ours/fastest;
+* the choices the paper prints (ours repeating a baseline's cell) and Fig. 5/6's zeros (any
+  dataset's r picks the others' fastest configuration: MobileNetV2, the transformer);
 * Fig. 1 (5 W: b=128 fits up to 307.2 MHz only, b=64 up to 460.8 MHz, 31.9 % faster);
 * Fig. 2 (N(8)=10, N(32)=15: b=8 wins under 4.5 and 5 W, b=32 under 7 W on the Nano);
 * the baselines' clock caps (Nano 307.2 / 614.4 / 921.6 MHz, paper §5.1; the paper gives none for

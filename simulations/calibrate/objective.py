@@ -1,6 +1,7 @@
 """The fit's objective: weighted residuals of a state against the paper, its caps and the priors.
 
-Log-times of every cell and the B1/ours, B2/ours ratios carry the fit; the baselines' caps, the
+Log-times of every cell and the B1/ours, B2/ours, ours/fastest ratios carry the fit, with the
+choices the paper prints and Fig. 5/6 (:func:`choice_residuals`); the baselines' caps, the
 models' power order and (optionally) Fig. 1 and Fig. 2 enter as hinges; weak priors hold every
 constant near its hand-set value. :func:`residuals` is the vector the solver squares;
 :func:`figure_misses` scores the figures when choosing between B2 hypotheses.
