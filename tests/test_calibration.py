@@ -86,10 +86,11 @@ def test_no_method_beats_the_oracle(grid_rows):
 
 def test_a_method_faster_than_the_oracle_stops_the_report():
     case = Case("resnet18", "nano", "svhn", "p", "x", "t")
-    # one seed faster than the oracle's one configuration is allowed (it is chosen on the mean)
-    _check_oracle({"oracle": [10.0, 10.0], "ours": [9.0, 12.0]}, case, 4.5)
+    _check_oracle({"oracle": [10.0, 10.0], "ours": [10.0, 12.0]}, case, 4.5)
     with pytest.raises(OracleBeatenError, match="ours .* beat the oracle .* on the mean"):
         _check_oracle({"oracle": [10.0, 10.0], "ours": [10.0, 9.0]}, case, 4.5)
+    # the paper's oracle is one configuration chosen on the mean: another may win one seed
+    _check_oracle({"oracle": [10.0, 12.0], "ours": [11.0, 11.5]}, case, 4.5)
 
 
 def test_seed_draws_keep_the_recorded_mean_and_spread():

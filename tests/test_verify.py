@@ -33,6 +33,7 @@ def test_a_point_predicted_under_budget_but_over_it_is_corrected_and_reselected(
     wrong = next(r for r in rows if (r["batch_size"], float(r["freq_mhz"])) == (16, 614.4))
     assert wrong["source"] == "predicted" and float(table[(16, 614.4)]["peak_power_w"]) > 4.5
     wrong["peak_power_w"] = 4.4  # the model's mistake: looks feasible at 4.5 W and fastest
+    wrong["peak_power_bound_w"] = 4.45  # and its validation did not see it coming
     assert (select(profile_from_rows(rows), eff, 4.5).freq_mhz) == 614.4
     probed = []
 

@@ -87,6 +87,9 @@ def lut_from_rows(rows: Iterable[Dict[str, Any]], source: str = "profile") -> Li
             raise ChooseError("{}: batch_size = {!r}, expected an integer".format(where, b))
         peak = _float(row, "peak_power_w", where, False)
         mean = _float(row, "mean_power_w", where, False)
+        bound = _float(row, "peak_power_bound_w", where, False)
+        if not math.isnan(bound) and not math.isnan(peak):
+            peak = max(peak, bound)  # a predicted point is held to its upper bound (predict.py)
         points.append(
             LutPoint(
                 int(b),

@@ -1,44 +1,42 @@
-"""Predict the un-probed points of a profile from a few measured ones (issue 11).
+"""Predict the un-probed points of a profile from a few measured ones (issues 11 and 21).
 
-:func:`predict_profile` fills the grid ``batch sizes x knobs`` from the measured rows: for each
-column (time, peak and mean power) it fits the shared-curve model of ``predict_fit.py`` and
-keeps it, or the per-row interpolation when leave-one-out says that does better; a power-limit
-knob (power pinned to the knob in watts) is recognised and filled by its own rule. Predicted
-rows say ``source=predicted``; :func:`describe` writes the header lines that say how they were
-made. Which points to probe is ``predict_design.py``; carrying a re-measured deviation across a
-table (drift, verify-before-trust) is ``deviation.py``.
+:func:`predict_profile` fills the grid ``batch sizes x knobs`` from the measured rows. For each
+column (time, peak and mean power) every candidate model of ``predict_models.py`` is fitted and
+scored by leave-one-out on the probes, and the best is kept (``predict_select.py``): the
+physical shared-curve model where the device behaves like one, a separable or frame fit, plain
+interpolation, or the power-limit model where the knob is a power limit in watts. Predicted
+rows say ``source=predicted`` and carry ``peak_power_bound_w``, an upper bound on their peak
+power from the chosen model's validation residuals, which selection uses instead of the
+prediction; :func:`describe` writes the header lines that say how they were made (model and
+validation error per column, every candidate's error, the bound's margin). Which points to probe
+is ``predict_design.py``; carrying a re-measured deviation across a table (drift,
+verify-before-trust) is ``deviation.py``.
 
 Runs on the board: Python 3.6, numpy 1.19 (only old, stable numpy API). See
 docs/architecture.md for where prediction sits (profile, select, verify-before-trust, drift).
 """
 
-import math
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-import numpy as np
-
-from .predict_fit import (
-    PredictError,
-    check_rows,
-    fit_surface,
-    interpolate_row,
-    loo_errors,
-    rms,
-    surface_value,
-)
+from .predict_fit import PredictError
+from .predict_select import choose
 from .profile_io import cell_number
 
 Row = Dict[str, Any]
 QUANTITIES = ("time_per_batch_s", "peak_power_w", "mean_power_w")
+BOUND_COLUMN = "peak_power_bound_w"
 
 Prediction = NamedTuple(
     "Prediction",
     [
         ("rows", List[Row]),  # the full grid: measured rows as given, then predicted ones
-        ("errors", Dict[str, Optional[float]]),  # per quantity: leave-one-out RMS relative error
-        ("methods", Dict[str, str]),  # per quantity: "shape" or "interp"
+        ("errors", Dict[str, Optional[float]]),  # per quantity: the chosen model's mean
+        # |relative| leave-one-out error on the probes (None: too few probes to validate)
+        ("methods", Dict[str, str]),  # per quantity: the chosen model (predict_models.MODELS)
         ("measured", int),
         ("predicted", int),
+        ("candidates", Dict[str, Dict[str, float]]),  # per quantity: every candidate's error
+        ("margin", Optional[float]),  # peak power's upper-bound margin (None: no power)
     ],
 )
 
@@ -86,17 +84,23 @@ def predict_profile(
     todo = [(b, f) for b in wanted_b for f in fs if (b, f) not in measured]
     errors = {}  # type: Dict[str, Optional[float]]
     methods = {}  # type: Dict[str, str]
+    candidates = {}  # type: Dict[str, Dict[str, float]]
     values = {}  # type: Dict[str, Dict[Tuple[int, float], float]]
-    rho = _cap_ratio(obs["peak_power_w"])
-    for q in QUANTITIES:
-        if not obs[q] or not todo:  # nothing to predict: a full grid passes through as is
-            continue
-        if rho is not None:
-            check_rows(obs[q], wanted_b)
-            values[q] = _predict_capped(q, obs, rho, todo)
-            methods[q], errors[q] = "cap", None
-            continue
-        values[q], methods[q], errors[q] = _predict_quantity(q, obs[q], wanted_b, fs, todo)
+    columns = dict((q, obs[q]) for q in QUANTITIES if obs[q])
+    margin = None
+    upper = {}  # type: Dict[Tuple[int, float], float]
+    if todo:  # nothing to predict: a full grid passes through as is
+        _check_rows(obs["time_per_batch_s"], wanted_b)
+        for q in columns:
+            got = choose(q, columns, wanted_b, fs, todo)
+            values[q], methods[q], errors[q], candidates[q] = (
+                got.values,
+                got.model,
+                got.cv_error,
+                got.cv_errors,
+            )
+            if q == "peak_power_w":
+                margin, upper = got.margin, got.upper
     meta = {}
     for r in rows:
         for col in ("device", "model", "input_shape", "idle_power_w"):
@@ -112,108 +116,31 @@ def predict_profile(
         row = {"batch_size": b, "freq_mhz": _clean(f)}  # type: Row
         for q in QUANTITIES:
             row[q] = values[q][(b, f)] if q in values else None
+        if row["peak_power_w"] is not None and row["mean_power_w"] is not None:
+            row["mean_power_w"] = min(row["mean_power_w"], row["peak_power_w"])
+        if (b, f) in upper and row["peak_power_w"] is not None:
+            row[BOUND_COLUMN] = max(upper[(b, f)], row["peak_power_w"])
         row["status"] = "ok"
         row.update(meta)
         row["source"] = "predicted"
         out.append(row)
     out.sort(key=lambda r: (int(float(r["batch_size"])), float(r["freq_mhz"])))
-    return Prediction(out, errors, methods, len(measured), len(todo))
+    return Prediction(out, errors, methods, len(measured), len(todo), candidates, margin)
 
 
-def _predict_quantity(
-    name: str,
-    obs: Dict[Tuple[int, float], float],
-    bs: Sequence[int],
-    fs: Sequence[float],
-    todo: Sequence[Tuple[int, float]],
-) -> Tuple[Dict[Tuple[int, float], float], str, Optional[float]]:
-    """Predict one column at ``todo``; pick shape model or interpolation by leave-one-out."""
-    try:
-        surf = fit_surface(obs, bs, fs)
-    except PredictError as exc:
-        raise PredictError("{}: {}".format(name, exc)) from None
-    shape_err, interp_err = loo_errors(obs, bs, fs)
-    use_interp = bool(shape_err) and (rms(interp_err) or 0.0) < 0.5 * (rms(shape_err) or 0.0)
-    out = {}
-    for b, f in todo:
-        value = surface_value(surf, b, f)
-        if use_interp:
-            alt = interpolate_row(obs, b, f)
-            value = alt if alt is not None else value
-        if not value > 0:
-            alt = interpolate_row(obs, b, f)
-            if alt is None:
-                raise PredictError(
-                    "{}: the fitted model goes non-positive at batch_size={}, knob={:g}; probe "
-                    "that point".format(name, b, f)
-                )
-            value = alt
-        out[(b, f)] = value
-    method = "interp" if use_interp else "shape"
-    err = rms(interp_err if use_interp else shape_err)
-    return out, method, err
-
-
-def _cap_ratio(peak: Dict[Tuple[int, float], float]) -> Optional[float]:
-    """If the knob is a power limit in watts, the ratio peak/limit where power sits at it.
-
-    Recognised when some batch size has 3+ probes whose peak is the same fraction (within
-    3 %, between 0.5 and 1.2) of the knob: power pinned to the knob. A clock in MHz never
-    looks like that (power is affine in the clock with a large offset). None otherwise.
-    """
-    if not peak:
-        return None
-    ratios = {}  # type: Dict[int, List[float]]
-    for (b, k), p in peak.items():
-        if k > 0:
-            ratios.setdefault(b, []).append(p / k)
-    best = max(max(r) for r in ratios.values())
-    if not 0.5 <= best <= 1.2:
-        return None
-    pinned = [x for r in ratios.values() for x in r if x >= 0.97 * best]
-    if not any(sum(1 for x in r if x >= 0.97 * best) >= 3 for r in ratios.values()):
-        return None
-    return float(np.median(pinned))
-
-
-def _predict_capped(
-    name: str,
-    obs: Dict[str, Dict[Tuple[int, float], float]],
-    rho: float,
-    todo: Sequence[Tuple[int, float]],
-) -> Dict[Tuple[int, float], float]:
-    """Power-limit knob: below its knee a batch size draws ``rho * limit`` (pinned); above it,
-    what it draws unconstrained (its highest probe, if that one was not pinned). Time and mean
-    power follow the same knee: flat above it, interpolated between pinned probes below it.
-    """
-    out = {}
-    peak = obs["peak_power_w"]
-    for b, k in todo:
-        row = sorted((kk, y) for (bb, kk), y in obs[name].items() if bb == b)
-        top_k = row[-1][0]
-        free = peak[(b, top_k)] < 0.97 * rho * top_k
-        knee = peak[(b, top_k)] / rho if free else float("inf")
-        if k < row[0][0] or k > top_k:
+def _check_rows(obs: Dict[Tuple[int, float], float], bs: Sequence[int]) -> None:
+    """Every batch size to predict needs a probe, and the grid two probed knob values: a
+    batch size nobody ran is a guess, and prediction refuses to guess."""
+    if len(set(b for b, _ in obs)) < 2:
+        raise PredictError("prediction needs probes at 2 or more batch sizes")
+    if len(set(k for _, k in obs)) < 2:
+        raise PredictError("prediction needs probes at 2 or more knob values")
+    for b in bs:
+        if not any(bb == b for bb, _ in obs):
             raise PredictError(
-                "{}: knob {:g} is outside batch size {}'s probed range {:g}..{:g}; prediction "
-                "does not extrapolate".format(name, k, b, row[0][0], top_k)
+                "batch size {} has no probed knob value; prediction needs at least 1 per "
+                "batch size (2 for the shared-curve model)".format(b)
             )
-        if k >= knee:
-            out[(b, k)] = row[-1][1]
-            continue
-        if name == "peak_power_w":
-            out[(b, k)] = rho * k
-            continue
-        anchors = [(kk, y) for kk, y in row if peak[(b, kk)] >= 0.97 * rho * kk]
-        if free:
-            anchors.append((knee, row[-1][1]))
-        if not anchors or k < anchors[0][0]:
-            anchors = row
-        # Pinned, a step costs roughly a power of the limit: interpolate on log-log axes.
-        xs = [math.log(a[0]) for a in anchors]
-        ys = [math.log(a[1]) for a in anchors]
-        out[(b, k)] = math.exp(float(np.interp(math.log(k), xs, ys)))
-    return out
 
 
 def _clean(f: float) -> Any:
@@ -224,17 +151,26 @@ def describe(prediction: Prediction) -> List[str]:
     """Header comment lines saying how the predicted rows were made (for the profile CSV)."""
     lines = [
         "predicted: {} of {} rows; source=predicted rows come from fleet/agent/predict.py "
-        "(shared knob curve: Y(b,k) = u(b) + v(b) h(k), relative least squares; 'interp' = "
-        "per-batch linear interpolation)".format(
-            prediction.predicted, prediction.predicted + prediction.measured
+        "(per column the candidate model with the lowest leave-one-out error on the probes; "
+        "{} = upper bound on predicted peak power, used by selection)".format(
+            prediction.predicted, prediction.predicted + prediction.measured, BOUND_COLUMN
         )
     ]
     for q in QUANTITIES:
         if q in prediction.methods:
             err = prediction.errors.get(q)
+            others = ", ".join(
+                "{} {:.4f}".format(m, e)
+                for m, e in sorted(prediction.candidates.get(q, {}).items())
+            )
             lines.append(
-                "predict_{}: method={} loo_rms_rel_err={}".format(
-                    q, prediction.methods[q], "n/a" if err is None else "{:.4f}".format(err)
+                "predict_{}: method={} cv_mean_rel_err={} candidates: {}".format(
+                    q,
+                    prediction.methods[q],
+                    "n/a" if err is None else "{:.4f}".format(err),
+                    others or "n/a",
                 )
             )
+    if prediction.margin is not None:
+        lines.append("predict_peak_power_bound: margin={:.4f}".format(prediction.margin))
     return lines

@@ -78,14 +78,31 @@ def design_probes(
         add(b, fs[0])
         add(b, fs[-1])
     interior = [fs[i] for i in _spread_order(len(fs))]
-    for f in interior:
+    for f in interior:  # the knob's effect at both ends of the batch axis, spread out
         add(bs[-1], f)
+        add(bs[0], f)
     mid = fs[len(fs) // 2]
     for b in reversed(bs):
         add(b, mid)
-    for f in interior:
-        add(bs[0], f)
     for f in interior:  # then everything else, spread over knobs first
         for b in reversed(bs):
             add(b, f)
     return order[: min(budget, len(order))]
+
+
+def frame_probes(batch_sizes: Sequence[int], knobs: Sequence[float]) -> List[Tuple[int, float]]:
+    """The grid's frame: the smallest and largest batch size at every knob, the lowest and
+    highest knob at every batch size. The knob's whole effect is seen twice (at both ends of
+    the batch axis) and every batch size is anchored at both ends of the knob; what lies
+    inside is what prediction must carry across (``predict_models.frame`` is exact on it for
+    tables additive in log space plus a bilinear term)."""
+    bs = sorted(set(int(b) for b in batch_sizes))
+    fs = sorted(set(float(f) for f in knobs))
+    if len(bs) < 2 or len(fs) < 2:
+        raise PredictError("a frame needs at least 2 batch sizes and 2 knob values")
+    out = []  # type: List[Tuple[int, float]]
+    for b in (bs[0], bs[-1]):
+        out.extend((b, f) for f in fs)
+    for b in bs[1:-1]:
+        out.extend([(b, fs[0]), (b, fs[-1])])
+    return out

@@ -33,6 +33,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--freqs", help="comma-separated grid knob values, MHz or W (default: the profile's grid)"
     )
     p.add_argument("--out", required=True, help="full profile CSV to write")
+    p.add_argument(
+        "--next",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also name up to N more points to probe: those whose measurement could change "
+        "the choice at --budgets (with --efficiency, else every batch size alike)",
+    )
+    p.add_argument("--budgets", help="with --next: comma-separated budgets in W (or 'none')")
+    p.add_argument("--efficiency", help="with --next: efficiency CSV (samples to accuracy)")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.set_defaults(func=run)
 
@@ -82,20 +92,61 @@ def run(args: argparse.Namespace) -> int:
         "measured": prediction.measured,
         "predicted": prediction.predicted,
         "methods": prediction.methods,
-        "loo_rms_rel_err": prediction.errors,
+        "cv_mean_rel_err": prediction.errors,
+        "candidates": prediction.candidates,
+        "peak_power_bound_margin": prediction.margin,
     }
+    if args.next:
+        summary["next_probes"] = [
+            {"batch_size": b, "freq_mhz": k} for b, k in _next(args, prediction, batch_sizes)
+        ]
     if args.json:
         emit_json(summary)
         return 0
     console.print(
         table(
             f"Prediction for {args.profile}",
-            ["column", "method", "LOO RMS rel. err"],
-            [[q, m, prediction.errors.get(q)] for q, m in prediction.methods.items()],
+            ["column", "model", "CV mean rel. err", "candidates (CV err)"],
+            [
+                [q, m, prediction.errors.get(q), _candidates(prediction.candidates.get(q, {}))]
+                for q, m in prediction.methods.items()
+            ],
         )
     )
+    if prediction.margin is not None:
+        console.print(
+            f"predicted peak power carries an upper bound {100 * prediction.margin:.2f} % above "
+            "the plausible models (peak_power_bound_w); selection holds budgets to it"
+        )
+    for probe in summary.get("next_probes", []):
+        console.print(f"probe next: batch_size={probe['batch_size']} knob={probe['freq_mhz']:g}")
     console.print(
         f"kept {prediction.measured} measured rows, predicted {prediction.predicted}; "
         f"wrote {args.out}"
     )
     return 0
+
+
+def _candidates(errors: dict[str, float]) -> str:
+    return ", ".join(f"{m} {e:.4f}" for m, e in sorted(errors.items(), key=lambda x: x[1]))
+
+
+def _next(args: argparse.Namespace, prediction, batch_sizes: list[int]) -> list[tuple]:
+    """The adaptive design's next probes (``fleet.agent.predict_adapt``) at the user's budgets."""
+    from fleet.agent.predict_adapt import next_probes
+    from fleet.budgets.codec import budget_limit, parse_budget
+    from fleet.core.efficiency import load_efficiency
+
+    if args.next < 0:
+        raise InputError(f"--next: expected a count >= 0, got {args.next}")
+    if not args.budgets:
+        raise InputError("--next needs --budgets (the budgets the choice must be right at)")
+    budgets = []
+    for item in args.budgets.split(","):
+        limit = budget_limit(parse_budget(item.strip(), "--budgets"))
+        budgets.append(None if math.isinf(limit) else limit)
+    if args.efficiency:
+        reached = load_efficiency(args.efficiency).reached
+    else:
+        reached = {b: 1.0 for b in batch_sizes}  # no efficiency: time per sample decides
+    return next_probes(prediction.rows, budgets, [reached], args.next, prediction.margin or 0.0)

@@ -136,7 +136,7 @@ def _lut_from_profile(path: str) -> list[Any]:
 
     prof = load_profile(path)
     return [
-        LutPoint(p.batch_size, p.freq_mhz, p.time_per_batch_s, p.peak_power_w, p.mean_power_w)
+        LutPoint(p.batch_size, p.freq_mhz, p.time_per_batch_s, p.guard_peak_w, p.mean_power_w)
         for p in prof.points
     ]
 

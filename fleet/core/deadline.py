@@ -89,7 +89,7 @@ class RateTable:
 
 
 def _peak(p: Point) -> float:
-    return p.peak_power_w if not math.isnan(p.peak_power_w) else math.inf
+    return p.guard_peak_w if not math.isnan(p.peak_power_w) else math.inf
 
 
 _TABLES: dict[tuple, RateTable] = {}

@@ -36,10 +36,20 @@ class Point:
     time_per_batch_s: float
     peak_power_w: float  # NaN when the profile is time-only
     mean_power_w: float  # falls back to peak when not measured
+    # a predicted point's upper bound on its peak (``fleet.agent.predict``); NaN when measured
+    peak_power_bound_w: float = math.nan
 
     @property
     def time_per_sample_s(self) -> float:
         return self.time_per_batch_s / self.batch_size
+
+    @property
+    def guard_peak_w(self) -> float:
+        """The peak a budget is held against: a predicted point's upper bound when it has one
+        (a prediction 2 % low must not put a board over its budget), else the measured peak."""
+        if math.isnan(self.peak_power_bound_w):
+            return self.peak_power_w
+        return max(self.peak_power_w, self.peak_power_bound_w)
 
 
 @dataclass
@@ -108,7 +118,7 @@ def feasible(point: Point, budget_w: float) -> bool:
     """Within budget by measurement. An unmeasured peak only fits an unlimited budget."""
     if math.isinf(budget_w):
         return True
-    return not math.isnan(point.peak_power_w) and point.peak_power_w <= budget_w
+    return not math.isnan(point.peak_power_w) and point.guard_peak_w <= budget_w
 
 
 def frontier(profile: Profile, budget_w: float | None) -> dict[int, Point]:
@@ -135,7 +145,7 @@ def frontier(profile: Profile, budget_w: float | None) -> dict[int, Point]:
 
 
 def _speed_key(p: Point) -> tuple[float, float, float]:
-    peak = p.peak_power_w if not math.isnan(p.peak_power_w) else math.inf
+    peak = p.guard_peak_w if not math.isnan(p.peak_power_w) else math.inf
     return (p.time_per_batch_s, peak, p.freq_mhz)
 
 
@@ -294,7 +304,17 @@ def load_profile(path: str | Path) -> Profile:
                     f"{path}: line {lineno}: mean_power_w={_show(row['mean_power_w'])} is above "
                     f"peak_power_w={_show(row['peak_power_w'])}; expected mean <= peak"
                 )
-        points.append(Point(int(b), f, t, peak, mean))
+        bound = math.nan
+        if row.get("peak_power_bound_w"):
+            bound = _num(path, lineno, "peak_power_bound_w", row["peak_power_bound_w"], low=0,
+                         high=MAX_POWER_W)  # fmt: skip
+            if math.isnan(peak) or bound < peak:
+                raise InputError(
+                    f"{path}: line {lineno}: peak_power_bound_w={_show(row['peak_power_bound_w'])}"
+                    f" is below peak_power_w={_show(row['peak_power_w'])}; expected an upper "
+                    "bound on the predicted peak"
+                )
+        points.append(Point(int(b), f, t, peak, mean, bound))
     if not points:
         raise InputError(f"{path}: no usable rows (every row is missing or marked not ok)")
     with_power = sum(not math.isnan(p.peak_power_w) for p in points)
@@ -319,6 +339,8 @@ def save_profile(profile: Profile, path: str | Path, comments: list[str] | None 
             "peak_power_w": p.peak_power_w,
             "mean_power_w": p.mean_power_w,
         }
+        if not math.isnan(p.peak_power_bound_w):
+            row["peak_power_bound_w"] = p.peak_power_bound_w
         row.update(profile.metadata)
         rows.append(row)
     for b, f, status in profile.failed:

@@ -43,7 +43,7 @@ def _objective_for(profile: Profile, name: str, context: dict[str, Any]) -> Obje
 
 
 def _tie_key(value: float, p: Point) -> tuple[float, float, float, int]:
-    peak = p.peak_power_w if not math.isnan(p.peak_power_w) else math.inf
+    peak = p.guard_peak_w if not math.isnan(p.peak_power_w) else math.inf
     return (value, peak, p.freq_mhz, p.batch_size)
 
 
@@ -156,7 +156,9 @@ class SelectionIndex:
 
 
 def _peak(p: _HasPeak) -> float:
-    return p.peak_power_w if not math.isnan(p.peak_power_w) else math.inf
+    return (
+        getattr(p, "guard_peak_w", p.peak_power_w) if not math.isnan(p.peak_power_w) else math.inf
+    )
 
 
 def _no_candidate(profile: Profile, eff: Efficiency, budget_w: float | None) -> InfeasibleError:

@@ -73,6 +73,7 @@ def profile_from_rows(rows: Sequence[Row], source: str = "<table>") -> Profile:
                 t,
                 peak,
                 peak if math.isnan(mean) else mean,
+                _num(r.get("peak_power_bound_w")),
             )
         )
     return Profile(points, source)
