@@ -30,14 +30,16 @@ RESULTS = ROOT / "docs" / "paper-report" / "results.json"
 SIM = ROOT / "simulations"
 
 #: Ratio errors the committed fit misses (issue 21 goal 0.10), with the value it reaches. The
-#: ResNet18 device model cannot hold both the paper's ours/fastest (W_GAP in .objective) and
-#: its B1/ours, B2/ours spread across 4.5 W -> none: the paper's ours gains 1.8-2.3x from 4.5 W
-#: to 7 W, the model's ~1.4x; weighting ours/fastest first keeps every ours/fastest cell within
-#: the paper + 3 points and leaves these (docs/paper-report/report.md, "Audit").
+#: ResNet18 device model cannot hold together the paper's ours/fastest (W_GAP), Fig. 1 and
+#: Fig. 2 and the profiles' physics (hinges in .objective) and its B1/ours, B2/ours spread
+#: across 4.5 W -> 7 W: the paper's ours gains 1.6-2.1x from 4.5 W to 7 W, the model's 1.3-1.5x,
+#: so ours at 4.5 W is too fast against the baselines at their 4.5 W cap. Weight sweeps (ratio
+#: weight 3.5 / 6 / 8, ours/fastest 6 / 10 / 15) left these at 0.13-0.35; the committed weights
+#: keep every other goal (docs/paper-report/report.md, "Audit").
 RATIO_MISSES = {
     ("resnet18", "nano", "b1"): 0.14,
-    ("resnet18", "tx2nx", "b1"): 0.15,
-    ("resnet18", "tx2nx", "b2"): 0.14,
+    ("resnet18", "tx2nx", "b1"): 0.14,
+    ("resnet18", "tx2nx", "b2"): 0.11,
 }
 
 
