@@ -136,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
         f"![{p.stem}]({p.relative_to(out)})\n" for p in figs
     )
     if _is_reference(grid):
-        text += "\n" + calibration_section(rows)
+        text += "\n" + calibration_section(rows, sens)
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=COLUMNS, extrasaction="ignore", lineterminator="\n")
     w.writeheader()
@@ -174,14 +174,18 @@ def _is_reference(grid: Grid) -> bool:
     )
 
 
-def calibration_section(rows: list[dict]) -> str:
-    """Every paper cell beside the fit, its leave-one-out prediction and this report's value."""
+def calibration_section(rows: list[dict], sens: list[dict] | None = None) -> str:
+    """The audit (cells counted, faulty and copied cells, issue 21's goals on these results),
+    then every paper cell beside the fit, its leave-one-out prediction and this report's value."""
+    from simulations.calibrate.audit import fitted_cells
+    from simulations.calibrate.audit_report import audit_markdown
     from simulations.calibrate.calibration_file import committed_fit, committed_loo
     from simulations.calibrate.evaluate import hard_predictions
     from simulations.calibrate.paper import METHODS, load_cells
     from simulations.calibrate.report import figures_markdown, report_markdown
 
-    cells = load_cells()
+    printed = load_cells()
+    cells = fitted_cells(printed)  # the faulty cell corrected, as the fit saw it
     fit = committed_fit()
     fitted = hard_predictions(fit, cells)
     project = {
@@ -189,8 +193,10 @@ def calibration_section(rows: list[dict]) -> str:
         for r in rows
         if r["method"] in METHODS and isinstance(r.get("time_mean_s"), float)
     }
-    text = report_markdown(cells, fitted, committed_loo(), project)
-    return text + "\n" + figures_markdown()
+    loo = committed_loo()
+    audit = audit_markdown(printed, {"rows": rows, "sensitivity": sens or []}, None, loo)
+    text = report_markdown(cells, fitted, loo, project)
+    return audit + "\n" + text + "\n" + figures_markdown()
 
 
 def summarise(rows: list[dict]) -> dict:

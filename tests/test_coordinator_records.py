@@ -23,6 +23,8 @@ from fleet.budgets.codec import BudgetStep
 from fleet.common.errors import InputError
 from fleet.config.fleetfile import DeviceSpec, load_fleet
 from fleet.core.efficiency import Efficiency
+from fleet.core.profile import load_profile
+from fleet.core.selection import select_brute_force
 from fleet.rounds.device_round import row_fields
 from fleet.rounds.virtual_clock import cached_efficiency, simulate_device
 from strategies import coordinator
@@ -119,10 +121,13 @@ def test_reply_round_trip_for_every_default_device(fleet, shipped) -> None:
 
 
 def test_reply_num_examples_and_missing_values(fleet, shipped) -> None:
-    ok = simulate_device(fleet.devices[0], shipped, fleet.run).to_dict()
+    first = fleet.devices[0]
+    ok = simulate_device(first, shipped, fleet.run).to_dict()
     metrics, report = records.encode_reply(ok)
-    # b=4: what the calibrated Nano ResNet18 profile and CIFAR10 proxy pick under 4.5 W (data)
-    assert metrics["num-examples"] == round(ok["samples"]) and metrics["batch-size"] == 4
+    # the batch the device's profile and the shipped proxy give by brute force under its budget
+    want = select_brute_force(load_profile(first.profile), shipped, first.budget_w)
+    assert metrics["num-examples"] == round(ok["samples"])
+    assert metrics["batch-size"] == want.batch_size
     starved = next(d for d in fleet.devices if d.name == "nano-starved")
     row = simulate_device(starved, shipped, fleet.run).to_dict()
     metrics, report = records.encode_reply(row)

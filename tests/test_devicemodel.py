@@ -214,21 +214,15 @@ def test_baseline_caps():
 @pytest.mark.parametrize("budget", [4.5, 5.0, 7.0])
 def test_fig2(nano_r18, budget):
     """(c) b=8 runs faster clocks, b=32 is faster per sample, and with N(8)=10, N(32)=15 the
-    time-to-accuracy winner is b=8 at 4.5 W (and a near-tie at 5 W) but b=32 at 7 W."""
+    time-to-accuracy winner is b=8 at 4.5 W and 5 W but b=32 at 7 W."""
     f8, f32 = top_freq(nano_r18, 8, budget), top_freq(nano_r18, 32, budget)
     assert f8 is not None and f32 is not None
     assert f8 > f32
     t8, t32 = per_sample(nano_r18, 8, f8), per_sample(nano_r18, 32, f32)
     assert t32 < t8
     tt8, tt32 = t8 * 10, t32 * 15
-    if budget == 4.5:
+    if budget < 7.0:  # the fit holds Fig. 2 as a hinge (calibrate/objective.py, FIT_FIGURES)
         assert tt8 < tt32
-    elif budget == 5.0:
-        # The fit to Tables 2-4 puts the flip between 4.5 and 5 W, not between 5 and 7 W: at 5 W
-        # the two are within ~2 % (b=32 slightly ahead). Forcing b=8 to win here raises the
-        # ResNet18 ratio errors against the tables from <=0.09 to 0.12-0.16 (calibrate/objective.py,
-        # FIT_FIGURES); the tables win, and the near-tie is what remains of the figure.
-        assert abs(tt32 / tt8 - 1) <= 0.03
     else:
         assert tt32 < tt8
 

@@ -5,6 +5,7 @@ Everything runs on a tiny task (1x8x8 two-class images with a weak +/- pattern, 
 width 4), one torch thread (2-core machine shared with other test runs), a few seconds in all.
 """
 
+import csv
 import hashlib
 import json
 import os
@@ -390,9 +391,16 @@ def test_agent_train_command_over_stdio(tmp_path):
     assert res["time_s"] == res["train_time_s"] < res["wall_time_s"]
     assert res["accuracy"] == res["final_accuracy"] >= 0.85
     assert res["freq_mhz"] == 614.4 and res["restored"] is True and res["power_measured"]
-    # Power came from the replayed point (batch 8, 614.4 MHz): only there while locked.
-    assert res["mean_power_w"] == pytest.approx(4.15704) == res["peak_power_w"]
-    assert res["energy_j"] == pytest.approx(4.15704 * res["train_time_s"])
+    # Power came from the replayed point (batch 8, 614.4 MHz), its row's mean: only while locked.
+    with open(NANO_CSV) as fh:
+        row = next(
+            r
+            for r in csv.DictReader(line for line in fh if not line.startswith("#"))
+            if (r["batch_size"], r["freq_mhz"]) == ("8", "614.4")
+        )
+    replayed = float(row["mean_power_w"])
+    assert res["mean_power_w"] == pytest.approx(replayed) == res["peak_power_w"]
+    assert res["energy_j"] == pytest.approx(replayed * res["train_time_s"])
     assert power["ok"] is True and power["power_w"] is None  # unlocked and idle afterwards
     assert events and all(e["id"] == 2 and e["event"] == "progress" for e in events)
     assert [e["done"] for e in events] == sorted(e["done"] for e in events)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from simulations.calibrate.audit import copied_keys
 from simulations.calibrate.evaluate import hard_predictions
 from simulations.calibrate.fit import FIT_ORDER, Fit
 from simulations.calibrate.paper import DATASETS, Cell
@@ -27,10 +28,12 @@ COMMAND = "python -m simulations.calibrate --loo"
 
 
 def seed_spread(cells: Sequence[Cell]) -> dict[tuple[str, str], float]:
-    """Seed-to-seed relative spread of each dataset: median std/mean of its oracle cells."""
+    """Seed-to-seed relative spread of each dataset: median std/mean of its oracle cells
+    (a std copied from another cell, :func:`.audit.copied_stds`, left out)."""
     out: dict[tuple[str, str], list[float]] = {}
+    copied = copied_keys(cells)
     for c in cells:
-        if c.method == "oracle":
+        if c.method == "oracle" and c.key not in copied:
             out.setdefault((c.model, c.dataset), []).append(c.std_s / c.time_s)
     return {k: float(np.median(v)) for k, v in out.items()}
 

@@ -14,7 +14,13 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from simulations.calibrate.objective import W_FIGURE_MISS, cell_residuals, figure_misses, residuals
+from simulations.calibrate.objective import (
+    W_FIGURE_MISS,
+    cell_residuals,
+    figure_misses,
+    profile_misses,
+    residuals,
+)
 from simulations.calibrate.paper import DATASETS, Cell
 from simulations.calibrate.params import Layout, State, decode, encode, initial_state
 from simulations.calibrate.predict import grid
@@ -72,8 +78,7 @@ def fit_model(
         best, best_cost = None, math.inf
         for cand in WORKLOADS[model].batch_sizes:
             got = fit_model(model, cells, tx2nx, lighter_than, None, temperatures, iters, cand)
-            hard = np.array(cell_residuals(got[0], model, mine, None))
-            cost = float(hard @ hard) + W_FIGURE_MISS * figure_misses(got[0])
+            cost = hard_cost(got[0], model, mine)
             if cost < best_cost:
                 best, best_cost = got, cost
         return best
@@ -82,19 +87,41 @@ def fit_model(
         proxy = DATASETS[model][0]
         ln = init.log_n[proxy].copy()
         ln[list(init.workload.batch_sizes).index(b2)] = ln.min() - 0.05
-        x = encode(lay, replace(init, log_n={**init.log_n, proxy: ln}))
-    else:
-        x = x0
+        x_init = encode(lay, replace(init, log_n={**init.log_n, proxy: ln}))
+        # Two starts: straight from the priors with every hinge on, and a continuation that
+        # first fits the tables alone and then turns the figures' and profiles' hinges on. The
+        # hinges make the objective rugged: from the priors alone the solver stalls in a worse
+        # valley (ResNet18: hard cost 19.8 vs 12.2 for the continuation).
+        direct = _anneal(lay, x_init, mine, tx2nx, lighter_than, temperatures, iters, b2, True)
+        tables = _anneal(lay, x_init, mine, tx2nx, lighter_than, temperatures, iters, b2, False)
+        cont = _anneal(lay, tables[0], mine, tx2nx, lighter_than, temperatures, iters, b2, True)
+        pick = min(
+            (direct, cont), key=lambda got: hard_cost(decode(lay, got[0], tx2nx), model, mine)
+        )
+        return decode(lay, pick[0], tx2nx), pick[0], pick[1]
+    x, cost = _anneal(lay, x0, mine, tx2nx, lighter_than, temperatures, iters, b2, True)
+    return decode(lay, x, tx2nx), x, cost
+
+
+def hard_cost(state: State, model: str, mine: Sequence[Cell]) -> float:
+    """A fit judged by the fleet's hard rules: cells and ratios, figure misses, profile hinges."""
+    hard = np.array(cell_residuals(state, model, mine, None))
+    misses = W_FIGURE_MISS * figure_misses(state)
+    return float(hard @ hard) + misses + profile_misses(state, model)
+
+
+def _anneal(lay, x, mine, tx2nx, lighter_than, temperatures, iters, b2, figures):
+    """Levenberg-Marquardt through the schedule of soft-minimum temperatures."""
     cost = math.inf
     for soft in temperatures:
 
         def fun(v: np.ndarray, soft: tuple[float, float] = soft) -> np.ndarray:
-            return residuals(lay, v, mine, tx2nx, lighter_than, soft, b2)
+            return residuals(lay, v, mine, tx2nx, lighter_than, soft, b2, figures)
 
         x = levenberg_marquardt(fun, x, iters)
         r = fun(x)
         cost = float(r @ r)
-    return decode(lay, x, tx2nx), x, cost
+    return x, cost
 
 
 def fit_all(cells: Sequence[Cell]) -> Fit:

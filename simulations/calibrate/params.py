@@ -47,6 +47,7 @@ FIG2_RATIO = 1.5
 def to_free(name: str, value: float) -> float:
     """A constant's value as the solver moves it: logit for a fraction, log otherwise."""
     if name in FRACTIONS:
+        value = min(max(value, 1e-12), 1.0 - 1e-12)  # a trial step may saturate the logit
         return math.log(value / (1.0 - value))
     return math.log(value)
 
@@ -54,7 +55,7 @@ def to_free(name: str, value: float) -> float:
 def from_free(name: str, x: float) -> float:
     """The inverse of :func:`to_free`."""
     if name in FRACTIONS:
-        return 1.0 / (1.0 + math.exp(-x))
+        return 1.0 / (1.0 + math.exp(-min(max(x, -700.0), 700.0)))
     return math.exp(x)
 
 

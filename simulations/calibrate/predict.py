@@ -95,6 +95,26 @@ def predict_cells(
     return out
 
 
+def soft_pick(
+    ts: np.ndarray, peak: np.ndarray, n: np.ndarray, budget: float | None, soft: tuple[float, float]
+) -> np.ndarray:
+    """Soft-minimum weights over the (batch, freq) grid of a choice made with efficiency ``n``
+    under ``budget``: what :func:`predict_cells` averages for ours and the oracle."""
+    score = np.log(ts * n[:, None])
+    logfeas = np.zeros_like(score) if budget is None else _log_sigmoid((budget - peak) / soft[1])
+    return _softmin_weights(score, logfeas, soft[0])
+
+
+def hard_pick(ts: np.ndarray, peak: np.ndarray, n: np.ndarray, budget: float | None):
+    """(batch index, freq index) of the hard choice with efficiency ``n``, or None."""
+    ok = np.ones_like(ts, bool) if budget is None else peak <= budget
+    if not ok.any():
+        return None
+    masked = np.where(ok, ts * n[:, None], np.inf)
+    i, j = np.unravel_index(int(np.argmin(masked)), masked.shape)
+    return int(i), int(j)
+
+
 def hard_choices(state: State, board: str, dataset: str, proxy: str) -> dict:
     """(b, f) each method picks under each budget (hard rules), for the report."""
     dev = board_device(board, state)

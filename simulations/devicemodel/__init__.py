@@ -15,8 +15,7 @@ The constants are *fitted* to the paper's Tables 2-4 and the baselines' clock ca
 :mod:`.fitted`); the hand-set values in :mod:`.boards`, :mod:`.workloads` and :mod:`.curves` are
 the fit's starting point and weak priors. Generation asserts the caps
 (:func:`.paper_checks.check_baseline_caps`); :func:`.paper_checks.check_calibration` tests Fig. 1
-and Fig. 2, which the fit does not reach exactly (see
-``simulations.calibrate.objective.FIT_FIGURES``).
+and Fig. 2, which the fit holds as hinges (``simulations.calibrate.objective.FIT_FIGURES``).
 Everything is deterministic: the small "measurement noise" comes from a keyed hash
 (:mod:`.noise`), not from a random generator whose stream could change between numpy releases, so
 regenerating gives byte-identical files.
