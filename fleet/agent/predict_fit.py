@@ -11,9 +11,9 @@ so we learn ``h`` from the points measured across batch sizes (never assuming th
 clock: a power-limit knob in watts gets its own learned curve) and two numbers per batch size.
 Fitting is alternating weighted least squares on relative error. Between probed knobs ``h`` is
 interpolated as a fitted power law ``alpha + beta * k^gamma`` plus a linearly interpolated
-residual, which is exact for ``1/f`` and close for ``f V(f)^2``. A per-row monotone (linear)
-interpolation is the fallback; :func:`loo_errors` scores both by leave-one-out so the caller
-(``predict.py``) can pick.
+residual, which is exact for ``1/f`` and close for ``f V(f)^2``. It is one of the candidate
+models of ``predict_models.py`` (``shape``); ``predict_select.py`` scores it against the others
+by leave-one-out on the probes.
 
 Separate from ``predict.py`` because this is the numerical model of one column on its own
 (observations in, a surface out); filling a whole profile table (which quantities, failed batch
@@ -210,28 +210,3 @@ def interpolate_row(
     if not pts or knob < pts[0][0] or knob > pts[-1][0]:
         return None
     return float(np.interp(knob, [p[0] for p in pts], [p[1] for p in pts]))
-
-
-def loo_errors(
-    obs: Dict[Tuple[int, float], float], batch_sizes: Sequence[int], knobs: Sequence[float]
-) -> Tuple[List[float], List[float]]:
-    """Leave-one-out relative errors of the shape model and of the interpolation fallback,
-    on the probes whose removal leaves both able to predict them."""
-    shape_err, interp_err = [], []  # type: List[float], List[float]
-    for key, y in obs.items():
-        rest = dict(obs)
-        del rest[key]
-        guess = interpolate_row(rest, key[0], key[1])
-        if guess is None:
-            continue
-        try:
-            surf = fit_surface(rest, batch_sizes, knobs, iterations=100)
-        except PredictError:
-            continue
-        shape_err.append(abs(surface_value(surf, key[0], key[1]) - y) / y)
-        interp_err.append(abs(guess - y) / y)
-    return shape_err, interp_err
-
-
-def rms(xs: Sequence[float]) -> Optional[float]:
-    return math.sqrt(sum(x * x for x in xs) / len(xs)) if xs else None

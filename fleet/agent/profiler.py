@@ -274,7 +274,7 @@ def _fill_predicted(
         return rows
     for q, method in sorted(prediction.methods.items()):
         err = prediction.errors.get(q)
-        metadata["predict_" + q] = "method={} loo_rms_rel_err={}".format(
+        metadata["predict_" + q] = "method={} cv_mean_rel_err={}".format(
             method, "n/a" if err is None else "{:.4f}".format(err)
         )
     metadata["predicted_rows"] = prediction.predicted
