@@ -155,13 +155,17 @@ class VirtualBoard:
         self.configure(noise_w=float(sd_w))
 
     def read(self, attr: str, node: Path | None = None) -> str:
-        """One devfreq attribute; an empty read (a writer between truncate and write) retries."""
-        for _ in range(100):
+        """One devfreq attribute; an empty read (a writer between truncate and write) retries.
+
+        A real sysfs node is never empty; a file here is, for as long as the writer is held
+        between its truncate and its write, which on a loaded core can be far longer than a
+        few milliseconds: the wait is a hang guard (10 s), not a timing assumption."""
+        give_up = time.monotonic() + 10.0
+        while True:
             text = ((node or self.node) / attr).read_text().strip()
-            if text:
+            if text or time.monotonic() > give_up:
                 return text
             time.sleep(0.001)
-        return text
 
     def clocks(self, node: Path | None = None) -> dict[str, Any]:
         """min/max/cur in Hz and the governor, as the files hold them now (primary node)."""
