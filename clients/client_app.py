@@ -58,7 +58,9 @@ Learned = tuple[dict[str, object], ArrayRecord | None]  # (report row, weights t
 def learn_from_trace(spec: DeviceSpec, received: Received) -> Learned:
     """Virtual clock: the device's own convergence trace says how many samples it needs."""
     ins = received.instruction
-    return simulate_device(spec, ins.efficiency, ins.run).to_dict(), None  # a trace trains nothing
+    return simulate_device(
+        spec, ins.efficiency_for(spec.name), ins.run
+    ).to_dict(), None  # a trace trains nothing
 
 
 def learn_by_training(spec: DeviceSpec, received: Received) -> Learned:
@@ -70,7 +72,7 @@ def learn_by_training(spec: DeviceSpec, received: Received) -> Learned:
     if records.has_weights(received.arrays):
         weights = records.state_dict_of(received.arrays)
     data_dir = str(ins.run.extra.get("data_dir") or "") or None
-    row, trained = train_device(spec, ins.efficiency, ins.run, weights, data_dir)
+    row, trained = train_device(spec, ins.efficiency_for(spec.name), ins.run, weights, data_dir)
     return row.to_dict(), ArrayRecord(trained) if trained is not None else None
 
 
@@ -141,7 +143,7 @@ def simulated_plan(node_config: dict, content: RecordDict) -> RecordDict:
         return records.plan_content(label, None, message="no instruction to plan")
     except InputError as exc:
         return records.plan_content(label, None, message=str(exc))
-    plan = plan_for_device(spec, profile, ins.efficiency)
+    plan = plan_for_device(spec, profile, ins.efficiency_for(spec.name))
     return records.plan_content(label, plan.fastest_finish_s, plan.energy_j, plan.message)
 
 

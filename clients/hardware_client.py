@@ -196,12 +196,12 @@ def run_on_agent(
         commands = frozenset(hello.get("capabilities", {}).get("commands", []))
         profile = obtain_profile(link, spec, ins, settings, on_progress, info)
     except (AgentError, InputError, OSError) as exc:
-        res = DeviceResult.for_device(spec, ins.efficiency.source, profile=path)
+        res = DeviceResult.for_device(spec, ins.efficiency_for(spec.name).source, profile=path)
         res.message = " ".join(str(exc).split())
         return res.to_dict()
     before = _read_text(path)
     runner = AgentRunner(link, settings, commands, files, on_progress, segment_s=segment_s)
-    row = run_device(spec, profile, ins.efficiency, ins.run, runner)
+    row = run_device(spec, profile, ins.efficiency_for(spec.name), ins.run, runner)
     if train_reply is not None and runner.reply is not None:
         train_reply.update(runner.reply)
     row.profile = path
@@ -414,5 +414,5 @@ def hardware_plan(node_config: dict, content: RecordDict) -> RecordDict:
                 link.close()
     except (AgentError, InputError, OSError) as exc:
         return records.plan_content(spec.name, None, message=" ".join(str(exc).split()))
-    plan = plan_for_device(spec, profile, ins.efficiency)
+    plan = plan_for_device(spec, profile, ins.efficiency_for(spec.name))
     return records.plan_content(spec.name, plan.fastest_finish_s, plan.energy_j, plan.message)

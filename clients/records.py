@@ -45,9 +45,11 @@ import json
 import math
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
+from clients.efficiency_wire import decode_efficiencies, learned_efficiency
 from fleet.budgets.codec import read_budget
 from fleet.common.errors import InputError
 from fleet.common.names import check_name
@@ -80,6 +82,7 @@ ARRAYS = "arrays"
 CONFIG = "config"
 MAX_PROFILES_TEXT = 16 * 1024 * 1024  # profile CSVs the coordinator ships back
 PROFILES = "profiles"  # instruction: the store's profiles shipped back (JSON)
+EFFICIENCIES = "efficiencies"  # instruction: each device's learnt efficiency (JSON)
 PROFILE_CSV = "profile-csv"  # reply: the profile a board made or changed this round
 PROFILE_INFO = "profile-info"  # reply: its provenance (JSON)
 METRICS = "metrics"
@@ -113,6 +116,17 @@ class TrainInstruction:
     # the coordinator's profile store, shipped back: {device: {"origin": "stored"|"sibling",
     # "csv": text}} for boards met before (or whose type was); see strategies/profiles.py
     profiles: dict[str, dict[str, str]] = field(default_factory=dict)
+    # what the fleet learnt of each device's samples-to-target (fleet/trust/efficiency_store):
+    # {device: {"batch_sizes", "samples_to_accuracy", "std", "learned_from"}}
+    efficiencies: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def efficiency_for(self, device: str) -> Efficiency:
+        """The efficiency this device trains with: its own learnt one when the coordinator
+        sent it, else the fleet's shipped vector."""
+        own = self.efficiencies.get(device)
+        if own is None:
+            return self.efficiency
+        return learned_efficiency(own, f"{self.efficiency.source} (learned for {device})")
 
 
 def encode_efficiency(eff: Efficiency) -> tuple[list[int], list[float]]:
@@ -134,6 +148,8 @@ def encode_instruction(ins: TrainInstruction) -> ConfigRecord:
         {
             "batch-sizes": bs,
             "samples-to-accuracy": samples,
+            # the seed spread per batch size (0: unknown): how far a learning device trusts it
+            "efficiency-std": [float(ins.efficiency.std.get(b, 0.0)) for b in bs],
             "efficiency-source": ins.efficiency.source,
             "run-name": run.name,
             "model": run.model,
@@ -150,6 +166,7 @@ def encode_instruction(ins: TrainInstruction) -> ConfigRecord:
             "fleet-path": ins.fleet_path,
             "server-round": int(ins.server_round),
             PROFILES: json.dumps(ins.profiles),
+            EFFICIENCIES: json.dumps(ins.efficiencies),
         }
     )
 
@@ -226,6 +243,14 @@ def decode_instruction(cfg: ConfigRecord) -> TrainInstruction:
         if any(isinstance(v, float) and not math.isfinite(v) for v in samples):
             raise InputError(f"{where}: 'samples-to-accuracy' holds a non-finite number")
         eff = decode_efficiency(list(bs), list(samples), source)
+        std = cfg.get("efficiency-std", [])
+        if not isinstance(std, list) or len(std) not in (0, len(bs)):
+            raise InputError(f"{where}: 'efficiency-std' must be a list as long as 'batch-sizes'")
+        for b, v in zip(bs, std, strict=False):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1e15:
+                raise InputError(f"{where}: 'efficiency-std' holds {v!r}; expected numbers >= 0")
+            if v > 0:
+                eff.std[int(b)] = float(v)
         run = _decode_run(cfg, source, where)
         server_round = cfg.get("server-round", 0)
         if isinstance(server_round, bool) or not isinstance(server_round, int) or server_round < 0:
@@ -241,9 +266,11 @@ def decode_instruction(cfg: ConfigRecord) -> TrainInstruction:
         profiles = json.loads(raw_profiles)
         if not isinstance(profiles, dict):
             raise InputError(f"{where}: '{PROFILES}' is not a JSON object")
+        efficiencies = decode_efficiencies(cfg.get(EFFICIENCIES, "{}"), where, EFFICIENCIES)
         ins = TrainInstruction(
-            eff, run, fleet_path=fleet_path, server_round=server_round, profiles=profiles
-        )
+            eff, run, fleet_path=fleet_path, server_round=server_round, profiles=profiles,
+            efficiencies=efficiencies,
+        )  # fmt: skip
     except KeyError as exc:
         raise InputError(f"{where}: missing key {exc.args[0]!r}") from None
     except (TypeError, ValueError, RecursionError) as exc:

@@ -36,6 +36,9 @@ _NUMBERS: dict[str, tuple[float, float]] = {  # field -> [lowest, highest]
     "samples": (0.0, 1e15),
     "idle_power_w": (0.0, MAX_POWER_W),
     "batch_size": (1.0, float(MAX_BATCH)),
+    "learned_batch_size": (1.0, float(MAX_BATCH)),
+    "learned_samples": (0.0, 1e15),
+    "learned_log_sd": (0.0, 100.0),
 }
 _TEXTS = ("device_type", "profile", "efficiency", "learning", "trace")
 
@@ -64,7 +67,7 @@ def check_row(row: dict[str, object], device: str) -> dict[str, object]:
         value = row.get(key)
         if value is not None and (not isinstance(value, str) or len(value) > MAX_MESSAGE):
             raise InputError(f"{where}: field '{key}': expected text of at most {MAX_MESSAGE}")
-    for key in ("segments", "guard_events"):
+    for key in ("segments", "guard_events", "efficiency_fits"):
         _events(row.get(key), f"{where}: field '{key}'")
     return row
 

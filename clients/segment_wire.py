@@ -37,7 +37,7 @@ PROGRESS = "progress"
 IDENTITY = "identity"
 RUN_TOKEN = "run-token"  # instruction: the run's own id (a checkpoint of another run is not ours)
 RUNNING = "running"  # a segment reply's status while the device has not reached its target
-MAX_PROGRESS_CHARS = 4096
+MAX_PROGRESS_CHARS = 64 * 1024  # a learning device's state rides along (a few KB)
 
 
 def segment_config(base: ConfigRecord, segment_s: float, resume: Progress) -> ConfigRecord:

@@ -252,7 +252,9 @@ def simulated_segment(
             )
             own, note = checkpoint.read()
             start = later(resume, own) if own is not None else resume
-        res, progress = simulate_segment(spec, ins.efficiency, ins.run, start, seconds)
+        res, progress = simulate_segment(
+            spec, ins.efficiency_for(spec.name), ins.run, start, seconds
+        )
         if start.time_s > resume.time_s:
             res.segments = _unseen(spec, ins, resume, start) + res.segments
     except InputError as exc:
@@ -281,7 +283,9 @@ def _unseen(spec, ins: records.TrainInstruction, resume: Progress, start: Progre
     lost). The counters are cumulative and already hold it, but the round's record of stretches
     (joined by the coordinator, ``strategies.round_book.join_segments``) would keep a hole
     there; the replay is deterministic, so the device replays that stretch without waiting."""
-    gap, _ = simulate_segment(spec, ins.efficiency, ins.run, resume, start.time_s - resume.time_s)
+    gap, _ = simulate_segment(
+        spec, ins.efficiency_for(spec.name), ins.run, resume, start.time_s - resume.time_s
+    )
     return list(gap.segments)
 
 

@@ -45,7 +45,8 @@ def budget_args(rnd: Round, settings: AgentSettings) -> dict[str, Any]:
         }
         for p in rnd.profile.points
     ]
-    args["efficiency"] = {str(b): _finite(n) for b, n in rnd.shipped.samples.items()}
+    args.update(efficiency_args(rnd))
+    args["learn_efficiency"] = learning_arg(rnd)
     if settings.pace_to_profile:
         args["pace"] = True
     objective = rnd.run.objective
@@ -56,6 +57,55 @@ def budget_args(rnd: Round, settings: AgentSettings) -> dict[str, Any]:
     elif objective in BOARD_OBJECTIVES:
         args["objective"] = objective
     return args
+
+
+def efficiency_args(rnd: Round) -> dict[str, Any]:
+    """The shipped vector as the agent reads it (``{batch: samples}``), with its spread and
+    origin when known (``efficiency_std``, ``efficiency_source``: a vector the fleet learnt
+    is trusted more as the learner's prior)."""
+    out: dict[str, Any] = {
+        "efficiency": {str(b): _finite(n) for b, n in rnd.shipped.samples.items()}
+    }
+    if rnd.shipped.std:
+        out["efficiency_std"] = {str(b): _finite(v) for b, v in rnd.shipped.std.items()}
+    source = rnd.shipped.metadata.get("source")
+    if source:
+        out["efficiency_source"] = str(source)[:64]
+    from fleet.rounds.learning import law_err
+
+    law = law_err(rnd.shipped)
+    if law is not None:
+        out["efficiency_law_err"] = law
+    return out
+
+
+def learning_arg(rnd: Round) -> str:
+    """``[run] learn_efficiency`` as the agent takes it (checked: one line naming the key)."""
+    from fleet.rounds.learning import mode_of
+
+    return mode_of(rnd)
+
+
+def fill_learning(res: DeviceResult, learning: Any) -> None:
+    """The agent's ``learning`` summary -> the row's learned columns and fits (values from
+    another machine: the evidence is kept only when it is plausible, ``reply_check`` bounds it
+    again before the aggregate)."""
+    if not isinstance(learning, dict):
+        return
+    ev = learning.get("evidence")
+    if isinstance(ev, dict):
+        b, n, sd = ev.get("batch_size"), ev.get("samples_to_target"), ev.get("log_sd")
+        nums = (b, n, sd)
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in nums):
+            if b >= 1 and b == int(b) and 0 < n < 1e15 and 0 < sd < 100:  # type: ignore[operator]
+                res.learned_batch_size, res.learned_samples, res.learned_log_sd = int(b), n, sd
+    fits = learning.get("fits")
+    if isinstance(fits, list):
+        res.efficiency_fits = [
+            {k: v for k, v in f.items() if v is None or isinstance(v, (int, float, str))}
+            for f in fits[-200:]
+            if isinstance(f, dict)
+        ]
 
 
 # The objectives the board's closed loop knows (fleet/agent/closedloop.py); others keep its
@@ -118,6 +168,7 @@ def fill_from_train(res: DeviceResult, out: dict[str, Any], target: float) -> No
     else:
         res.status = "not reached"
         res.message = f"target {target:g} not reached within {out.get('samples')} samples"
+    fill_learning(res, out.get("learning"))
     notes = [str(n) for n in out.get("notes") or []]
     if notes:
         res.message = "; ".join(([res.message] if res.message else []) + notes)

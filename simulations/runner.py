@@ -93,15 +93,13 @@ class StateWriter:
 
 
 def run_direct(fleet: Fleet, run_dir: Path, progress: Progress | None = None) -> dict:
-    """Every device in this process, one after the other: no Flower, no Ray, same rows."""
-    if fleet.run.objective == "deadline":  # plans the deadline first: fleet.planning.whatif
-        from fleet.planning.whatif import deadline_round
+    """Every device in this process, one after the other: no Flower, no Ray, same rows.
 
-        state = StateWriter(fleet, run_dir)
-        rows, extra = deadline_round(fleet, progress)
-        report = write_report(run_dir, rows, {**run_meta(fleet, "direct"), **extra})
-        state.finish(report)
-        return report
+    A replay fleet runs ``[run] rounds`` rounds, each shipped what the devices taught the
+    efficiency store in the rounds before (``fleet.planning.learning_rounds``), as the Flower
+    coordinator does; the report holds the last round's rows."""
+    if all(d.learning == "trace" for d in fleet.devices):
+        return _replay_rounds(fleet, run_dir, progress)
     shipped = cached_efficiency(fleet.run.efficiency)
     rows = []
     total = len(fleet.devices)
@@ -120,6 +118,35 @@ def run_direct(fleet: Fleet, run_dir: Path, progress: Progress | None = None) ->
         if progress:
             progress(k, total, spec.name)
     report = write_report(run_dir, rows, run_meta(fleet, "direct"))
+    state.finish(report)
+    return report
+
+
+def _replay_rounds(fleet: Fleet, run_dir: Path, progress: Progress | None) -> dict:
+    """The direct engine's rounds of a replay fleet (every round re-plans its deadline)."""
+    import tempfile
+
+    from fleet.planning.learning_rounds import simulate_rounds
+    from fleet.planning.whatif import deadline_vs_time
+    from fleet.trust.efficiency_store import EfficiencyStore, store_path
+
+    state = StateWriter(fleet, run_dir)
+    store = store_path(fleet.run, str(fleet.path), run_dir)
+    rounds = simulate_rounds(fleet, None, fleet.run.rounds, store, progress=progress)
+    last = rounds[-1]
+    for row in last.rows:
+        state.finished_device(row)
+    meta = run_meta(fleet, "direct")
+    if fleet.run.rounds > 1:
+        meta["round_totals"] = [{"round": k, **r.totals} for k, r in enumerate(rounds, 1)]
+    if fleet.run.objective == "deadline":
+        with tempfile.TemporaryDirectory() as tmp:  # the time objective's rounds, for comparison
+            ref = simulate_rounds(fleet, "time", fleet.run.rounds, tmp)[-1]
+        meta["deadline_s"] = last.deadline_s
+        meta["deadline_vs_time"] = deadline_vs_time(ref.rows, last.rows)
+    if EfficiencyStore(store).observations():
+        meta["efficiency_store"] = str(store)
+    report = write_report(run_dir, last.rows, meta)
     state.finish(report)
     return report
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 
 from clients import records
+from fleet.planning import replan
 from fleet.reports import roundstate
 from fleet.rounds import statuses
 from fleet.rounds.progress import Progress
@@ -192,23 +193,17 @@ def round_rows(state: dict) -> list[dict]:
 
 
 def settle_deadline(state: dict) -> None:
-    """Late is what happened, judged against the round's last deadline: a device's own verdict
-    was against the deadline it was sent, which the coordinator may have moved since."""
+    """Late is what happened, judged against the round's last deadline
+    (``fleet.planning.replan.settle``)."""
     deadline = (state.get("plan") or {}).get("deadline_s")
-    if deadline is None:
-        return
     for e in state.get("devices", {}).values():
         row = e.get("row")
-        if not row or row.get("status") not in ("ok", "late") or row.get("time_s") is None:
+        got = replan.settle(row, deadline) if row else None
+        if got is None:
             continue
-        late = float(row["time_s"]) > float(deadline) * (1 + 1e-9)
-        status = "late" if late else "ok"
-        if status != row["status"]:
-            word = "after" if late else "within"
-            note = f"finished at {float(row['time_s']):.0f} s, {word} the round's deadline "
-            note += f"{float(deadline):.0f} s (as re-planned)"
-            row["status"], e["status"] = status, status
-            row["message"] = f"{note}; {row.get('message')}" if row.get("message") else note
+        status, note = got
+        row["status"], e["status"] = status, status
+        row["message"] = f"{note}; {row.get('message')}" if row.get("message") else note
 
 
 def active(state: dict) -> list[str]:

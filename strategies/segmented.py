@@ -40,10 +40,11 @@ from clients import records
 from clients import segment_wire as wire
 from clients.reply_check import check_row
 from fleet.common.errors import InputError
+from fleet.planning import replan
 from fleet.reports import roundstate
 from fleet.rounds.device_round import TRAINED
 from fleet.rounds.progress import Progress
-from strategies import coordinator, replan
+from strategies import coordinator
 from strategies import round_book as book
 from strategies.strategy import NodesMissing
 
@@ -396,22 +397,15 @@ class SegmentedRound:
 
     # ------------------------------------------------------------------ plan
     def _round_config(self, prog: Progress | None = None) -> ConfigRecord:
-        """The round's instruction with the deadline as this device must read it.
-
-        A device's deadline objective prices its remaining work with the shipped efficiency;
-        when its own progress says the target takes ``k`` times the shipped samples
-        (``replan.inflation``), the deadline it is sent is scaled to the same units,
-        ``t + (D - t) / k``, so the point it picks finishes by the round's deadline ``D`` in its
-        real work (one device, one message: the deadline itself stays the fleet's).
-        """
-        deadline = self.state.get("plan", {}).get("deadline_s")
+        """The round's instruction with the deadline as this device must read it
+        (``fleet.planning.replan.deadline_for``: scaled to its units when it prices its work
+        with the shipped efficiency; the deadline itself stays the fleet's)."""
         if not self.plan:
             return self.config
-        if deadline is not None and prog is not None and prog.batch_size is not None:
-            k = replan.inflation(prog.samples, prog.done, self._shipped().get(prog.batch_size))
-            if k > 1.0 and deadline > prog.time_s:
-                deadline = prog.time_s + (deadline - prog.time_s) / k
-        return coordinator.with_deadline(self.config, deadline)
+        deadline = self.state.get("plan", {}).get("deadline_s")
+        return coordinator.with_deadline(
+            self.config, replan.deadline_for(deadline, prog, self._shipped())
+        )
 
     def _plan_deadline(self) -> None:
         """The planning exchange (before anyone trains): the slowest fastest finish."""
@@ -461,14 +455,12 @@ class SegmentedRound:
     def _replan(self) -> None:
         plan = self.state.get("plan") or {}
         fastest = plan.get("fastest_s") or {}
-        standings = []
         shipped = self._shipped()
-        for name, e in self.state["devices"].items():
-            if e["status"] in book.ACTIVE and name in fastest:
-                p = book.progress(e)
-                n = shipped.get(p.batch_size) if p.batch_size is not None else None
-                k = replan.inflation(p.samples, p.done, n)
-                standings.append(replan.Standing(name, p.time_s, p.done, fastest[name], k))
+        standings = [
+            replan.standing(name, book.progress(e), fastest[name], shipped)
+            for name, e in self.state["devices"].items()
+            if e["status"] in book.ACTIVE and name in fastest
+        ]
         old = plan.get("deadline_s")
         new, why = replan.revise(old, standings)
         if not why:

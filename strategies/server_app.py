@@ -50,6 +50,7 @@ from fleet.reports.report import write_report
 from fleet.rounds.virtual_clock import cached_efficiency
 from fleet.trust.store import store_from_fleet
 from strategies import coordinator, segmented_run
+from strategies.efficiencies import EfficiencyKeeper
 from strategies.profiles import ProfileKeeper
 from strategies.segmented import SegmentSettings
 from strategies.strategy import PowerAwareStrategy, ReportingGrid
@@ -174,6 +175,12 @@ def run_fleet(grid: Grid, settings: ServerSettings) -> dict[str, Any]:
     arrays = coordinator.fleet_arrays(fleet) if ship else ArrayRecord()
     run_dir = Path(settings.run_dir)
     keeper = ProfileKeeper(fleet, store_from_fleet(fleet.path), run_dir)
+    learnt = EfficiencyKeeper(fleet, shipped, run_dir)
+
+    def round_config(server_round: int) -> dict[str, str]:
+        """Per-round instruction keys: stored profiles and each device's learnt efficiency."""
+        return {**keeper.round_config(server_round), **learnt.round_config(server_round)}
+
     summaries: list[dict[str, Any]] = []
     base_meta: dict[str, Any] = {  # the direct engine's keys (simulations/runner.py), and more
         "run": run.name,
@@ -202,6 +209,7 @@ def run_fleet(grid: Grid, settings: ServerSettings) -> dict[str, Any]:
     ) -> None:
         if deadline_s is not None:
             deadlines[server_round] = deadline_s
+        learnt.absorb(server_round, rows)
         summaries.append(coordinator.round_summary(server_round, rows))
         meta = {**base_meta, "round": server_round}
         if plan:
@@ -247,7 +255,7 @@ def run_fleet(grid: Grid, settings: ServerSettings) -> dict[str, Any]:
             seg,
             arrays=arrays,
             train_config=train_config,
-            round_config=keeper.round_config,
+            round_config=round_config,
             expected=n,
             on_round=lambda r, rows: on_round(r, rows, state.get("plan", {}).get("deadline_s")),
             on_reply=on_reply,
@@ -268,7 +276,7 @@ def run_fleet(grid: Grid, settings: ServerSettings) -> dict[str, Any]:
             on_round=on_round,
             plan=plan,
             plan_timeout_s=settings.round_timeout_s,
-            round_config=keeper.round_config,
+            round_config=round_config,
         )
         strategy.deadlines = deadlines  # one dict: each round's report names its deadline
         result = strategy.start(
@@ -281,6 +289,8 @@ def run_fleet(grid: Grid, settings: ServerSettings) -> dict[str, Any]:
         last = max(strategy.rounds) if strategy.rounds else 0
         rows = strategy.rounds.get(last, [])
         final_arrays = result.arrays if result is not None else None
+    if learnt.store.observations():  # the devices taught the store: say where it is
+        base_meta["efficiency_store"] = str(learnt.store.root)
     meta = {**base_meta, "round": last, "round_totals": summaries, "wall_s": time.time() - t0}
     if meta.get("plan") is None:
         meta.pop("plan", None)

@@ -170,9 +170,15 @@ def test_replay_with_deadline_never_exceeds_any_budget(pe, steps, deadline, trut
     for seg in res.segments:
         if seg.budget_w is not None and seg.peak_power_w is not None:
             assert seg.peak_power_w <= seg.budget_w
-    assert (res.status == "late") == (planned.late and res.status != "infeasible")
-    if res.status == "ok" and truth_factor == 1.0:
+    # late is what happened: the plan already missed it, or the device finished after it
+    # (its data needed more samples than shipped); never an infeasible device
+    after = res.time_s is not None and res.time_s > deadline * (1 + 1e-9)
+    trained = res.status not in ("infeasible", "not reached")
+    assert (res.status == "late") == (trained and (planned.late or after))
+    if res.status == "ok":
         assert res.time_s <= deadline * (1 + 1e-9)
+    if truth_factor <= 1.0 and not planned.late and res.status != "infeasible":
+        assert res.status == "ok"  # no more work than promised: the plan holds
 
 
 def test_plan_deadline_is_the_slowest_fastest_finish():
@@ -191,8 +197,12 @@ def test_default_fleet_deadline_objective_end_to_end():
     schedules = {s.name for s in fleet.devices if s.schedule}
     for r in d.rows:
         ref = by_name[r["device"]]
-        assert r["status"] == ref["status"]  # nobody becomes late or infeasible
-        if r["status"] != "ok":
+        # nobody becomes infeasible; late is what happened: the devices' data needs more
+        # samples than the proxy promised, and whoever finished after the deadline says so
+        late = r["time_s"] is not None and r["time_s"] > d.deadline_s * (1 + 1e-9)
+        want = "late" if ref["status"] == "ok" and late else ref["status"]
+        assert r["status"] == want, (r["device"], r["status"], r["time_s"], d.deadline_s)
+        if r["status"] not in ("ok", "late"):
             continue
         for seg in r["segments"]:
             if seg["budget_w"] is not None:

@@ -29,10 +29,15 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 SIM = Path(__file__).resolve().parents[1] / "simulations"
 
 
-def deadline_fleet(tmp_path: Path, text: str) -> Path:
-    """A copy of a fleet file with ``objective = "deadline"`` and absolute paths."""
+def deadline_fleet(tmp_path: Path, text: str, learn: str = "none") -> Path:
+    """A copy of a fleet file with ``objective = "deadline"`` and absolute paths. Its devices
+    do not learn their efficiency by default (``learn_efficiency = "none"``: Algorithm 1 as
+    shipped), so the coordinator's plan and re-plan from their progress are tested alone;
+    devices that learn are tested in tests/test_efficiency_learning.py and below."""
     assert 'objective = "time"' in text
-    text = text.replace('objective = "time"', 'objective = "deadline"')
+    text = text.replace(
+        'objective = "time"', f'objective = "deadline"\nlearn_efficiency = "{learn}"'
+    )
     text = text.replace('"../', f'"{SIM}/')
     path = tmp_path / "deadline.toml"
     path.write_text(text)
@@ -97,7 +102,11 @@ def test_segmented_round_replans_the_deadline_from_progress(tmp_path: Path) -> N
     assert stretch > 1.2  # "far more samples than the proxy promised"
     assert last["time_s"] == pytest.approx(direct["deadline_s"] * stretch, rel=1e-9)
     for n, r in s_rows.items():
-        assert r["status"] == d_rows[n]["status"], n
+        # the broken plan left the devices that finished after its deadline late; re-planned,
+        # every device that trained is on time
+        d = d_rows[n]
+        late = d["status"] in ("ok", "late") and d["time_s"] > direct["deadline_s"] * (1 + 1e-9)
+        assert d["status"] == ("late" if late else r["status"]), n
         if r["status"] == "ok":  # within the re-planned deadline, the same work, no more energy
             assert r["time_s"] <= seg["deadline_s"] * (1 + 1e-9), n
             assert r["samples"] == pytest.approx(d_rows[n]["samples"], rel=1e-6)

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from fleet.config.fleetfile import load_fleet
+from fleet.planning.learning_rounds import simulate_rounds
 from fleet.reports.report import json_safe, runner_row
 from fleet.reports.roundstate import read_state
-from fleet.rounds.virtual_clock import cached_efficiency, simulate_device
 from simulations.flower_engine import run_flower
 from tests.row_compare import diff
 
@@ -65,13 +65,15 @@ def test_run_flower_matches_direct_replay(tmp_path: Path) -> None:
     report = run_flower(fleet_file, tmp_path / "run", lambda *e: events.append(e))
 
     fleet = load_fleet(fleet_file)
-    shipped = cached_efficiency(fleet.run.efficiency)
     rows = {r["device"]: r for r in report["devices"]}
     assert list(rows) == [d.name for d in fleet.devices]
-    for spec in fleet.devices:
-        expected = simulate_device(spec, shipped, fleet.run).to_dict()
+    # round 2 ships each device what round 1 taught the efficiency store, in both engines
+    want = simulate_rounds(fleet, None, fleet.run.rounds, tmp_path / "direct-store")[-1].rows
+    for spec, expected in zip(fleet.devices, want, strict=True):
         # segmented (the default): equal to the last bit's rounding of the summed segments
         assert diff(runner_row(rows[spec.name]), json_safe(expected), spec.name) == []
+    assert rows["nano-4w5"]["efficiency"].startswith("learned:")
+    assert report["efficiency_store"] == str(tmp_path / "run" / "efficiency-store")
 
     # the round ran in segments of 600 device seconds, and its book says so
     state = read_state(tmp_path / "run")

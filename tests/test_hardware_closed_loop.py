@@ -199,7 +199,7 @@ def test_a_live_budget_file_named_in_the_node_config_drives_the_board(tmp_path):
     writer.join(timeout=5)
     assert row["status"] == "not reached", row["message"]
     segs = [(s["budget_w"], s["freq_mhz"]) for s in row["segments"]]
-    assert segs == [(5.0, 921.6), (3.0, 384.0)]
+    assert segs == [(5.0, 921.6), (3.0, 384.0)], row["segments"]
 
 
 @pytest.mark.integration

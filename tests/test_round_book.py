@@ -16,9 +16,9 @@ from clients import records
 from clients import segment_wire as wire
 from clients.reply_check import check_row
 from fleet.common.errors import InputError
+from fleet.planning import replan
 from fleet.rounds.device_round import DeviceResult
 from fleet.rounds.progress import Progress, later
-from strategies import replan
 from strategies import round_book as book
 
 

@@ -55,6 +55,22 @@ def test_default_fleet_json_matches_select_and_respects_budgets(tmp_path):
         assert (row["batch_size"], row["freq_mhz"]) == (c.batch_size, c.freq_mhz)
         if row["budget_w"] is not None and not spec.schedule:
             assert row["peak_power_w"] <= row["budget_w"]
+        segs = row["segments"] or []
+        if any(seg["reason"] == "learned" for seg in segs):
+            # it learnt its own efficiency and moved (learn_efficiency = "online" by default):
+            # each stretch at its own point's profiled mean power, within the budget
+            assert len(segs) >= 2 and segs[0]["batch_size"] == c.batch_size
+            for seg in segs:
+                pt = next(
+                    p for p in prof.points
+                    if (p.batch_size, p.freq_mhz) == (seg["batch_size"], seg["freq_mhz"])
+                )  # fmt: skip
+                dur = seg["end_s"] - seg["start_s"]
+                assert seg["energy_j"] == pytest.approx(pt.mean_power_w * dur, rel=1e-9)
+                if row["budget_w"] is not None:
+                    assert pt.peak_power_w <= row["budget_w"]
+            assert row["energy_j"] == pytest.approx(sum(seg["energy_j"] for seg in segs))
+            continue
         # energy = profiled mean power x time (single-budget devices)
         if not spec.schedule:
             assert row["energy_j"] == pytest.approx(c.mean_power_w * row["time_s"], rel=1e-9)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet.budgets.codec import BudgetStep
+from fleet.budgets.codec import BudgetStep, step_index
 from fleet.config.fleetfile import DeviceSpec, RunSettings, load_fleet
 from fleet.core.efficiency import Efficiency
 from fleet.rounds.device_round import run_device
@@ -25,7 +25,6 @@ from fleet.rounds.virtual_clock import (
     cached_efficiency,
     simulate_device,
     simulate_segment,
-    step_index,
 )
 from tests.test_virtual_clock import PROFILE, SHIPPED, TRACE
 

@@ -47,6 +47,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from . import loop_learning
 from .budget import BudgetSource, ScheduleBudget
 from .budgetwatch import follow_budget, guard, nothing_fits
 from .choose import ChooseError, LutPoint, choose, fits, lut_from_rows
@@ -54,6 +55,8 @@ from .deadline import check_deadline_s, check_power
 from .deadline_reselect import check_behind, choose_deadline_point, reselect_for_deadline
 from .devices.base import Backend, DeviceError
 from .driftwatch import DriftWatch
+from .efficiency_learner import EfficiencyLearner
+from .loop_learning import make_tracker
 from .sampler import PowerSampler, sensor_hz
 from .segments import (
     REASON_DEADLINE,
@@ -105,6 +108,7 @@ class ClosedLoop(object):
         deadline_s: Optional[float] = None,
         pace: bool = False,
         sleep: Callable[[float], None] = time.sleep,
+        learner: Optional[EfficiencyLearner] = None,
     ) -> None:
         if objective not in LOOP_OBJECTIVES:
             raise ClosedLoopError(
@@ -132,7 +136,14 @@ class ClosedLoop(object):
         self._sleep = sleep
         self._step_t = None  # type: Optional[float]  # clock() when the running step began
         self.points = list(points)
-        self.efficiency = dict(efficiency)
+        self.shipped = dict(efficiency)  # what the coordinator shipped (the learner's prior)
+        self.efficiency = dict(efficiency)  # what the loop chooses with (learnt, when learning)
+        # online correction of the samples-to-target (``loop_learning.py``): the learner, and
+        # the noise tracker the trainer feeds with every step's gradients (``device`` learning)
+        self.learner = learner
+        self.noise_tracker = make_tracker(learner)
+        self._pending_reason = REASON_SWITCH
+        self._reselect_reason = REASON_DEADLINE
         self.source = source
         self.objective = objective
         self.guard_window_s = float(guard_window_s)
@@ -276,13 +287,15 @@ class ClosedLoop(object):
                 if p is None:
                     self._stop(nothing_fits(self, self._budget))
                     return self._batch, True
+            reason, self._pending_reason = self._pending_reason, REASON_SWITCH
             if p is not None and (p.batch_size != self._batch or p.freq_mhz != self._freq):
                 t = self.now()
                 self._apply_point(p, t)
-                open_segment(self, t, REASON_SWITCH)
+                open_segment(self, t, reason)
             if self._reselect and p is None:
                 self._reselect = False
-                reselect_for_deadline(self, self.now(), REASON_DEADLINE)
+                why, self._reselect_reason = self._reselect_reason, REASON_DEADLINE
+                reselect_for_deadline(self, self.now(), why)
                 if self.stop_reason is not None:
                     return self._batch, True
             if drift is not None and drift.active():
@@ -310,6 +323,12 @@ class ClosedLoop(object):
         new call measures the rail afresh."""
         with self._mu:
             self.prior = dict(prior or {})
+            loop_learning.restore(self, self.prior)
+
+    def evaluated(self, samples: int, accuracy: float) -> None:
+        """The trainer evaluated: the learning curve's point (``loop_learning.py``)."""
+        with self._mu:
+            loop_learning.evaluated(self, samples, accuracy)
 
     def history(self) -> Dict[str, Any]:
         """The run's record up to now, which the trainer writes into every checkpoint."""
@@ -320,6 +339,9 @@ class ClosedLoop(object):
         the drift watch times it (see ``driftwatch.py``)."""
         if self.pace:
             self._pace()
+        if self.learner is not None:
+            with self._mu:
+                loop_learning.stepped(self)
         if self.deadline_s is not None:
             with self._mu:
                 n = self.efficiency.get(self._batch)

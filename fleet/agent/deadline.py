@@ -251,3 +251,24 @@ def _look_ahead(
         for j, (_, w) in enumerate(schedule)
     ]  # type: List[Optional[Rate]]
     return starts, k, later
+
+
+def fastest_finish_from(
+    points: Sequence[LutPoint],
+    efficiency: Dict[int, float],
+    schedule: Sequence[Tuple[float, Optional[float]]],
+    clock_s: float,
+    done: float,
+    exclude: Optional[Set[Tuple[int, float]]] = None,
+    max_batch: Optional[int] = None,
+) -> Optional[float]:
+    """The earliest the device can reach the target from here (its fastest point under every
+    step from now on): what a learning device reports for the coordinator's re-plan. None when
+    the running step admits nothing or the schedule ends first."""
+    starts = [float(t) for t, _ in schedule]
+    k = step_at(starts, clock_s)
+    now = fastest_rate(points, efficiency, schedule[k][1], exclude, max_batch)
+    if now is None:
+        return None
+    f, _ = finish_at(now.point, points, efficiency, schedule, clock_s, done, exclude, max_batch)
+    return f if f < _INF else None

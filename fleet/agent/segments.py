@@ -19,6 +19,8 @@ The functions take the ``ClosedLoop`` and run with its lock held (``loop_summary
 import math
 from typing import Any, Dict, List, Optional
 
+from .loop_learning import progress_fields
+
 # Why a segment began (its ``reason``).
 REASON_START = "start"
 REASON_BUDGET = "budget-change"
@@ -150,9 +152,13 @@ def merge_record(prior: Dict[str, Any], this: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def loop_history(loop: Any) -> Dict[str, Any]:
-    """The run's record up to now, for the trainer's checkpoint (plain values only)."""
+    """The run's record up to now, for the trainer's checkpoint (plain values only); a learning
+    loop's learner state rides along (the latest, not merged: it is cumulative itself)."""
     with loop._mu:
-        return merge_record(loop.prior, _this_call(loop))
+        record = merge_record(loop.prior, _this_call(loop))
+        if loop.learner is not None:
+            record["learning"] = loop.learner.state()
+        return record
 
 
 def loop_progress(
@@ -167,8 +173,12 @@ def loop_progress(
     with loop._mu:
         b, f = loop._batch, loop._freq
         n = loop.efficiency.get(b)
+        learnt = progress_fields(loop) if not reached else {}
         if reached:
             done = 1.0
+        elif "done" in learnt:
+            done = learnt.pop("done")  # what the device believes, as the learner prices it
+            n = learnt.get("samples_to_target") or n
         elif loop.deadline_s is not None:
             done = loop.done
         else:
@@ -192,6 +202,7 @@ def loop_progress(
             "done": done,
             "eta_s": eta,
             "segments": segments,
+            **learnt,
         }
 
 
@@ -232,4 +243,5 @@ def loop_summary(loop: Any) -> Dict[str, Any]:
             "refreshes": [dict(r) for r in drift.refreshes] if drift else [],
             "refreshed_profile": drift.out_path if drift and drift.refreshes else None,
             "refreshed_profile_csv": drift.refreshed_csv if drift else None,
+            "learning": loop.learner.summary() if loop.learner is not None else None,
         }

@@ -54,6 +54,12 @@ TRAIN_ARGS = [
     "drift_power_tol",
     "refreshed_profile",
     "pace",
+    # online efficiency learning (``efficiency_learner.py``): none | online | device | all; the
+    # shipped vector's seed spread ({batch: std}) and origin (``learned``: the fleet's posterior)
+    "learn_efficiency",
+    "efficiency_std",
+    "efficiency_source",
+    "efficiency_law_err",  # how far the noise scale's law missed the proxy's own curves
 ]
 
 
@@ -103,10 +109,14 @@ def closed_loop_args(req: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     """The closed loop's inputs, or None for a fixed (batch, freq) run; all checked up front."""
     from .budget import BudgetError, make_source
     from .choose import ChooseError, efficiency_from, lut_from_rows
+    from .efficiency_learner import learning_mode
 
     keys = ("budget_w", "budget_schedule", "budget_file")
     if all(req.get(k) is None for k in keys):
-        for k in ("profile", "efficiency", "objective", "deadline_s", "guard_window_s"):
+        for k in (
+            "profile", "efficiency", "objective", "deadline_s", "guard_window_s",
+            "learn_efficiency", "efficiency_std", "efficiency_source", "efficiency_law_err",
+        ):  # fmt: skip
             if req.get(k) is not None:
                 raise ProtocolError(
                     "'{}' needs a budget (budget_w, budget_schedule or budget_file)".format(k)
@@ -148,7 +158,13 @@ def closed_loop_args(req: Dict[str, Any]) -> Optional[Dict[str, Any]]:
             "'objective' must be time, energy or deadline, got {!r}".format(objective)
         )
     deadline_s = _deadline_arg(req, objective, points)
+    try:
+        learn = learning_mode(req.get("learn_efficiency"))
+    except ValueError as exc:
+        raise ProtocolError("'learn_efficiency': {}".format(exc)) from None
     return {
+        "learn": learn,
+        "efficiency_meta": _efficiency_meta(req, efficiency),
         "source": source,
         "points": points,
         "efficiency": efficiency,
@@ -158,6 +174,31 @@ def closed_loop_args(req: Dict[str, Any]) -> Optional[Dict[str, Any]]:
         "drift": _drift_args(req, prof),
         "pace": bool_arg(req, "pace", False),
     }
+
+
+def _efficiency_meta(req: Dict[str, Any], efficiency: Dict[int, float]) -> Dict[str, Any]:
+    """The shipped vector's spread and origin, when the request carries them
+    (``efficiency_std``: {batch: std in samples}, ``efficiency_source``): how far the learner
+    may trust it as a prior. Entries that are not plausible numbers are left out."""
+    out = {"rel_std": {}, "source": None, "law_err": None}  # type: Dict[str, Any]
+    raw = req.get("efficiency_std")
+    if isinstance(raw, dict):
+        for b, v in raw.items():
+            try:
+                bi = int(b)
+            except (TypeError, ValueError):
+                continue
+            ok = isinstance(v, (int, float)) and not isinstance(v, bool)
+            n = efficiency.get(bi)
+            if ok and n and 0 <= v < 1e15:
+                out["rel_std"][bi] = float(v) / n
+    source = req.get("efficiency_source")
+    if isinstance(source, str):
+        out["source"] = source[:64]
+    law = req.get("efficiency_law_err")
+    if isinstance(law, (int, float)) and not isinstance(law, bool) and 0 <= law < 100:
+        out["law_err"] = float(law)
+    return out
 
 
 def _deadline_arg(req: Dict[str, Any], objective: str, points: List[Any]) -> Optional[float]:

@@ -217,7 +217,8 @@ def _train_closed_loop(
             loop_args["efficiency"], loop_args["source"], ref_batch, lr,
             objective=loop_args["objective"], guard_window_s=loop_args["guard_window_s"],
             deadline_s=loop_args["deadline_s"], pace=loop_args["pace"], sampler_hz=hz,
-            log=lambda m: log.warning("%s", m), drift=loop_args["drift"], **opts
+            log=lambda m: log.warning("%s", m), drift=loop_args["drift"],
+            learn=loop_args["learn"], efficiency_meta=loop_args["efficiency_meta"], **opts
         )  # fmt: skip
     except ClosedLoopError as exc:
         raise ProtocolError(str(exc)) from None
@@ -254,6 +255,7 @@ def _train_closed_loop(
             "loop_energy_j": summary["energy_j"],
             "loop_peak_power_w": summary["peak_power_w"],
             "stop_reason": summary["stop_reason"],
+            "learning": summary["learning"],
             **{k: summary[k] for k in OBJECTIVE_KEYS},
             "notes": notes + summary["notes"],
         }

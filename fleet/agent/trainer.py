@@ -172,6 +172,7 @@ def train_to_target(
     progress_interval_s: float = 1.0,
     controller: Any = None,
     segment_s: Optional[float] = None,
+    noise_tracker: Any = None,
 ) -> TrainResult:
     """Fine-tune ``model`` (in place, from its current weights) until the target or the cap.
 
@@ -193,6 +194,11 @@ def train_to_target(
 
     ``segment_s`` (needs ``checkpoint_path``): train at least this many seconds of training time
     in this call, then stop at the next evaluation with status ``paused`` (module docstring).
+
+    ``noise_tracker``: a ``noise_scale.NoiseTracker`` that reads every step's gradients (the
+    gradient noise scale of the device's data, at no extra pass); a controller's own
+    ``noise_tracker`` attribute is used when this is None. It only reads: the run's numbers
+    are the same with or without it.
     """
     b = _positive_int("batch_size", batch_size)
     if not (isinstance(lr, (int, float)) and lr > 0 and math.isfinite(lr)):
@@ -274,7 +280,7 @@ def train_to_target(
                 model, opt, train, test, state, gen, dev, b, k, cap, eval_bs, task,
                 float(target_accuracy), eval_at_start, augment, sampler, progress,
                 progress_interval_s, checkpoint_path, fingerprint, controller, float(lr), opt_name,
-                segment_s,
+                segment_s, noise_tracker,
             )  # fmt: skip
         finally:
             if own_sampler and sampler is not None:
@@ -320,12 +326,18 @@ def _run(
     ref_lr: float = 0.0,
     opt_name: str = "adam",
     segment_s: Optional[float] = None,
+    noise_tracker: Any = None,
 ) -> None:
     """The loop: train stretches between evaluations; each evaluation may stop and checkpoints."""
     session_t0 = time.perf_counter()
     wall_before = state.wall_time_s
     train_before = state.train_time_s  # this call's segment is measured from here
     history_of = getattr(controller, "history", None)
+    on_eval = getattr(controller, "evaluated", None)
+    tracker = (
+        noise_tracker if noise_tracker is not None else getattr(controller, "noise_tracker", None)
+    )
+    params = [p for p in model.parameters() if p.requires_grad] if tracker is not None else []
     n = len(train)
     model.train()
     ref_b = b
@@ -370,6 +382,8 @@ def _run(
             state.wall_time_s = wall_now()
         if progress is not None:
             progress(state.samples, cap, {"accuracy": acc, "phase": "eval"})
+        if on_eval is not None and state.status == RUNNING:
+            on_eval(state.samples, acc)  # the learning curve's point: may re-select
         return state.status != RUNNING
 
     if not state.curve and eval_at_start:
@@ -418,6 +432,8 @@ def _run(
                 loss = loss_fn(model(xb), yb)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
+                if tracker is not None:
+                    tracker.step(params, b, opt)
                 opt.step()
                 loss_sum += loss.detach()
                 loss_steps += 1

@@ -13,6 +13,8 @@ from .choose import LutPoint
 from .closedloop import ClosedLoop
 from .devices.base import Backend
 from .driftwatch import DriftWatch, rows_from_points
+from .efficiency_belief import trust_for
+from .efficiency_learner import EfficiencyLearner
 from .sampler import sensor_hz
 from .segments import loop_progress
 
@@ -34,6 +36,8 @@ def train_under_budget(
     drift: Optional[Dict[str, Any]] = None,
     deadline_s: Optional[float] = None,
     pace: bool = False,
+    learn: str = "none",
+    efficiency_meta: Optional[Dict[str, Any]] = None,
     **train_options: Any,
 ) -> Tuple[Any, Dict[str, Any]]:
     """Fine-tune under the closed loop; the device is restored on every way out.
@@ -51,6 +55,11 @@ def train_under_budget(
     ``pace``: every step lasts at least the profile's step time at its point (``ClosedLoop``):
     a rehearsal on a host faster than the board, or a virtual board, keeps the board's timeline.
 
+    ``learn``: the online efficiency learning (``efficiency_learner.MODES``): the loop corrects
+    the shipped samples-to-target from the run's own evaluations (and, with ``device``/``all``,
+    the gradient noise scale of its steps) and re-selects (``loop_learning.py``);
+    ``efficiency_meta`` (``rel_std``, ``source``) says how far the shipped vector is trusted.
+
     ``segment_s`` (in ``train_options``, with ``checkpoint_path``): one segment of a longer run
     (``trainer`` module docstring): status ``paused`` when it stopped at its evaluation; the
     result's counters and the summary's record are the whole run's, and ``summary["progress"]``
@@ -65,6 +74,19 @@ def train_under_budget(
     if not opts.pop("off", False):
         rows = opts.pop("rows", None) or rows_from_points(points)
         watch = DriftWatch(rows, hz=sampler_hz, **opts)
+    learner = None
+    if learn != "none":
+        meta = efficiency_meta or {}
+        learner = EfficiencyLearner(
+            efficiency,
+            float(train_options.get("target_accuracy", 1.0)),
+            meta.get("rel_std"),
+            trust_for(meta.get("source")),
+            online=learn in ("online", "all"),
+            noise=learn in ("device", "all"),
+            every=train_options.get("eval_every_samples"),
+            law_err=meta.get("law_err"),
+        )
     loop = ClosedLoop(
         backend,
         points,
@@ -78,6 +100,7 @@ def train_under_budget(
         drift=watch,
         deadline_s=deadline_s,
         pace=pace,
+        learner=learner,
     )
     with loop:
         result = train_to_target(
@@ -91,6 +114,9 @@ def train_under_budget(
             sampler_hz=sampler_hz,
             **train_options,
         )
+    if learner is not None and result.status == "reached":
+        with loop._mu:
+            learner.reached()  # the count at the running batch size is known now
     summary = loop.summary()
     if summary["status"] is None or result.status == "reached":
         summary["status"] = result.status

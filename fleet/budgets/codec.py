@@ -14,7 +14,9 @@ See docs/architecture.md, "Data contracts".
 
 from __future__ import annotations
 
+import bisect
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from fleet.common.errors import InputError
@@ -118,6 +120,11 @@ def parse_schedule(raw: object, where: str = "budget schedule") -> tuple[BudgetS
     if len({s.at_s for s in steps}) != len(steps):
         raise InputError(f"{where}: two steps start at the same time")
     return tuple(steps)
+
+
+def step_index(schedule: Sequence[BudgetStep], clock_s: float) -> int:
+    """The budget step in force at ``clock_s`` (the last one starting at or before it)."""
+    return max(0, bisect.bisect_right([s.at_s for s in schedule], clock_s) - 1)
 
 
 def format_schedule(steps: tuple[BudgetStep, ...]) -> str:

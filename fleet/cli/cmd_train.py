@@ -63,6 +63,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "least predicted energy (the fastest point, 'late', when nothing can)",
     )
     p.add_argument("--target-accuracy", type=float, default=0.9)
+    p.add_argument(
+        "--learn-efficiency",
+        choices=("none", "online", "device", "all"),
+        default="online",
+        help="correct the shipped samples-to-target while training: from the learning curve "
+        "(online, the default), the gradient noise scale of the steps (device), both (all), or "
+        "not at all (none: Algorithm 1 as shipped)",
+    )
     p.add_argument("--max-samples", type=int, help="stop here if the target is not met")
     p.add_argument("--eval-every", type=int, help="samples between evaluations (default: epoch)")
     p.add_argument("--optimizer", default="adam", choices=["adam", "adamw", "sgd"])
@@ -121,13 +129,15 @@ def _budget_source(args: argparse.Namespace) -> Any:
         raise InputError(str(exc)) from None
 
 
-def _efficiency(path: str) -> dict[int, float]:
+def _efficiency(path: str) -> tuple[dict[int, float], dict[str, Any]]:
+    """The shipped vector and what the learner needs of it (its spread, its origin)."""
     from fleet.core.efficiency import load_efficiency
 
     eff = load_efficiency(path)
     if not eff.reached:
         raise InputError(f"{path}: no batch size reached the target accuracy")
-    return dict(eff.reached)
+    rel = {b: eff.std[b] / n for b, n in eff.reached.items() if b in eff.std and n > 0}
+    return dict(eff.reached), {"rel_std": rel, "source": eff.metadata.get("source")}
 
 
 def _lut_from_profile(path: str) -> list[Any]:
@@ -224,7 +234,7 @@ def run(args: argparse.Namespace) -> int:
 
     _check_args(args)
     source = _budget_source(args)
-    efficiency = _efficiency(args.efficiency)
+    efficiency, efficiency_meta = _efficiency(args.efficiency)
     points = _lut_from_profile(args.profile) if args.profile else None
     if points is not None and args.objective == "deadline":
         _check_power(points, args.profile)
@@ -275,7 +285,8 @@ def run(args: argparse.Namespace) -> int:
                 max_samples=args.max_samples, seed=args.seed, device=device,
                 checkpoint_path=ckpt, task=task.kind, progress=progress,
                 drift=_drift_settings(args), deadline_s=args.deadline_s,
-                pace=args.pace_to_profile,
+                pace=args.pace_to_profile, learn=args.learn_efficiency,
+                efficiency_meta=efficiency_meta,
             )  # fmt: skip
         except (ClosedLoopError, TrainerError) as exc:
             raise InputError(str(exc)) from None
@@ -372,6 +383,9 @@ def _report(result: Any, summary: dict[str, Any], args: argparse.Namespace, ckpt
         **{k: summary[k] for k in OBJECTIVE_KEYS},
         "budget": summary["budget_source"],
         "stop_reason": summary["stop_reason"],
+        # what the run learnt of its samples-to-target: belief, fits, evidence (None: --learn
+        # none)
+        "learning": summary["learning"],
         "notes": summary["notes"],
         "backend": args.backend,
         "model": args.model,
@@ -440,6 +454,14 @@ def _print_human(out: dict[str, Any]) -> None:
         console.print(
             f"deadline {out['deadline_s']:g} s: predicted finish "
             f"{'n/a' if finish is None else f'{finish:.1f} s'}, {verdict}"
+        )
+    ev = (out.get("learning") or {}).get("evidence")
+    if ev:
+        fits = len((out.get("learning") or {}).get("fits") or [])
+        how = "reached there" if ev["reached"] else "from its learning curve"
+        console.print(
+            f"learnt: b={ev['batch_size']} needs {ev['samples_to_target']:,.0f} samples to the "
+            f"target ({how}, sd of log {ev['log_sd']:.2f}; {fits} fit(s))"
         )
     if out["stop_reason"]:
         print(f"powerfleet train: {out['stop_reason']}", file=sys.stderr)

@@ -244,7 +244,8 @@ class DeadlineChooser:
     the step's budget admits nothing. ``late`` is the planned choice's verdict (step 0: what the
     coordinator learns before training); a device that later falls behind its prediction
     (its data needs more samples than the shipped estimate) switches to its fastest point and
-    records when in ``behind_at_s`` without becoming ``late``.
+    records when in ``behind_at_s``. The row's status is what happened (``verdict``): ``late``
+    when the device reached the target after the deadline, whatever the plan said.
     """
 
     def __init__(
@@ -275,13 +276,26 @@ class DeadlineChooser:
             self.behind_at_s = clock_s
         return _as_choice(r)
 
-    def verdict(self) -> tuple[str | None, str]:
-        """``late`` when the planned choice missed the deadline; a note if it fell behind."""
+    def verdict(self, finish_s: float | None = None) -> tuple[str | None, str]:
+        """``late`` when the device finished after the deadline (``finish_s``, its actual
+        clock at the target) or its planned choice already missed it; else a note if it fell
+        behind mid-round. What happened decides, not what was predicted: a device whose data
+        needs more samples than shipped finishes late although its plan was on time."""
+        limit = self.deadline_s * (1.0 + _REL_TOL)
+        after = finish_s is not None and math.isfinite(finish_s) and finish_s > limit
         if self.late:
             return "late", (
                 f"predicted finish {self.predicted_finish_s:.0f} s misses the deadline "
                 f"{self.deadline_s:.0f} s; ran its fastest point"
             )
+        if after:
+            planned = self.predicted_finish_s
+            why = f"finished at {finish_s:.0f} s, after the {self.deadline_s:.0f} s deadline" + (
+                f" (planned {planned:.0f} s)" if planned is not None else ""
+            )
+            if self.behind_at_s is not None:
+                why += f"; fell behind at {self.behind_at_s:.0f} s and ran its fastest point"
+            return "late", why
         if self.behind_at_s is not None:
             return None, (
                 f"fell behind the {self.deadline_s:.0f} s deadline at {self.behind_at_s:.0f} s "

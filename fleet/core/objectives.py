@@ -20,7 +20,8 @@ An objective whose choice depends on where the device stands in its round (how m
 work is done, how far the clock has run) also gives a *per-step chooser* (``steps``): a factory
 ``steps(points, shipped, schedule, context, source)`` returning a ``StepChooser`` that the
 device round asks at every budget step instead of re-selecting, and whose ``verdict()`` may
-give the row a status of its own (``deadline``: ``late`` when no point meets the deadline).
+give the row a status of its own (``deadline``: ``late`` when the device finished after the
+deadline, whatever its plan said).
 """
 
 from __future__ import annotations
@@ -42,8 +43,9 @@ class StepChooser(Protocol):
 
     def __call__(self, k: int, clock_s: float, done: float) -> Choice | None: ...
 
-    def verdict(self) -> tuple[str | None, str]:
-        """(a status replacing ``ok``, or None; a note for the row's message, or "")."""
+    def verdict(self, finish_s: float | None = None) -> tuple[str | None, str]:
+        """(a status replacing ``ok``, or None; a note for the row's message, or ""), given
+        the device's actual clock at the target (``finish_s``)."""
         ...
 
 

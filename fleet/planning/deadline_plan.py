@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from fleet.agent.efficiency_learner import DEADLINE_Z
 from fleet.budgets.codec import BudgetStep
 from fleet.common.errors import InputError
 from fleet.config.fleetfile import DeviceSpec
@@ -60,13 +61,29 @@ class DevicePlan:
     message: str = ""
 
 
+def planning_efficiency(eff: Efficiency) -> Efficiency:
+    """The samples a deadline is planned on: a vector the fleet learnt (``source = learned``,
+    its std the posterior's) priced ``DEADLINE_Z`` standard deviations up, as a learning
+    device prices its own work left; else the vector as shipped. Why: planned on the posterior
+    median, the slowest devices of a 1,000-device fleet each finished about a second after a
+    deadline their own median set (200 devices ``late`` by 0.02 %)."""
+    if eff.metadata.get("source") != "learned" or not eff.std:
+        return eff
+    up = {}
+    for b, n in eff.samples.items():
+        sd = eff.std.get(b, 0.0)
+        ok = n > 0 and math.isfinite(n) and sd >= 0 and math.isfinite(sd)
+        up[b] = n * math.exp(DEADLINE_Z * sd / n) if ok else n
+    return replace(eff, samples=up)
+
+
 def plan_device(
     schedule: Sequence[BudgetStep], points: Sequence[Point], shipped: Efficiency
 ) -> DevicePlan:
     """What a device reports before training (no training, the profile is enough): the time
     objective's predicted finish under its schedule, costed with the shipped efficiency.
     ``points`` and ``shipped`` are aligned on their common batch sizes by the caller."""
-    table = rates(points, shipped)
+    table = rates(points, planning_efficiency(shipped))
     later = fastest_per_step(table, schedule)
     if later[0] is None:
         return DevicePlan(None, None, "no operating point fits the first budget")

@@ -26,17 +26,31 @@ from fleet.config.fleetfile import DeviceSpec, Fleet, RunSettings
 from fleet.core.choice import align
 from fleet.core.deadline import RateTable, check_deadline, rates
 from fleet.core.efficiency import Efficiency
-from fleet.planning.deadline_plan import fastest_finish_rates, plan_deadline
+from fleet.planning import replan
+from fleet.planning.deadline_plan import (
+    fastest_finish_rates,
+    plan_deadline,
+    planning_efficiency,
+)
 from fleet.planning.roundenergy import round_energy, round_totals
+from fleet.planning.segmented_round import expand, run_segmented
 from fleet.rounds.device_round import TRAINED
 from fleet.rounds.virtual_clock import cached_efficiency, cached_profile, simulate_device
 
 Progress = Callable[[int, int, str], None]  # (done, total, device name)
 
 
-def _kind(spec: DeviceSpec) -> tuple:
-    """Everything but the name: two devices of one kind make the same round."""
-    return (spec.device_type, spec.budget_w, spec.profile, spec.data, spec.schedule, spec.learning)
+def _kind(spec: DeviceSpec, shipped: Efficiency | None = None) -> tuple:
+    """Everything but the name: two devices of one kind make the same round (``shipped``: the
+    efficiency this device was shipped, when devices get their own)."""
+    own = None if shipped is None else tuple(sorted(shipped.reached.items()))
+    return (
+        spec.device_type, spec.budget_w, spec.profile, spec.data, spec.schedule, spec.learning,
+        own,
+    )  # fmt: skip
+
+
+Shipped = dict[str, Efficiency]  # a device's own efficiency, by name (learnt by the fleet)
 
 
 def run_deadline(fleet: Fleet) -> float | None:
@@ -47,18 +61,23 @@ def run_deadline(fleet: Fleet) -> float | None:
     return check_deadline(raw, f"{fleet.path}: [run] deadline_s")
 
 
-def fastest_finishes(specs: Sequence[DeviceSpec], shipped: Efficiency) -> list[float | None]:
+def fastest_finishes(
+    specs: Sequence[DeviceSpec], shipped: Efficiency, own: Shipped | None = None
+) -> list[float | None]:
     """What each device reports in the planning exchange: its fastest predicted finish (None
-    when it cannot train or its files are unusable; such a device does not set the deadline)."""
+    when it cannot train or its files are unusable; such a device does not set the deadline).
+    ``own``: devices shipped an efficiency of their own price their work with it."""
     memo: dict[tuple, float | None] = {}
-    tables: dict[str, RateTable | None] = {}  # per profile file: aligned and costed once
+    tables: dict[tuple, RateTable | None] = {}  # per profile file: aligned and costed once
     out = []
     for spec in specs:
-        key = _kind(spec)
+        mine = (own or {}).get(spec.name)
+        key = _kind(spec, mine)
         if key not in memo:
-            if spec.profile not in tables:
-                tables[spec.profile] = _table(spec.profile, shipped)
-            table = tables[spec.profile]
+            tkey = (spec.profile, key[-1])
+            if tkey not in tables:
+                tables[tkey] = _table(spec.profile, mine or shipped)
+            table = tables[tkey]
             steps = spec.schedule or (BudgetStep(0.0, spec.budget_w),)
             memo[key] = None if table is None else fastest_finish_rates(table, steps)
         out.append(memo[key])
@@ -71,17 +90,19 @@ def _table(profile_path: str, shipped: Efficiency) -> RateTable | None:
         profile_a, shipped_a, _ = align(profile, shipped)
     except InputError:
         return None
-    return rates(profile_a.points, shipped_a)
+    return rates(profile_a.points, planning_efficiency(shipped_a))
 
 
 @dataclass
 class FleetRound:
-    """One round of the whole fleet under one objective."""
+    """One round of the whole fleet under one objective (``plan``: the segmented round's
+    deadline history, None for the one-shot round)."""
 
     objective: str
     deadline_s: float | None
     rows: list[dict[str, object]]
     totals: dict[str, object] = field(default_factory=dict)
+    plan: dict[str, object] | None = None
 
 
 def totals(rows: Sequence[dict[str, object]]) -> dict[str, object]:
@@ -124,36 +145,80 @@ def simulate_fleet(
     objective: str | None = None,
     deadline_s: float | None = None,
     progress: Progress | None = None,
+    segment_s: float | None = None,
+    own: Shipped | None = None,
 ) -> FleetRound:
     """One round of every device on the virtual clock; rows as the round report holds them.
 
     Under the deadline objective the deadline is ``deadline_s``, else ``[run] deadline_s``,
-    else planned from every device's fastest predicted finish.
+    else planned from every device's fastest predicted finish. With ``segment_s`` the round
+    runs in segments of that many device seconds (``fleet.planning.segmented_round``) and a
+    planned deadline is re-planned from the devices' progress after every segment, as the
+    coordinator does; ``plan`` then holds the deadline's history. ``own``: the efficiency each
+    device is shipped when it has its own (``fleet.trust.efficiency_store``: a later round of
+    a fleet that learns), else the fleet's ``[run] efficiency``.
     """
     objective = objective or fleet.run.objective
     shipped = cached_efficiency(fleet.run.efficiency)
     deadline = None
+    planned = False
     if objective == "deadline":
         deadline = deadline_s if deadline_s is not None else run_deadline(fleet)
         if deadline is None:
-            deadline = plan_deadline(fastest_finishes(fleet.devices, shipped))
+            planned = True
+            finishes = fastest_finishes(fleet.devices, shipped, own)
+            deadline = plan_deadline(finishes)
+    key_of = lambda spec: _kind(spec, (own or {}).get(spec.name))  # noqa: E731
+    ship = lambda spec: (own or {}).get(spec.name) or shipped  # noqa: E731
+    if segment_s:
+        return _segmented(
+            fleet, objective, deadline, planned, ship, key_of, float(segment_s), progress, own
+        )
     run = run_for(fleet.run, objective, deadline)
     memo: dict[tuple, dict[str, object]] = {}
-    rows = []
     total = len(fleet.devices)
     for k, spec in enumerate(fleet.devices, start=1):
-        key = _kind(spec)
+        key = key_of(spec)
         if key not in memo:
-            memo[key] = simulate_device(spec, shipped, run).to_dict()
-        row = memo[key]
-        if row["device"] != spec.name:  # a copy: the row as this device would have made it
-            first = str(row["device"])
-            row = {**row, "device": spec.name}
-            row["message"] = str(row.get("message") or "").replace(first, spec.name)
-        rows.append(row)
+            memo[key] = simulate_device(spec, ship(spec), run).to_dict()
         if progress:
             progress(k, total, spec.name)
+    rows = expand(fleet.devices, key_of, memo)
     return FleetRound(objective, deadline, rows, totals(rows))
+
+
+def _segmented(
+    fleet: Fleet,
+    objective: str,
+    deadline: float | None,
+    planned: bool,
+    ship: Callable[[DeviceSpec], Efficiency],
+    key_of: Callable[[DeviceSpec], tuple],
+    segment_s: float,
+    progress: Progress | None,
+    own: Shipped | None,
+) -> FleetRound:
+    kinds: dict[tuple, DeviceSpec] = {}
+    for spec in fleet.devices:
+        kinds.setdefault(key_of(spec), spec)
+    fastest: dict[tuple, float | None] = {}
+    if objective == "deadline":
+        got = fastest_finishes(list(kinds.values()), cached_efficiency(fleet.run.efficiency), own)
+        fastest = dict(zip(kinds, got, strict=True))
+    rows_by_kind, plan = run_segmented(
+        kinds, ship, lambda d: run_for(fleet.run, objective, d), deadline, fastest,
+        segment_s, planned,
+    )  # fmt: skip
+    rows = expand(fleet.devices, key_of, rows_by_kind)
+    if objective == "deadline":
+        for row in rows:
+            got = replan.settle(row, plan.deadline_s)
+            if got is not None:
+                row["status"], note = got
+                row["message"] = f"{note}; {row['message']}" if row.get("message") else note
+    if progress:
+        progress(len(rows), len(rows), "done")
+    return FleetRound(objective, plan.deadline_s, rows, totals(rows), plan.to_dict())
 
 
 # ------------------------------------------------------------------------------ deadline vs time
@@ -214,16 +279,6 @@ def _saved_pct(ref: object, got: object) -> float | None:
     if not _finite(ref) or not ref or not _finite(got):
         return None
     return 100.0 * (ref - got) / ref  # type: ignore[operator]
-
-
-def deadline_round(fleet: Fleet, progress: Progress | None = None) -> tuple[list[dict], dict]:
-    """The direct engine's deadline round: rows, plus report fields (deadline, comparison)."""
-    ref = simulate_fleet(fleet, "time")
-    got = simulate_fleet(fleet, "deadline", progress=progress)
-    return got.rows, {
-        "deadline_s": got.deadline_s,
-        "deadline_vs_time": deadline_vs_time(ref.rows, got.rows),
-    }
 
 
 # ------------------------------------------------------------------------------------- what-if

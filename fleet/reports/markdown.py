@@ -226,6 +226,7 @@ def run_markdown(report: dict, run_dir: Path) -> str:
     for d, row in zip(devs, cells, strict=True):
         lines.append("| " + " | ".join([*row, _source_of(d)]) + " |")
     lines += segments_section(devs)
+    lines += learning_section(devs, report.get("efficiency_store"))
     f = report["fleet"]
     counts = ", ".join(f"{k}: {v}" for k, v in f["status_counts"].items())
     lines += [
@@ -288,6 +289,33 @@ def segments_section(devs: list[dict]) -> list[str]:
     out += ["| " + " | ".join(row) + " |" for row in cells]
     if guards:
         out += ["", f"Guard step-downs (measured power over the budget): {guards}."]
+    return out
+
+
+def learning_section(devs: list[dict], store: object = None) -> list[str]:
+    """What each device learnt of its samples-to-target against what it was shipped."""
+    rows = [d for d in devs if isinstance(d.get("learned_samples"), (int, float))]
+    if not rows:
+        return []
+    out = [
+        "",
+        "## What the devices learnt of their samples-to-target",
+        "",
+        "Each device's own evidence (its learning curve's estimate, exact once it met the "
+        "target) and the fits it made; `learned` segments are switches it made because of it.",
+        "",
+        "| device | batch size | samples to target | sd of log | fits | learned switches |",
+        "|---|---|---|---|---|---|",
+    ]
+    for d in rows:
+        switches = sum(1 for s in d.get("segments") or [] if s.get("reason") == "learned")
+        out.append(
+            f"| {d['device']} | {d.get('learned_batch_size')} | "
+            f"{_num(d['learned_samples'], ',.0f')} | {_num(d.get('learned_log_sd'), '.3f')} | "
+            f"{len(d.get('efficiency_fits') or [])} | {switches} |"
+        )
+    if store:
+        out += ["", f"The coordinator kept it in the efficiency store `{store}`."]
     return out
 
 

@@ -60,7 +60,9 @@ class Segment:
     samples: float
     energy_j: float
     peak_power_w: float | None
-    reason: str = ""  # why it began: start | budget | guard | switch (the board's closed loop)
+    # why it began: start | budget | guard | switch (the board's closed loop) | learned (the
+    # device's learnt efficiency made another point better)
+    reason: str = ""
 
 
 @dataclass
@@ -94,6 +96,14 @@ class DeviceResult:
     # the board's runtime guard stepping the clock down: {t_s, from_mhz, to_mhz, measured_w,
     # budget_w} each (the agent's closed loop; empty in simulation)
     guard_events: list[dict[str, Any]] = field(default_factory=list)
+    # what the device learnt of its samples-to-target (``[run] learn_efficiency``): the batch
+    # size it speaks of, the count there and the sd of its log; the coordinator's evidence
+    learned_batch_size: int | None = None
+    learned_samples: float | None = None
+    learned_log_sd: float | None = None
+    # every refit of its learning curve: {t_s, samples, batch_size, fit_samples, fit_log_sd,
+    # estimate, before} (report.json only)
+    efficiency_fits: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def for_device(cls, spec: DeviceSpec, efficiency: str, **values: Any) -> DeviceResult:
@@ -153,7 +163,7 @@ def row_fields() -> list[str]:
 
 
 # Row fields holding lists (of dicts): report.json and the wire carry them as JSON, not columns.
-LIST_FIELDS = ("segments", "guard_events")
+LIST_FIELDS = ("segments", "guard_events", "efficiency_fits")
 
 
 def row_columns() -> list[str]:
@@ -270,7 +280,7 @@ def run_device(
         rnd = Round(spec, run, aligned, shipped_a, index, schedule, first, dict(context), chooser)
         runner.run(rnd, res)
         if chooser is not None and res.status == "ok":
-            status, note = chooser.verdict()
+            status, note = chooser.verdict(res.time_s)
             res.status = status or res.status
             res.message = "; ".join(m for m in (note, res.message) if m)
         if checked is not None and checked.note:

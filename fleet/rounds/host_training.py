@@ -22,6 +22,8 @@ from fleet.common.errors import InputError
 from fleet.config.fleetfile import DeviceSpec, RunSettings
 from fleet.core.efficiency import Efficiency, scaled_lr
 from fleet.rounds.device_round import DeviceResult, Round, run_device
+from fleet.rounds.host_learning import LearnedBatch
+from fleet.rounds.learning import ReplayLearning
 from fleet.rounds.virtual_clock import VirtualClock, cached_profile
 from fleet.training.task import build_for, load_task
 
@@ -37,31 +39,17 @@ class HostTraining:
     truth: Efficiency | None = None  # known only for the batch size trained: no baselines
 
     def run(self, rnd: Round, res: DeviceResult) -> None:
-        from fleet.agent.train_state import TrainerError
-        from fleet.agent.trainer import train_to_target
-
         spec, run, b = rnd.spec, rnd.run, rnd.first.batch_size
         if not spec.data:
             raise InputError(f"device {spec.name}: learning = 'train' needs a data entry")
         task = load_task(spec.data, self.data_dir, seed=run.seed)
         model = build_for(task, run.model, run.seed, self.weights)
-        try:
-            out = train_to_target(
-                model,
-                task.train,
-                task.test,
-                b,
-                scaled_lr(b, run.lr_ref_batch, run.lr_ref, run.optimizer),
-                run.target_accuracy,
-                optimizer=run.optimizer,
-                eval_every_samples=_opt_int(run.extra.get("eval_every_samples")),
-                max_samples=_opt_int(run.extra.get("max_samples")),
-                seed=run.seed,
-                task=task.kind,
-            )
-        except TrainerError as exc:
-            raise InputError(str(exc)) from None
-        self.trained = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        learning = ReplayLearning.create(rnd)
+        if learning is not None:
+            self._learning_run(rnd, res, task, model, learning)
+            return
+        lr = scaled_lr(b, run.lr_ref_batch, run.lr_ref, run.optimizer)
+        out = self._train(run, task, model, b, lr)
         if out.samples_to_accuracy == 0:
             # the shipped (pre-trained) model already meets the target on this device's data
             res.time_s = res.energy_j = res.samples = 0.0
@@ -83,6 +71,48 @@ class HostTraining:
                 f"target {run.target_accuracy:g} not reached within {out.samples} samples "
                 f"(best {out.best_accuracy:.3f})"
             )
+
+    def _train(self, run: Any, task: Any, model: Any, b: int, lr: float, control: Any = None):
+        """Fine-tune to the target on the host (one trainer call for both paths); keeps the
+        trained weights. ``control`` (a learning device) chooses the batch size as it goes."""
+        from fleet.agent.train_state import TrainerError
+        from fleet.agent.trainer import train_to_target
+
+        try:
+            out = train_to_target(
+                model, task.train, task.test, b, lr, run.target_accuracy,
+                optimizer=run.optimizer,
+                eval_every_samples=_opt_int(run.extra.get("eval_every_samples")),
+                max_samples=_opt_int(run.extra.get("max_samples")),
+                seed=run.seed, task=task.kind, controller=control,
+            )  # fmt: skip
+        except TrainerError as exc:
+            raise InputError(str(exc)) from None
+        self.trained = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        return out
+
+    def _learning_run(
+        self, rnd: Round, res: DeviceResult, task: Any, model: Any, learning: Any
+    ) -> None:
+        """Train with the learner choosing the batch size (``host_learning.LearnedBatch``): the
+        reference pair is the fleet's, every switch rescales the learning rate."""
+        run = rnd.run
+        control = LearnedBatch(rnd, learning, rnd.first)
+        out = self._train(run, task, model, run.lr_ref_batch, run.lr_ref, control)
+        control.fill(res)
+        res.accuracy = out.final_accuracy
+        if out.status == "reached":
+            res.status = "ok"
+        elif out.status == "over-budget":
+            res.status = "infeasible"
+            res.message = "the budget schedule left no feasible point before the target"
+        else:
+            res.status = "not reached"
+            res.message = (
+                f"target {run.target_accuracy:g} not reached within {out.samples} samples "
+                f"(best {out.best_accuracy:.3f})"
+            )
+        learning.report(res)
 
 
 def train_device(

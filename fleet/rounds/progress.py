@@ -55,6 +55,15 @@ class Progress:
     eta_s: float | None = None
     segments: int = 0
     deadline_s: float | None = None  # the deadline the running point was chosen for
+    # the device's own estimate of the samples its running batch size needs for the target
+    # (learnt from its curve), and the sd of its log; None when it learnt nothing
+    samples_to_target: float | None = None
+    samples_to_target_sd: float | None = None
+    # the device-clock time it could reach the target at the earliest from here (its fastest
+    # point under its budget, with what it learnt): what the coordinator re-plans with
+    fastest_finish_s: float | None = None
+    # a learning replay device's learner state (``fleet.rounds.learning``): resumed with it
+    learning: dict | None = None
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -68,6 +77,9 @@ class Progress:
         if unknown:
             raise InputError(f"{where}: unknown field {unknown[0]!r}")
         out = cls()
+        learning = data.get("learning")
+        if learning is not None:
+            out.learning = _learning_state(learning, f"{where}.learning")
         for name, (lo, hi, optional, integral) in _BOUNDS.items():
             if name not in data:
                 continue
@@ -93,7 +105,28 @@ _BOUNDS: dict[str, tuple[float, float, bool, bool]] = {
     "eta_s": (0.0, MAX_SECONDS, True, False),
     "segments": (0, 1 << 31, False, True),
     "deadline_s": (0.0, MAX_SECONDS, True, False),
+    "samples_to_target": (0.0, MAX_SAMPLES, True, False),
+    "samples_to_target_sd": (0.0, 100.0, True, False),
+    "fastest_finish_s": (0.0, MAX_SECONDS, True, False),
 }
+
+MAX_LEARNING_BYTES = 200_000  # a learner's state: a few hundred evaluations
+
+
+def _learning_state(value: object, where: str) -> dict:
+    """A learner's state from another machine: an object of bounded size whose numbers are
+    finite (the learner checks its shape when it resumes from it)."""
+    import json
+
+    if not isinstance(value, dict):
+        raise InputError(f"{where}: expected an object")
+    try:
+        text = json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        raise InputError(f"{where}: expected finite numbers in lists") from None
+    if len(text) > MAX_LEARNING_BYTES:
+        raise InputError(f"{where}: {len(text)} bytes, at most {MAX_LEARNING_BYTES}")
+    return json.loads(text)
 
 
 def _number(value: object, where: str, lo: float, hi: float, integral: bool) -> float | int:

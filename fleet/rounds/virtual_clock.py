@@ -27,19 +27,20 @@ run's final row (``tests/test_virtual_clock_segments.py``).
 
 from __future__ import annotations
 
-import bisect
 import functools
 import math
 from dataclasses import dataclass, field, replace
 
-from fleet.budgets.codec import BudgetStep, budget_limit
+from fleet.budgets.codec import budget_limit, step_index
 from fleet.common.errors import InputError
 from fleet.config.fleetfile import DeviceSpec, RunSettings
 from fleet.core.choice import Choice, make_choice
+from fleet.core.curves import TraceCurves
 from fleet.core.efficiency import Efficiency, load_efficiency
 from fleet.core.profile import Profile, feasible, load_profile
 from fleet.core.selection import SelectionIndex
 from fleet.rounds.device_round import TRAINED, DeviceResult, Round, Segment, run_device
+from fleet.rounds.learning import ReplayLearning, curves_for
 from fleet.rounds.progress import MAX_SECONDS, Progress
 
 DONE = 1.0 - 1e-12  # fraction of the target that counts as reached (float sums)
@@ -61,6 +62,7 @@ class VirtualClock:
     learning: str | None = None
     start: Progress | None = None
     stop_s: float | None = None
+    curves: TraceCurves | None = None  # the trace's recorded learning curves, when it has any
     progress: Progress | None = field(default=None, init=False)
 
     @property
@@ -73,12 +75,13 @@ class VirtualClock:
         clock = done = energy = samples = peak = 0.0  # done: fraction of the target reached
         start, first_k = self.start, 0
         stop = math.inf if self.stop_s is None else self.stop_s
+        learning = ReplayLearning.begin(rnd, self.curves, start)
         if start is not None:
             clock, done = start.time_s, start.done
             energy, samples = start.energy_j, start.samples
             first_k = step_index(schedule, clock)
         now = _Now.of(start)  # the point running at the clock, for the progress
-        stopped = False
+        stopped = finished = False
         for k in range(first_k, len(schedule)):
             step = schedule[k]
             end = schedule[k + 1].at_s if k + 1 < len(schedule) else math.inf
@@ -88,9 +91,11 @@ class VirtualClock:
                 break
             fixed = self.batch_size
             if start is not None and k == first_k and clock > step.at_s:
-                choice = self._resumed(rnd, k, clock, done)  # mid-step: keep running its point
+                choice = self._resumed(rnd, k, clock, done, learning)  # mid-step: keep its point
             elif k == 0 and fixed is None:
                 choice = rnd.first
+            elif learning is not None:
+                choice = learning.choose(rnd, k, clock, fixed)
             else:
                 choice = rnd.choose_step(k, clock, done, fixed)
             if choice is None:
@@ -102,40 +107,54 @@ class VirtualClock:
                     stopped = True
                     break
                 continue
-            n_true = self.trace.samples.get(choice.batch_size, math.nan)
-            if math.isnan(n_true):
-                res.status = "not reached"
-                res.message = (
-                    f"batch_size={choice.batch_size} never reaches the target in "
-                    f"{self.trace.source}"
-                )
-                break
-            per_sample = choice.time_per_batch_s / choice.batch_size
-            left = stop - clock
-            run = min((1.0 - done) * n_true * per_sample, end - clock, left)
-            seg_samples, seg_energy = run / per_sample, choice.mean_power_w * run
-            res.segments.append(
-                Segment(
-                    clock,
-                    clock + run,
-                    step.budget_w,
-                    choice.batch_size,
-                    choice.freq_mhz,
-                    seg_samples,
-                    seg_energy,
-                    choice.peak_power_w,
-                )
-            )
-            clock += run
-            energy += seg_energy
-            samples += seg_samples
-            peak = max(peak, choice.peak_power_w)
-            done += seg_samples / n_true
-            now = _Now(choice, step.budget_w, clock, n_true * per_sample)
-            if done >= DONE:
-                break
-            if run == left:  # cut at the stop time, not at the step's end or the target
-                clock, stopped = stop, True
+            seg, reason = None, ""
+            while True:  # stretches of this budget step, cut at evaluations when learning
+                n_true = self.trace.samples.get(choice.batch_size, math.nan)
+                if math.isnan(n_true):
+                    res.status = "not reached"
+                    res.message = (
+                        f"batch_size={choice.batch_size} never reaches the target in "
+                        f"{self.trace.source}"
+                    )
+                    finished = True
+                    break
+                per_sample = choice.time_per_batch_s / choice.batch_size
+                left, to_end = stop - clock, end - clock
+                to_eval = math.inf
+                if learning is not None:
+                    to_eval = max(learning.next_eval - samples, 0.0) * per_sample
+                run = min((1.0 - done) * n_true * per_sample, to_end, left, to_eval)
+                seg_samples, seg_energy = run / per_sample, choice.mean_power_w * run
+                if seg is None:
+                    seg = Segment(
+                        clock, clock + run, step.budget_w, choice.batch_size, choice.freq_mhz,
+                        seg_samples, seg_energy, choice.peak_power_w, reason,
+                    )  # fmt: skip
+                    res.segments.append(seg)
+                else:  # an evaluation does not change the point: the same segment goes on
+                    seg.end_s, seg.samples = clock + run, seg.samples + seg_samples
+                    seg.energy_j += seg_energy
+                clock += run
+                energy += seg_energy
+                samples += seg_samples
+                peak = max(peak, choice.peak_power_w)
+                done += seg_samples / n_true
+                now = _Now(choice, step.budget_w, clock, n_true * per_sample)
+                if learning is not None:
+                    learning.trained(choice.batch_size, seg_samples)
+                if done >= DONE:
+                    finished = True
+                    break
+                if run == left:  # cut at the stop time, not at the step's end or the target
+                    clock, stopped = stop, True
+                    break
+                if run == to_end:
+                    break
+                if run == to_eval and learning.evaluate(choice.batch_size, done, clock, samples):
+                    new = learning.rechoose(rnd, k, clock, choice, fixed)
+                    if (new.batch_size, new.freq_mhz) != (choice.batch_size, choice.freq_mhz):
+                        choice, seg, reason = new, None, "learned"
+            if finished or stopped:
                 break
         if stopped:
             res.status = "running"
@@ -149,15 +168,21 @@ class VirtualClock:
         if res.status == "ok":
             res.accuracy, note = reached_accuracy(self.trace, rnd.run.target_accuracy)
             res.message = note or res.message
-        self.progress = now.progress(res, clock, done, start, _deadline_of(rnd))
+        if learning is not None:
+            learning.report(res)
+        self.progress = now.progress(res, clock, done, start, _deadline_of(rnd), learning, rnd)
 
-    def _resumed(self, rnd: Round, k: int, clock: float, done: float) -> Choice | None:
+    def _resumed(
+        self, rnd: Round, k: int, clock: float, done: float, learning: ReplayLearning | None
+    ) -> Choice | None:
         """The point a device resumed inside budget step k runs: the one its progress names,
         when the profile has it and it fits the step's budget (and the fixed batch); else the
         step's own choice (what a device that lost its point would choose)."""
         s, fixed = self.start, self.batch_size
         replanned = s is not None and s.deadline_s != _deadline_of(rnd)
         if replanned:  # the coordinator moved the deadline: choose again from where it is
+            if learning is not None:
+                return learning.choose(rnd, k, clock, fixed)
             return rnd.choose_step(k, clock, done, fixed)
         if s is not None and s.batch_size is not None and s.freq_mhz is not None:
             p = rnd.profile.point(s.batch_size, s.freq_mhz)
@@ -167,6 +192,8 @@ class VirtualClock:
                 return make_choice(p, n, "ours", rnd.run.objective)
         if k == 0 and fixed is None:
             return rnd.first
+        if learning is not None:
+            return learning.choose(rnd, k, clock, fixed)
         return rnd.choose_step(k, clock, done, fixed)
 
 
@@ -174,11 +201,6 @@ def _deadline_of(rnd: Round) -> float | None:
     """The deadline this segment's choices are made for (None: the objective has none)."""
     raw = rnd.context.get("deadline_s") if rnd.run.objective == "deadline" else None
     return float(raw) if isinstance(raw, (int, float)) and math.isfinite(raw) else None
-
-
-def step_index(schedule: tuple[BudgetStep, ...], clock_s: float) -> int:
-    """The budget step in force at ``clock_s`` (the last one starting at or before it)."""
-    return max(0, bisect.bisect_right([s.at_s for s in schedule], clock_s) - 1)
 
 
 @dataclass(frozen=True)
@@ -203,8 +225,13 @@ class _Now:
         done: float,
         start: Progress | None,
         deadline_s: float | None = None,
+        learning: ReplayLearning | None = None,
+        rnd: Round | None = None,
     ) -> Progress:
-        """The cumulative progress a segment reply carries (``fleet.rounds.progress``)."""
+        """The cumulative progress a segment reply carries (``fleet.rounds.progress``). A
+        learning device also reports what it believes (the samples its batch size needs, its
+        own ETA and fastest finish), as a board would, and carries its learner's state;
+        ``done`` stays the replay's true fraction, which the next segment resumes from."""
         if math.isfinite(clock):
             time_s = min(clock, MAX_SECONDS)
         else:  # paused for good (the schedule's last step admits nothing): the clock stopped
@@ -220,6 +247,16 @@ class _Now:
             budget, power = self.budget_w, c.mean_power_w if c else None
             eta = max(0.0, 1.0 - done) * self.full_s if c and self.full_s is not None else None
         power = power if power is not None and math.isfinite(power) else None
+        extra: dict = {}
+        if learning is not None:
+            extra["learning"] = learning.state()
+            n_hat, sd = learning.estimate()
+            extra["samples_to_target"], extra["samples_to_target_sd"] = n_hat, sd
+            if not finished and rnd is not None and math.isfinite(clock):
+                extra["fastest_finish_s"] = learning.fastest_finish(rnd, clock)
+            if not finished and c is not None and n_hat is not None:  # the device's own view
+                left = max(0.0, 1.0 - learning.learner.done())
+                eta = left * n_hat * c.time_per_batch_s / c.batch_size
         return Progress(
             time_s=time_s,
             samples=res.samples or 0.0,
@@ -233,6 +270,7 @@ class _Now:
             eta_s=0.0 if finished else eta,
             segments=(start.segments if start is not None else 0) + 1,
             deadline_s=deadline_s,
+            **extra,
         )
 
 
@@ -279,9 +317,11 @@ def simulate_device(spec: DeviceSpec, shipped: Efficiency, run: RunSettings) -> 
     """
     try:
         profile, index, trace = _device_files(spec)
+        curves = device_curves(spec, trace, run)
     except InputError as exc:
         return DeviceResult.for_device(spec, shipped.source, message=str(exc))
-    return run_device(spec, profile, shipped, run, VirtualClock(trace), index=index)
+    clock = VirtualClock(trace, curves=curves)
+    return run_device(spec, profile, shipped, run, clock, index=index)
 
 
 def _device_files(spec: DeviceSpec) -> tuple[Profile, SelectionIndex, Efficiency]:
@@ -290,6 +330,23 @@ def _device_files(spec: DeviceSpec) -> tuple[Profile, SelectionIndex, Efficiency
     if spec.data is None:
         raise InputError(f"device {spec.name}: no convergence trace (data) to run on")
     return profile, index, cached_efficiency(spec.data)
+
+
+def device_curves(spec: DeviceSpec, trace: Efficiency, run: RunSettings) -> TraceCurves | None:
+    """The learning curves a replay device reads (None: it has none, or it does not learn)."""
+    if spec.data is None or run.extra.get("learn_efficiency") == "none":
+        return None
+    return cached_curves(spec.data, run.target_accuracy, run.seed, trace)
+
+
+@functools.lru_cache(maxsize=256)
+def _curves(path: str, target: float, seed: int, key: tuple) -> TraceCurves | None:
+    return curves_for(path, cached_efficiency(path), target, seed)
+
+
+def cached_curves(path: str, target: float, seed: int, trace: Efficiency) -> TraceCurves | None:
+    """A trace's curves, parsed once per process (thousands of devices share a few traces)."""
+    return _curves(path, target, seed, tuple(sorted(trace.reached.items())))
 
 
 def simulate_segment(
@@ -315,8 +372,9 @@ def simulate_segment(
     unchanged = replace(begin, segments=begin.segments + 1)
     try:
         profile, index, trace = _device_files(spec)
+        curves = device_curves(spec, trace, run)
     except InputError as exc:
         return DeviceResult.for_device(spec, shipped.source, message=str(exc)), unchanged
-    clock = VirtualClock(trace, start=begin, stop_s=begin.time_s + float(segment_s))
+    clock = VirtualClock(trace, start=begin, stop_s=begin.time_s + float(segment_s), curves=curves)
     res = run_device(spec, profile, shipped, run, clock, index=index)
     return res, clock.progress if clock.progress is not None else unchanged

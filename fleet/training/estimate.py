@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from fleet.common.errors import InputError
+from fleet.core.curves import Curves, curves_path, noise_law_error, save_curves, warm_noise_scale
 from fleet.core.efficiency import Efficiency, save_efficiency, scaled_lr
 from fleet.training.task import Task, build_for, load_task
 
@@ -65,7 +66,12 @@ class RunResult:
     samples: int
     final_accuracy: float
     train_time_s: float
-    curve: list[tuple[int, float]]
+    curve: list[tuple[int, float]]  # (samples, test accuracy) at every evaluation
+    # (samples, mean training loss since the evaluation before); absent in older caches
+    loss_curve: list[tuple[int, float]] = ()  # type: ignore[assignment]
+    # (samples, gradient noise scale, se of its log) read from the training steps at every
+    # evaluation (fleet.agent.noise_scale.NoiseTracker); absent in older caches
+    noise_curve: list[tuple[int, float, float]] = ()  # type: ignore[assignment]
 
 
 def file_sha256(path: str) -> str:
@@ -98,6 +104,7 @@ def run_one(spec: EstimateSpec, batch_size: int, seed: int) -> RunResult:
     """One (batch size, seed) fine-tune to target. Runs in a worker process."""
     import torch
 
+    from fleet.agent.noise_scale import NoiseTracker
     from fleet.agent.train_state import TrainerError
     from fleet.agent.trainer import train_to_target
 
@@ -108,6 +115,14 @@ def run_one(spec: EstimateSpec, batch_size: int, seed: int) -> RunResult:
     task = _DATA_CACHE[key]
     model = build(spec, task, seed)
     lr = scaled_lr(batch_size, spec.lr_ref_batch, spec.lr_ref, spec.optimizer)
+    tracker = NoiseTracker(preconditioner="adam" if spec.optimizer in ("adam", "adamw") else "none")
+    noise: list[tuple[int, float, float]] = []
+
+    def read_noise(samples: int, _cap: int, info: dict) -> None:
+        got = tracker.estimate() if info.get("phase") == "eval" else None
+        if got is not None:
+            noise.append((int(samples), float(got[0]), float(got[1])))
+
     try:
         res = train_to_target(
             model,
@@ -121,6 +136,9 @@ def run_one(spec: EstimateSpec, batch_size: int, seed: int) -> RunResult:
             max_samples=spec.max_samples,
             seed=seed,
             task=task.kind,
+            noise_tracker=tracker,
+            progress=read_noise,
+            progress_interval_s=1e9,  # evaluations only
         )
     except TrainerError as exc:
         raise InputError(f"estimate b={batch_size} seed={seed}: {exc}") from None
@@ -134,6 +152,8 @@ def run_one(spec: EstimateSpec, batch_size: int, seed: int) -> RunResult:
         res.final_accuracy,
         res.train_time_s,
         [tuple(c) for c in res.curve],
+        [tuple(c) for c in res.loss_curve],
+        noise,
     )
 
 
@@ -188,7 +208,17 @@ def estimate(
     cache = (cache_dir or default_cache_dir()) / f"{spec.key()}.json"
     if cache.exists():
         data = json.loads(cache.read_text())
-        runs = [RunResult(**{**r, "curve": [tuple(c) for c in r["curve"]]}) for r in data["runs"]]
+        runs = [
+            RunResult(
+                **{
+                    **r,
+                    "curve": [tuple(c) for c in r["curve"]],
+                    "loss_curve": [tuple(c) for c in r.get("loss_curve", ())],
+                    "noise_curve": [tuple(c) for c in r.get("noise_curve", ())],
+                }
+            )
+            for r in data["runs"]
+        ]
         return aggregate(spec, runs), runs, True
     # fail fast, in this process, on a dataset that is not prepared or weights that do not fit
     build(spec, load_proxy(spec), 0)
@@ -253,6 +283,14 @@ def write_outputs(eff: Efficiency, runs: list[RunResult], spec: EstimateSpec, ou
         "reached in seeds: " + ", ".join(f"b={b}: {k}/{spec.seeds}" for b, k in reached.items()),
         "source=trained (real training on the proxy dataset)",
     ]
+    curves = write_curves(runs, spec, out)
+    err = noise_law_error(eff.reached, curves)
+    if err is not None:  # how far the noise scale's law missed these very runs
+        eff = replace(eff, metadata={**eff.metadata, "noise_law_err": f"{err:.3f}"})
+        comments.append(
+            f"noise_law_err={err:.3f}: RMS log error of the gradient-noise-scale law's shape "
+            f"(warm B_noise {warm_noise_scale(curves):.4g}) against these runs"
+        )
     save_efficiency(eff, out, comments)
     lines = ["batch_size,seed,lr,status,samples_to_accuracy,samples,final_accuracy,train_time_s"]
     for r in runs:
@@ -265,3 +303,24 @@ def write_outputs(eff: Efficiency, runs: list[RunResult], spec: EstimateSpec, ou
 
     runs_path = str(Path(out).with_suffix("")) + ".runs.csv"
     atomic_write_text(runs_path, "\n".join(lines) + "\n")
+
+
+def write_curves(runs: list[RunResult], spec: EstimateSpec, out: str) -> Curves:
+    """Every run's evaluations beside the efficiency file (``X.curves.csv``,
+    ``fleet.core.curves``): what a replay device that learns online reads."""
+    curves = Curves(
+        {(r.batch_size, r.seed): [(float(s), float(a)) for s, a in r.curve] for r in runs},
+        target=spec.target_accuracy,
+        noise={
+            (r.batch_size, r.seed): [(float(s), float(v), float(se)) for s, v, se in r.noise_curve]
+            for r in runs
+            if r.noise_curve
+        },
+    )
+    save_curves(
+        curves,
+        curves_path(out),
+        [f"learning curves of powerfleet estimate: model={spec.model} proxy={Path(spec.proxy).name}"
+         f" seeds={spec.seeds} eval every {spec.eval_every_samples} samples"],
+    )  # fmt: skip
+    return curves

@@ -13,6 +13,7 @@ from pathlib import Path
 from simulations.devicemodel.boards import JETSON_NANO
 from simulations.devicemodel.efficiency_files import efficiency_filename, write_efficiency
 from simulations.devicemodel.fitted import DEVICES, EFFICIENCY_CURVES, WORKLOADS
+from simulations.devicemodel.learning_curves import write_modeled_curves
 from simulations.devicemodel.paper_checks import (
     TX2NX_BASELINE_CAPS_MHZ,
     check_baseline_caps,
@@ -24,7 +25,8 @@ from simulations.devicemodel.workloads import LIGHTER_THAN_RESNET18
 
 
 def generate_all(profiles_dir: str | Path, efficiency_dir: str | Path) -> list[Path]:
-    """Write every profile (4 models x 2 devices) and the nine efficiency files.
+    """Write every profile (4 models x 2 devices), the nine efficiency files and the modeled
+    learning curves of the six targets (``learning_curves.py``: what a replay device evaluates).
 
     Checks the calibration first (Fig. 1 and Fig. 2 on the Nano ResNet18 rows as written, and the
     caps over every Nano model, so they are the paper's with the light workloads included), and
@@ -47,6 +49,8 @@ def generate_all(profiles_dir: str | Path, efficiency_dir: str | Path) -> list[P
     for model, dataset in EFFICIENCY_CURVES:
         path = Path(efficiency_dir) / efficiency_filename(model, dataset)
         written.append(write_efficiency(model, dataset, path))
+        if EFFICIENCY_CURVES[(model, dataset)].role == "target":  # what devices replay
+            written.append(write_modeled_curves(path))
     return written
 
 
