@@ -224,6 +224,12 @@ def calibrate_md(res: dict) -> str:
 # ------------------------------------------------------------------------------------ deadline
 
 
+def learning(fleet, mode: str):
+    """The fleet with ``[run] learn_efficiency = mode``."""
+    extra = {**fleet.run.extra, "learn_efficiency": mode}
+    return dataclasses.replace(fleet, run=dataclasses.replace(fleet.run, extra=extra))
+
+
 def deadline_table(rounds: int = 3, segment_s: float = 600.0) -> dict:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from fleet_objectives import known_traces
@@ -238,10 +244,7 @@ def deadline_table(rounds: int = 3, segment_s: float = 600.0) -> dict:
         fleet = load_fleet(ROOT / "simulations" / "fleets" / name)
         rows = []
         for mode in ("none", "online"):
-            f = dataclasses.replace(
-                fleet, run=dataclasses.replace(fleet.run, extra={**fleet.run.extra,
-                                                                 "learn_efficiency": mode})
-            )  # fmt: skip
+            f = learning(fleet, mode)
             with tempfile.TemporaryDirectory() as t1, tempfile.TemporaryDirectory() as t2:
                 ref = simulate_rounds(f, "time", rounds, t1, segment_s)
                 got = simulate_rounds(f, "deadline", rounds, t2, segment_s)
@@ -262,10 +265,7 @@ def deadline_table(rounds: int = 3, segment_s: float = 600.0) -> dict:
         # the same with segments: every device shipped its own trace (nothing to learn), the
         # coordinator re-planning as in the rows above; a device may then finish on two points
         # (slow, then fast), which one point for the whole round cannot match
-        f0 = dataclasses.replace(
-            fleet, run=dataclasses.replace(fleet.run, extra={**fleet.run.extra,
-                                                             "learn_efficiency": "none"})
-        )  # fmt: skip
+        f0 = learning(fleet, "none")
         truth = {d.name: cached_efficiency(d.data or fleet.run.efficiency) for d in f0.devices}
         ts = simulate_fleet(f0, "time", segment_s=segment_s, own=truth)
         cs = simulate_fleet(f0, "deadline", segment_s=segment_s, own=truth)

@@ -265,10 +265,9 @@ def fastest_finish_from(
     """The earliest the device can reach the target from here (its fastest point under every
     step from now on): what a learning device reports for the coordinator's re-plan. None when
     the running step admits nothing or the schedule ends first."""
-    starts = [float(t) for t, _ in schedule]
-    k = step_at(starts, clock_s)
+    starts, k, later = _look_ahead(points, efficiency, schedule, clock_s, exclude, max_batch)
     now = fastest_rate(points, efficiency, schedule[k][1], exclude, max_batch)
     if now is None:
         return None
-    f, _ = finish_at(now.point, points, efficiency, schedule, clock_s, done, exclude, max_batch)
+    f, _ = finish(starts, k, clock_s, done, now, later)
     return f if f < _INF else None
