@@ -29,7 +29,7 @@ test: $(VENV)/.installed
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/vermin -q --no-tips --violations -t=3.6- fleet/agent
+	$(VENV)/bin/vermin -q --no-tips --violations -t=3.6- fleet/agent fleet/method
 
 format: $(VENV)/.installed
 	$(VENV)/bin/ruff format .

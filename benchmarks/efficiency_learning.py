@@ -41,8 +41,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fleet.agent.efficiency_learner import shape_from_noise  # noqa: E402
-from fleet.agent.learning_curve import fit_curve  # noqa: E402
+from fleet.agent.learning.efficiency_learner import shape_from_noise  # noqa: E402
+from fleet.agent.learning.learning_curve import fit_curve  # noqa: E402
 from fleet.core.curves import (  # noqa: E402
     curves_path,
     load_curves,
@@ -180,7 +180,7 @@ def calibrate_md(res: dict) -> str:
         "",
         f"RMS over the pairs: offset {p['offset_rms']:.2f}, slope {p['slope_rms']:.3f} per "
         f"octave, residual {p['resid_rms']:.3f}: `PROXY_TRUST` in "
-        "`fleet/agent/efficiency_belief.py` (offset taken 1.5x wider).",
+        "`fleet/agent/learning/efficiency_belief.py` (offset taken 1.5x wider).",
         "",
         "## The learning-curve fit on recorded runs",
         "",
@@ -330,8 +330,8 @@ def overhead(repeats: int = 7) -> dict:
     estimate's device time against the training it plans, on the Nano profiles."""
     import torch
 
-    from fleet.agent.models import build_model, loss_fn
-    from fleet.agent.noise_scale import NoiseTracker
+    from fleet.agent.learning.noise_scale import NoiseTracker
+    from fleet.agent.models.registry import build_model, loss_fn
     from fleet.core.profile import load_profile
 
     torch.manual_seed(0)

@@ -252,7 +252,7 @@ def case_e(tmp: Path, guard_s: float) -> list[str]:
 
 
 def case_f(tmp: Path, guard_s: float) -> list[str]:
-    from fleet.agent.models import build_model
+    from fleet.agent.models.registry import build_model
     from fleet.training.task import write_weights
     from simulations.virtual_jetson import build_board
     from tests.hardware_helpers import BATCH, board_profile, tiny_pt_data

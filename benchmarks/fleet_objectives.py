@@ -20,8 +20,8 @@ import io
 import json
 from pathlib import Path
 
-from fleet.agent.profile_io import atomic_write, atomic_write_text
 from fleet.config.fleetfile import Fleet, load_fleet
+from fleet.method.profile_io import atomic_write, atomic_write_text
 from fleet.planning.whatif import deadline_vs_time, pareto_front, simulate_fleet, sweep, totals
 from fleet.reports.whatif_plot import plot_front
 

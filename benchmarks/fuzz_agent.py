@@ -94,9 +94,9 @@ def _expected_requests(line: bytes) -> int:
 
 
 def agent_format(tmp: str):
-    from fleet.agent import protocol
     from fleet.agent.devices import open_backend
-    from fleet.agent.handler_api import Context
+    from fleet.agent.protocol import server as protocol
+    from fleet.agent.protocol.handler_api import Context
 
     class Fmt(Format):
         name = "agent lines"

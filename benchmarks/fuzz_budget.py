@@ -15,8 +15,8 @@ from benchmarks.fuzz_mutators import HOSTILE, mutate
 def budget_format(tmp: str):
     """A live budget file (watts or ``none``): fuzzed when this tree has a reader for it."""
     reader = None
-    for mod, fn in (("fleet.agent.budget", "read_budget_file"),
-                    ("fleet.agent.closedloop", "read_budget_file")):  # fmt: skip
+    for mod, fn in (("fleet.method.budget", "read_budget_file"),
+                    ("fleet.agent.loop.closedloop", "read_budget_file")):  # fmt: skip
         try:
             reader = getattr(importlib.import_module(mod), fn)
             break

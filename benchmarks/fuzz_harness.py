@@ -41,12 +41,12 @@ def project_errors() -> tuple[type, ...]:
     """The error types whose one-line message the CLI/agent shows a user as is."""
     names = [
         ("fleet.common.errors", "InputError"),
-        ("fleet.agent.profile_io", "ProfileFormatError"),
-        ("fleet.agent.train_state", "TrainerError"),
-        ("fleet.agent.dataerror", "DatasetError"),
-        ("fleet.agent.wire", "ProtocolError"),
+        ("fleet.method.profile_io", "ProfileFormatError"),
+        ("fleet.agent.training.train_state", "TrainerError"),
+        ("fleet.agent.data.dataerror", "DatasetError"),
+        ("fleet.agent.protocol.wire", "ProtocolError"),
         ("fleet.agent.devices.base", "DeviceError"),
-        ("fleet.agent.tensorfile", "TensorFileError"),
+        ("fleet.agent.data.tensorfile", "TensorFileError"),
     ]
     out = []
     for mod, name in names:

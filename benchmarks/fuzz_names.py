@@ -4,7 +4,7 @@
 tensor files, agent lines); this adds the in-memory surfaces it does not reach, with the same
 outcome classes (``fuzz_harness.classify_call``): a SuperNode's node config
 (``spec_from_node_config``), the coordinator's train instruction (``decode_instruction``) and
-the agent's path fields (``fleet.agent.confine``: an accepted path must resolve inside the
+the agent's path fields (``fleet.agent.protocol.confine``: an accepted path must resolve inside the
 agent's work directory).
 Goal: 0 tracebacks, 0 impossible acceptances, 0 hangs.
 
@@ -112,14 +112,14 @@ class AgentPaths(fuzz_harness.Format):
     name = "agent paths"
 
     def __init__(self, tmp: str) -> None:
-        from fleet.agent.confine import Confinement, owned_dir
+        from fleet.agent.protocol.confine import Confinement, owned_dir
 
         self.work = owned_dir(os.path.join(tmp, "work"))
         os.symlink("/etc", os.path.join(self.work, "etc-link"))
         self.box = Confinement(self.work)
 
     def run_one(self, rng, limit_s):
-        from fleet.agent.confine import PATH_KEYS, ConfineError
+        from fleet.agent.protocol.confine import PATH_KEYS, ConfineError
         from fleet.common.errors import InputError
 
         pieces = ["..", "etc-link", "/etc", "a", "", ".", "/", "\x00", self.work, "x" * 300]

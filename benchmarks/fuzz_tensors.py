@@ -21,7 +21,7 @@ from benchmarks.fuzz_mutators import m_binary, m_flip, m_nul, m_truncate
 def tensor_io():
     """(save(obj, path), how the project loads weights/data/checkpoints) for this tree."""
     try:
-        tf = importlib.import_module("fleet.agent.tensorfile")
+        tf = importlib.import_module("fleet.agent.data.tensorfile")
         return tf.save, "tensorfile"
     except ImportError:
         import torch
@@ -67,8 +67,9 @@ def counters_problem(counters: dict) -> str | None:
 def tensor_format(tmp: str):
     import torch
 
-    from fleet.agent import checkpoint, train_args, trainer
-    from fleet.agent.models import build_model
+    from fleet.agent.models.registry import build_model
+    from fleet.agent.protocol import train_args
+    from fleet.agent.training import checkpoint, trainer
 
     save, how = tensor_io()
     torch.manual_seed(0)
@@ -172,7 +173,7 @@ def tensor_format(tmp: str):
 
 def _load_ckpt_any(path: str):
     try:
-        tf = importlib.import_module("fleet.agent.tensorfile")
+        tf = importlib.import_module("fleet.agent.data.tensorfile")
         return tf.load(path)
     except ImportError:
         import torch

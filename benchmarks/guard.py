@@ -4,7 +4,8 @@ real sysfs files, a kernel stand-in in its own process whose INA3221 files follo
 clock through the device model, with injected drift and noise.
 
 Each run: pick a budget a little above the chosen point's profiled peak, start the closed loop
-(``fleet.agent.closedloop.ClosedLoop``, the same object ``powerfleet train`` and the agent use),
+(``fleet.agent.loop.closedloop.ClosedLoop``, the same object ``powerfleet train`` and the agent
+use),
 let "training" call ``before_step()`` every 20 ms, inject a drift at a random moment that puts
 the rail over the budget, and measure
 
@@ -28,10 +29,10 @@ import threading
 import time
 from pathlib import Path
 
-from fleet.agent.budget import FixedBudget
-from fleet.agent.choose import LutPoint, choose
-from fleet.agent.closedloop import ClosedLoop
 from fleet.agent.devices.jetson import JetsonBackend
+from fleet.agent.loop.closedloop import ClosedLoop
+from fleet.method.budget import FixedBudget
+from fleet.method.selection import LutPoint, choose
 from simulations.virtual_jetson import build_board
 
 BATCHES = (16, 32, 64)

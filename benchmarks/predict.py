@@ -22,7 +22,7 @@ Sets:
 Designs: ``frame`` (both end batch sizes at every knob, both end knobs at every batch size: the
 frame a device can probe in one sweep of each axis), ``default`` (the profiler's design, a
 quarter of the grid), ``+adapt`` (then up to a tenth of the grid more, where a measurement could
-change a choice: ``fleet.agent.predict_adapt``).
+change a choice: ``fleet.agent.prediction.adapt``).
 Goals (issue 21): time and power error <= 3 % mean, worst regret <= 5 %, 0 picks over budget.
 """
 

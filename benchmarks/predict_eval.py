@@ -15,14 +15,14 @@ import math
 import statistics
 from collections.abc import Callable, Sequence
 
-from fleet.agent.predict import QUANTITIES, predict_profile
-from fleet.agent.predict_adapt import next_probes
-from fleet.agent.predict_design import design_probes, frame_probes
-from fleet.agent.profile_io import read_rows
+from fleet.agent.prediction.adapt import next_probes
+from fleet.agent.prediction.design import design_probes, frame_probes
+from fleet.agent.prediction.predict import QUANTITIES, predict_profile
 from fleet.common.errors import InfeasibleError
 from fleet.core.efficiency import Efficiency
 from fleet.core.profile import Point, Profile
 from fleet.core.selection import select
+from fleet.method.profile_io import read_rows
 from fleet.trust.verify import select_verified
 
 Key = tuple[int, float]
@@ -110,7 +110,7 @@ def ours(rows: list[dict], bs: list[int], ks: list[float]) -> tuple[dict, dict]:
 
 def separable(rows: list[dict], bs: list[int], ks: list[float]) -> tuple[dict, dict]:
     """The naive baseline: ``log y = a(b) + c(k)`` on the same probes, no bound."""
-    from fleet.agent.predict_models import separable as fit
+    from fleet.agent.prediction.models import separable as fit
 
     vals: dict[str, dict[Key, float]] = {}
     points = [(b, k) for b in bs for k in ks]

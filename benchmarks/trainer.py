@@ -28,8 +28,8 @@ import time
 
 import torch
 
-from fleet.agent.models import build_model, input_spec, loss_fn, make_batch
-from fleet.agent.trainer import make_optimizer, train_to_target
+from fleet.agent.models.registry import build_model, input_spec, loss_fn, make_batch
+from fleet.agent.training.trainer import make_optimizer, train_to_target
 
 
 def sync(device: torch.device) -> None:

@@ -18,10 +18,10 @@ from typing import Any
 from clients import records
 from clients.agent_link import AgentError, AgentLink, AgentSettings, ProgressCallback
 from clients.work_dir import work_dir_for
-from fleet.agent.profile_io import atomic_write_text, read_rows, write_rows
 from fleet.common.errors import InputError
 from fleet.config.fleetfile import DeviceSpec
 from fleet.core.profile import Profile, load_profile
+from fleet.method.profile_io import atomic_write_text, read_rows, write_rows
 
 
 def profile_path_for(
@@ -78,7 +78,7 @@ def obtain_profile(
     }
     timeout = settings.long_timeout_s
     # predict mode spends a few more probes where the choice at this device's own budgets is
-    # in doubt (fleet.agent.predict_adapt): a tenth of the grid at most (the profiler's default)
+    # in doubt (fleet.agent.prediction.adapt): a tenth of the grid at most (the profiler's default)
     steps = [s.budget_w for s in spec.schedule] or [spec.budget_w]
     adapt = {
         "adapt_budgets": sorted(set(steps), key=lambda b: (b is None, b or 0.0)),
@@ -109,7 +109,8 @@ def highest_budget(spec: DeviceSpec) -> float | None:
 
 
 def merge_refreshed(path: str, refreshed_csv: str) -> None:
-    """The board's drift-refreshed table (``fleet.agent.driftwatch``) into this device's profile
+    """The board's drift-refreshed table (``fleet.agent.loop.driftwatch``) into this device's
+    profile
     file: its rows replace the same (batch size, clock) rows, the rest of the file (batch sizes
     the round did not ship, the header) stays. ``run_on_agent`` then sees the file changed and
     sends it to the coordinator's store."""

@@ -7,7 +7,7 @@ when it exists, else the agent profiles the model with the staircase plan under 
 writes the CSV there), then the device round (``fleet.rounds.device_round.run_device``: align, check
 the device type, select under the budget with the shipped efficiency) on the ``AgentRunner``.
 When the agent's hello lists ``train`` and the node config names ``data``, the agent runs the
-closed loop on the board (``fleet/agent/closedloop.py``) with the device's whole budget (a
+closed loop on the board (``fleet/agent/loop/closedloop.py``) with the device's whole budget (a
 schedule, a fixed budget, or the live ``budget-file``), the profile rows and the shipped
 efficiency: it re-selects and re-locks at every budget change and steps the clock down when
 the rail runs over; the row gets the measured time, energy and power, every segment and guard
@@ -77,7 +77,7 @@ class AgentRunner:
     With ``train`` in the agent's hello and ``data`` in the node config, the agent gets the
     device's whole budget (its schedule, or its fixed budget; and the node config's live
     ``budget-file`` when it names one), the aligned profile rows and the shipped efficiency,
-    and runs the closed loop (``fleet/agent/closedloop.py``): it selects, locks, re-selects at
+    and runs the closed loop (``fleet/agent/loop/closedloop.py``): it selects, locks, re-selects at
     every budget change and guards the rail; the row takes its measured time, energy and power,
     every segment and every guard event. Otherwise the round's choice is only locked and the
     row says ``selected`` (no time or energy).
@@ -289,7 +289,7 @@ def _deadline_from_here(content: RecordDict, resume: Progress | None) -> RecordD
     """The instruction with the deadline as the board's closed loop reads it.
 
     The coordinator's ``deadline_s`` is on the round's device clock; the board's deadline
-    objective times each call from its own start (``fleet/agent/deadline.py``), so a segment
+    objective times each call from its own start (``fleet/method/deadline.py``), so a segment
     that resumes at ``t`` of training gets ``deadline - t`` (at least 1 s: a board past the
     deadline runs its fastest point and reports ``late``)."""
     cfg = content.config_records.get(records.CONFIG)

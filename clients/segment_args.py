@@ -7,7 +7,7 @@ are small enough to keep apart from the round itself (``hardware_client.py``):
 
 - ``segment-s`` (float): device-clock seconds of training in this call; absent or 0: the whole
   run in one call, as before. The agent trains at least that long and pauses at its next
-  evaluation (``fleet/agent/trainer.py``, "Segments").
+  evaluation (``fleet/agent/training/trainer.py``, "Segments").
 - ``resume`` (JSON of ``fleet.rounds.progress.Progress``): where the coordinator last saw this
   device. On a board only the trainer's checkpoint can be resumed (it holds the weights and the
   optimizer); ``resume`` ahead of it means the board lost work, which the reply says.

@@ -42,7 +42,7 @@ from clients.segment_wire import (  # noqa: F401 - decode_* are this module's AP
     decode_progress,
     read_segment,
 )
-from fleet.agent.confine import ConfineError, owned_dir
+from fleet.agent.protocol.confine import ConfineError, owned_dir
 from fleet.common.errors import InputError
 from fleet.common.names import check_name
 from fleet.config.fields import MAX_TEXT

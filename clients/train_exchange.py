@@ -26,7 +26,7 @@ def budget_args(rnd: Round, settings: AgentSettings) -> dict[str, Any]:
     """The closed loop's inputs: the budget (live file, else schedule, else fixed), the aligned
     profile's rows and the shipped efficiency, and the objective when the board's chooser has it
     (``deadline`` with the round's ``deadline_s``, from ``[run]`` or the planning exchange: the
-    board then keeps every re-selection on the deadline, ``fleet/agent/deadline.py``).
+    board then keeps every re-selection on the deadline, ``fleet/method/deadline.py``).
     """
     args: dict[str, Any] = {}
     if settings.budget_file:
@@ -108,10 +108,10 @@ def fill_learning(res: DeviceResult, learning: Any) -> None:
         ]
 
 
-# The objectives the board's closed loop knows (fleet/agent/closedloop.py); others keep its
+# The objectives the board's closed loop knows (fleet/agent/loop/closedloop.py); others keep its
 # default (time).
 BOARD_OBJECTIVES = ("time", "energy", "deadline")
-# what the agent's train may answer (fleet/agent/train_state.py); anything else is refused
+# what the agent's train may answer (fleet/agent/training/train_state.py); anything else is refused
 TRAIN_STATUSES = ("reached", "not reached", "over-budget", "paused")
 
 

@@ -19,7 +19,7 @@ from flwr.app import ArrayRecord
 
 from clients import records
 from clients.agent_link import AgentSettings
-from fleet.agent.confine import ConfineError, default_work_dir, owned_dir
+from fleet.agent.protocol.confine import ConfineError, default_work_dir, owned_dir
 from fleet.common.errors import InputError
 from fleet.config.fleetfile import DeviceSpec
 from fleet.training.task import read_weights, write_weights

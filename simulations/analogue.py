@@ -25,9 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
-from fleet.agent import datasets
-from fleet.agent.dataerror import DatasetError
-from fleet.agent.imagefiles import read_idx_set, write_idx
+from fleet.agent.data import datasets
+from fleet.agent.data.dataerror import DatasetError
+from fleet.agent.data.imagefiles import read_idx_set, write_idx
 from fleet.common.errors import InputError
 from fleet.reports.experiment import proxy_sensitivity
 from fleet.training.estimate import EstimateSpec, estimate, write_outputs

@@ -5,7 +5,8 @@ AdamW), pre-trained on WikiText-2, on Austen and Dickens novels to 62 % / 61 % n
 accuracy, and estimates r on tiny Shakespeare. Trained many times over (datasets x batch sizes x
 seeds), that model needs a GPU. Here the same study runs in minutes on a CPU:
 
-- model ``char_transformer_small`` (``fleet/agent/models.py``): the paper's architecture with
+- model ``char_transformer_small`` (``fleet/agent/models/registry.py``): the paper's architecture
+with
   2 layers, 4 heads and a 64-d embedding, sequence length 64 (about 116k parameters instead of
   4.8M);
 - pre-training: Shakespeare's plays at even positions of the sorted play list (a stand-in for
@@ -36,9 +37,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from fleet.agent import datasets
-from fleet.agent.dataerror import DatasetError
-from fleet.agent.textdata import read_text
+from fleet.agent.data import datasets
+from fleet.agent.data.dataerror import DatasetError
+from fleet.agent.data.textdata import read_text
 from fleet.common.errors import InputError
 from fleet.training.estimate import EstimateSpec, default_cache_dir, estimate, write_outputs
 
@@ -109,7 +110,7 @@ SOURCES = {
 
 def model_shape(model: str) -> dict[str, int]:
     """Layers, heads, embedding and parameters of the model as built (for the report)."""
-    from fleet.agent.models import build_model, count_parameters
+    from fleet.agent.models.registry import build_model, count_parameters
 
     m = build_model(model, seed=0)
     return {
@@ -174,7 +175,7 @@ def derive_texts(config: TextAnalogueConfig, data_dir: str | None) -> dict[str, 
             size = config.pretrain_chars if name == "pretrain" else config.chars
             text = middle_excerpt(_corpus(corpus, which, data_dir), size)
             dest.mkdir(parents=True, exist_ok=True)
-            from fleet.agent.profile_io import atomic_write_text
+            from fleet.method.profile_io import atomic_write_text
 
             atomic_write_text(str(path), text)
         out[name] = str(dest)
@@ -202,7 +203,7 @@ def provenance(config: TextAnalogueConfig, name: str, shape: dict[str, int]) -> 
 
 
 def _prepend_comments(path: Path, lines: list[str]) -> None:
-    from fleet.agent.profile_io import atomic_write_text
+    from fleet.method.profile_io import atomic_write_text
 
     head = "".join(f"# {line}\n" for line in lines)
     atomic_write_text(str(path), head + path.read_text())
@@ -243,7 +244,7 @@ def run_text_study(
             optimizer=config.optimizer,
         )
         log(f"pretrained: next-char accuracy {meta['accuracy']:.3f}")
-    from fleet.agent import tensorfile
+    from fleet.agent.data import tensorfile
 
     pre = tensorfile.load(str(weights))["meta"]  # what pre-training reached and cost, cached
     effs, train_s = {}, 0.0
@@ -446,7 +447,7 @@ def _training_runs(efficiency: dict[str, str]) -> tuple[int, float]:
 
 def write_report(res: dict[str, object], out_dir: Path) -> Path:
     """report.md and analogue.json (no machine paths, no timings: they are committed)."""
-    from fleet.agent.profile_io import atomic_write_text
+    from fleet.method.profile_io import atomic_write_text
 
     out_dir.mkdir(parents=True, exist_ok=True)
     text = report_markdown(res, out_dir)

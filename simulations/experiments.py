@@ -15,9 +15,9 @@ import shlex
 import sys
 from pathlib import Path
 
-from fleet.agent.profile_io import atomic_write_text
 from fleet.cli.common import console, emit_json, progress_bar
 from fleet.common.errors import InputError
+from fleet.method.profile_io import atomic_write_text
 from fleet.reports.experiment import Grid, proxy_sensitivity, run_grid
 from fleet.reports.markdown import experiment_markdown, operating_point_figures
 

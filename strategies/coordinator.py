@@ -49,7 +49,7 @@ def ship_weights(run: RunSettings, override: bool | None = None) -> bool:
 
 def initial_arrays(model: str, seed: int = 0) -> ArrayRecord:
     """The pre-trained model's weights as an ArrayRecord (torch is imported only here)."""
-    from fleet.agent.models import build_model
+    from fleet.agent.models.registry import build_model
 
     try:
         net = build_model(model, seed=seed)

@@ -1,7 +1,8 @@
 """The coordinator's side of the efficiency store: keep what devices learnt, ship it back.
 
 Every reply row may carry what its device learnt of its samples-to-target (``learned_*``
-columns, ``fleet/agent/efficiency_learner.py``). After each round the keeper records them in the
+columns, ``fleet/agent/learning/efficiency_learner.py``). After each round the keeper records them
+in the
 store (``fleet.trust.efficiency_store``: one line per device and round, with the efficiency it
 had been shipped); before each later round it ships every device its own posterior in the
 instruction (``records.EFFICIENCIES``), which the device trains and plans with instead of the

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fleet.agent import tensorfile
+from fleet.agent.data import tensorfile
 
 MHZ = 1_000_000
 BATCH = 16

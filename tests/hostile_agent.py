@@ -5,7 +5,7 @@ Why it exists: the coordinator and the hardware client must survive a board that
 nonsense (NaN, negative or huge energy, samples as text, a 10 MB line, a status nobody knows),
 one that dies mid-train, one that never answers, and one that is merely slow. The real agent
 never does any of that, so this script does it on purpose, over the same pipe the hardware
-client uses (``fleet/agent/protocol.py``: one request per line in, one response per request
+client uses (``fleet/agent/protocol/server.py``: one request per line in, one response per request
 out, progress events before a long command's answer).
 
 How a hardware node runs it: its node config's ``agent-python`` names an executable that the

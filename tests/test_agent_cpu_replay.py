@@ -14,7 +14,7 @@ import pytest
 from fleet.agent.devices import BACKENDS, DeviceError, open_backend
 from fleet.agent.devices.cpu import CpuBackend
 from fleet.agent.devices.replay import ReplayBackend
-from fleet.agent.staircase import Measurement, staircase_plan
+from fleet.agent.measure.staircase import Measurement, staircase_plan
 
 
 class Clock:

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from fleet.agent import models
-from fleet.agent.models import (
+from fleet.agent.models import registry as models
+from fleet.agent.models.registry import (
     build_model,
     count_parameters,
     input_spec,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fleet.agent.predict_design import design_probes
-from fleet.agent.profile_io import read_rows
+from fleet.agent.prediction.design import design_probes
+from fleet.method.profile_io import read_rows
 from tests.test_agent_protocol import BATCHES, FREQS, Agent, replay_csv
 
 pytestmark = pytest.mark.integration

@@ -13,11 +13,11 @@ import torch
 
 from fleet.agent.devices.base import Backend, DeviceError
 from fleet.agent.devices.replay import ReplayBackend
-from fleet.agent.measurers import is_oom
-from fleet.agent.models import build_model
-from fleet.agent.profile_io import read_rows, write_rows
-from fleet.agent.profile_writer import write_profile
-from fleet.agent.profiler import profile_grid
+from fleet.agent.measure.measurers import is_oom
+from fleet.agent.measure.profile_writer import write_profile
+from fleet.agent.measure.profiler import profile_grid
+from fleet.agent.models.registry import build_model
+from fleet.method.profile_io import read_rows, write_rows
 
 NANO_FREQS = [76.8, 153.6, 230.4, 307.2, 384.0, 460.8, 537.6, 614.4, 691.2, 768.0, 844.8, 921.6]
 BATCHES = [4, 8, 16, 32, 64, 128]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet.agent.profile_io import read_rows, write_rows
+from fleet.method.profile_io import read_rows, write_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 FREQS = [76.8, 307.2, 614.4, 921.6]

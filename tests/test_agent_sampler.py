@@ -7,8 +7,8 @@ import types
 
 import pytest
 
-import fleet.agent.sampler as sampler_module
-from fleet.agent.sampler import PowerSampler, WindowStats, idle_power, stats_from_samples
+import fleet.agent.measure.sampler as sampler_module
+from fleet.agent.measure.sampler import PowerSampler, WindowStats, idle_power, stats_from_samples
 
 
 def wait_for(predicate, timeout=60.0):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from fleet.agent.models import build_model, count_parameters
+from fleet.agent.models.registry import build_model, count_parameters
 from fleet.core.efficiency import load_efficiency
 from simulations.analogue_text import (
     TextAnalogueConfig,

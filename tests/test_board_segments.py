@@ -25,7 +25,7 @@ from clients import records
 from clients.agent_link import AgentError, AgentLink, AgentSettings
 from clients.hardware_client import hardware_segment
 from clients.segment_args import PROGRESS, read_segment
-from fleet.agent import tensorfile
+from fleet.agent.data import tensorfile
 from fleet.agent.devices import clockstate
 from fleet.common.errors import InputError
 from fleet.config.fleetfile import RunSettings

@@ -5,7 +5,7 @@ from flwr.app import ArrayRecord, RecordDict
 
 from clients import records
 from clients.client_app import simulated_round
-from fleet.agent.models import build_model
+from fleet.agent.models.registry import build_model
 from fleet.config.fleetfile import RunSettings
 from fleet.core.efficiency import Efficiency
 from tests.test_estimate import tiny_idx

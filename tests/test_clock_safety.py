@@ -304,7 +304,7 @@ STRESS_CHILD = textwrap.dedent(
     sys.path.insert(0, {repo!r})
     from fleet.agent.devices.jetson import JetsonBackend
     from fleet.agent.devices.guard import install_restore_handlers, start_prompt_restore
-    from fleet.agent.sampler import PowerSampler
+    from fleet.agent.measure.sampler import PowerSampler
     b = JetsonBackend(sysfs_root=sys.argv[1], state_dir=sys.argv[2])
     install_restore_handlers(b)
     start_prompt_restore(b)
@@ -388,11 +388,12 @@ AS_NOBODY = textwrap.dedent(
     # Import what the command needs while still root (the interpreter may live under /root),
     # then drop to 'nobody' for good before it touches the board.
     import torch
-    import fleet.agent.devices.jetson, fleet.agent.models, fleet.agent.profiler
-    import fleet.agent.sampler, fleet.agent.staircase, fleet.agent.predict
-    import fleet.agent.measurers, fleet.agent.profile_writer, fleet.agent.predict_design
-    import fleet.agent.predict_fit
-    from fleet.agent import models
+    import fleet.agent.devices.jetson, fleet.agent.models.registry
+    import fleet.agent.measure.profiler, fleet.agent.measure.sampler
+    import fleet.agent.measure.staircase, fleet.agent.prediction.predict
+    import fleet.agent.measure.measurers, fleet.agent.measure.profile_writer
+    import fleet.agent.prediction.design, fleet.agent.prediction.fit
+    from fleet.agent.models import registry as models
     from fleet.cli import build_parser, main
     build_parser()
     m = models.build_model("small_cnn", 10, (1, 8, 8))
@@ -481,7 +482,7 @@ def test_settling_drops_samples_taken_before_the_clock_arrived(
     There the lag is 10 s, so the window opens before the clock moves however slowly this
     machine gets to it; with the wait, the timeout (10 s) is only a hang guard.
     """
-    from fleet.agent.profiler import profile_grid
+    from fleet.agent.measure.profiler import profile_grid
 
     board = build_board(tmp_path / "root", "nano", workload="small_cnn")
     freqs = (76.8, 921.6)

@@ -14,7 +14,10 @@ import time
 import pytest
 import torch
 
-from fleet.agent.budget import (
+from fleet.agent.loop.closedloop import STATUS_OVER_BUDGET, ClosedLoop
+from fleet.agent.loop.underbudget import train_under_budget
+from fleet.agent.models.registry import build_model
+from fleet.method.budget import (
     BudgetError,
     FileBudget,
     FixedBudget,
@@ -22,10 +25,7 @@ from fleet.agent.budget import (
     make_source,
     parse_schedule,
 )
-from fleet.agent.choose import choose, efficiency_from, lut_from_rows, scaled_lr
-from fleet.agent.closedloop import STATUS_OVER_BUDGET, ClosedLoop
-from fleet.agent.models import build_model
-from fleet.agent.underbudget import train_under_budget
+from fleet.method.selection import choose, efficiency_from, lut_from_rows, scaled_lr
 from tests.closedloop_helpers import FREQS, FollowBackend, lut_rows, model_power
 
 EFF = {8: 4000.0, 16: 4000.0, 32: 4400.0}  # b=32 wins when the budget allows its clock
@@ -320,7 +320,7 @@ def test_lowest_clock_still_over_stops_with_checkpoint_and_restores(tmp_path):
 
 
 def test_nothing_fits_the_first_budget_is_one_line_and_restores():
-    from fleet.agent.closedloop import ClosedLoopError
+    from fleet.agent.loop.closedloop import ClosedLoopError
 
     backend = FollowBackend()
     with pytest.raises(ClosedLoopError, match="lowest profiled peak is 1.95 W"):
@@ -338,9 +338,9 @@ def test_frequencies_are_locked_only_from_the_lut():
 
 
 def test_agent_train_runs_the_closed_loop_and_falls_back_to_cpu(tmp_path):
-    from fleet.agent.handler_api import Context
-    from fleet.agent.train_command import handle_train
-    from fleet.agent.wire import ProtocolError
+    from fleet.agent.protocol.handler_api import Context
+    from fleet.agent.protocol.train_command import handle_train
+    from fleet.agent.protocol.wire import ProtocolError
     from tests.test_trainer import _train_request
 
     backend = FollowBackend()

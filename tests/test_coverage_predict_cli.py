@@ -8,11 +8,11 @@ import subprocess
 
 import pytest
 
-from fleet.agent.profile_io import read_rows
 from fleet.core.choice import align
 from fleet.core.efficiency import load_efficiency
 from fleet.core.profile import load_profile
 from fleet.core.selection import select
+from fleet.method.profile_io import read_rows
 from fleet.trust.coverage import check_coverage, missing_points, read_coverage
 from tests.conftest import ROOT, run_cli
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import fleet.cli
-from fleet.agent.datasets import load_dataset
+from fleet.agent.data.datasets import load_dataset
 from fleet.data import builders, canonical
 from fleet.data import prepare as prep
 from fleet.data.cache import verify

@@ -1,4 +1,4 @@
-"""Device-side dataset readers (fleet.agent.datasets) on tiny files written in tmp folders."""
+"""Device-side dataset readers (fleet.agent.data.datasets) on tiny files written in tmp folders."""
 
 from __future__ import annotations
 
@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 import torch
 
-from fleet.agent.cifar import read_cifar_batch
-from fleet.agent.dataerror import DatasetError
-from fleet.agent.datasets import load_dataset
-from fleet.agent.imagefiles import read_idx, read_image, write_idx
-from fleet.agent.splits import split_indices, subset
-from fleet.agent.textdata import CharSequenceDataset, split_text, text_windows
-from fleet.agent.vocab import VOCAB_CHARS, build_vocab, decode, encode, normalize_text
+from fleet.agent.data.cifar import read_cifar_batch
+from fleet.agent.data.dataerror import DatasetError
+from fleet.agent.data.datasets import load_dataset
+from fleet.agent.data.imagefiles import read_idx, read_image, write_idx
+from fleet.agent.data.splits import split_indices, subset
+from fleet.agent.data.textdata import CharSequenceDataset, split_text, text_windows
+from fleet.agent.data.vocab import VOCAB_CHARS, build_vocab, decode, encode, normalize_text
 
 # -- IDX --------------------------------------------------------------------------------------
 

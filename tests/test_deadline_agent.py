@@ -1,4 +1,4 @@
-"""The board's deadline chooser (fleet/agent/deadline.py) and the closed loop that follows it.
+"""The board's deadline chooser (fleet/method/deadline.py) and the closed loop that follows it.
 
 The chooser is checked against a brute force that reads the rule literally (remaining work,
 remaining time, least energy among the plans that meet the deadline, else the fastest, late)
@@ -15,16 +15,16 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fleet.agent.budget import FileBudget, FixedBudget
-from fleet.agent.choose import LutPoint, choose, lut_from_rows
-from fleet.agent.closedloop import ClosedLoop, ClosedLoopError
-from fleet.agent.deadline import choose_deadline
-from fleet.agent.models import build_model
-from fleet.agent.underbudget import train_under_budget
+from fleet.agent.loop.closedloop import ClosedLoop, ClosedLoopError
+from fleet.agent.loop.underbudget import train_under_budget
+from fleet.agent.models.registry import build_model
 from fleet.budgets.codec import BudgetStep
 from fleet.core.deadline import choose_step, rates
 from fleet.core.efficiency import Efficiency
 from fleet.core.profile import Point
+from fleet.method.budget import FileBudget, FixedBudget
+from fleet.method.deadline import choose_deadline
+from fleet.method.selection import LutPoint, choose, lut_from_rows
 from tests.closedloop_helpers import FollowBackend, lut_rows
 
 
@@ -368,8 +368,8 @@ def test_a_board_slower_than_its_lut_falls_behind_and_runs_its_fastest_point():
     ],
 )
 def test_the_agent_refuses_bad_deadline_arguments_in_one_line(extra, words):
-    from fleet.agent.train_args import closed_loop_args
-    from fleet.agent.wire import ProtocolError
+    from fleet.agent.protocol.train_args import closed_loop_args
+    from fleet.agent.protocol.wire import ProtocolError
 
     req = {"cmd": "train", "budget_w": "5", "profile": lut_rows(), "efficiency": {"16": 4000}}
     with pytest.raises(ProtocolError, match=words):

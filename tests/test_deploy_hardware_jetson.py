@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from deployment import daemons, deploy
-from fleet.agent.models import build_model
+from fleet.agent.models.registry import build_model
 from fleet.config.fleetfile import load_fleet
 from fleet.training.task import read_weights, write_weights
 from simulations.virtual_jetson import build_board

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet.agent.drift import (
+from fleet.agent.measure.drift import (
     DriftDetector,
     choice_changes,
     pick_reprobes,
@@ -268,7 +268,7 @@ def test_training_run_on_a_warming_board_refreshes_the_lut():
     board's best."""
     import random
 
-    from fleet.agent.profile_io import read_rows as read_csv
+    from fleet.method.profile_io import read_rows as read_csv
 
     path = Path(__file__).resolve().parents[1] / "simulations/profiles/nano_resnet18.csv"
     rows = [row for _n, row in read_csv(str(path))[1]]

@@ -11,11 +11,11 @@ import time
 
 import pytest
 
-from fleet.agent.budget import BudgetSource
-from fleet.agent.choose import choose, lut_from_rows
-from fleet.agent.drift import read_profile
-from fleet.agent.models import build_model
-from fleet.agent.underbudget import train_under_budget
+from fleet.agent.loop.underbudget import train_under_budget
+from fleet.agent.measure.drift import read_profile
+from fleet.agent.models.registry import build_model
+from fleet.method.budget import BudgetSource
+from fleet.method.selection import choose, lut_from_rows
 from tests.closedloop_helpers import FollowBackend, lut_rows, model_power
 from tests.test_closedloop import EFF, STEP_S, TEST, TRAIN
 
@@ -102,8 +102,8 @@ def test_power_drift_is_one_event_and_the_refresh_moves_the_table(tmp_path):
 
 
 def test_agent_train_reply_carries_drift_events_and_the_refreshed_profile(tmp_path):
-    from fleet.agent.handler_api import Context
-    from fleet.agent.train_command import handle_train
+    from fleet.agent.protocol.handler_api import Context
+    from fleet.agent.protocol.train_command import handle_train
     from tests.test_trainer import _train_request
 
     backend = FollowBackend()

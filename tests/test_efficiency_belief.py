@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from fleet.agent.efficiency_belief import (
+from fleet.agent.learning.efficiency_belief import (
     LEARNED_TRUST,
     PROXY_TRUST,
     BeliefError,
@@ -16,7 +16,7 @@ from fleet.agent.efficiency_belief import (
     prior_cov,
     trust_for,
 )
-from fleet.agent.efficiency_learner import (
+from fleet.agent.learning.efficiency_learner import (
     EfficiencyLearner,
     learning_mode,
     shape_from_noise,

@@ -4,7 +4,7 @@ import json
 
 import numpy as np
 
-from fleet.agent.imagefiles import write_idx
+from fleet.agent.data.imagefiles import write_idx
 from fleet.core.efficiency import load_efficiency
 from tests.conftest import run_cli
 

@@ -331,7 +331,7 @@ def test_a_board_agent_killed_with_its_clock_locked_restores_and_resumes(tmp_pat
     clock: its agent is SIGKILLed mid-segment while the clock is locked. A fresh agent puts the
     original devfreq bounds back at once, the device resumes from the board's checkpoint and
     finishes its run (every sample once), and the clocks are the originals at the end."""
-    from fleet.agent.models import build_model
+    from fleet.agent.models.registry import build_model
     from fleet.training.task import write_weights
     from simulations.virtual_jetson import build_board
     from tests.hardware_helpers import BATCH, board_profile, tiny_pt_data

@@ -98,8 +98,8 @@ def test_run_flower_matches_direct_replay(tmp_path: Path) -> None:
     assert report["rounds"] == 2 and [r["round"] for r in report["round_totals"]] == [1, 2]
     assert (tmp_path / "run" / "rounds" / "round-002" / "devices.csv").exists()
     # federated: the global model is kept beside the report, loadable into the fleet's model
-    from fleet.agent import tensorfile
-    from fleet.agent.models import build_model
+    from fleet.agent.data import tensorfile
+    from fleet.agent.models.registry import build_model
 
     state = tensorfile.load(report["global_model"], "weights")
     assert set(state) == set(build_model(fleet.run.model).state_dict())

@@ -19,10 +19,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from fleet.agent import checkpoint, handler_api, tensorfile, train_args, train_command, trainer
+from fleet.agent.data import tensorfile
 from fleet.agent.devices.replay import ReplayBackend
-from fleet.agent.models import build_model
-from fleet.agent.train_state import TrainerError
+from fleet.agent.models.registry import build_model
+from fleet.agent.protocol import handler_api, train_args, train_command
+from fleet.agent.training import checkpoint, trainer
+from fleet.agent.training.train_state import TrainerError
 from fleet.common.errors import InputError
 from fleet.core.efficiency import load_efficiency
 from fleet.core.profile import load_profile
@@ -290,7 +292,7 @@ def test_tensorfile_cli_converts_only_with_a_code_refusing_torch(tmp_path):
     torch.save({"w": torch.arange(4)}, str(old))
     new = tmp_path / "new.pft"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    cmd = [sys.executable, "-m", "fleet.agent.tensorfile", "convert", str(old), str(new)]
+    cmd = [sys.executable, "-m", "fleet.agent.data.tensorfile", "convert", str(old), str(new)]
     proc = subprocess.run(cmd + ["--kind", "weights"], env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert torch.equal(tensorfile.load(str(new), "weights")["w"], torch.arange(4))

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from clients import records
-from fleet.agent import tensorfile
+from fleet.agent.data import tensorfile
 from fleet.config.fleetfile import DeviceSpec, RunSettings
 from fleet.core.efficiency import Efficiency
 from simulations.virtual_jetson import build_board

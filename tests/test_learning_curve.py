@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet.agent.learning_curve import MIN_POINTS, curve_points, fit_curve, remaining
+from fleet.agent.learning.learning_curve import MIN_POINTS, curve_points, fit_curve, remaining
 from fleet.core.curves import curves_path, load_curves
 
 ROOT = Path(__file__).resolve().parents[1]

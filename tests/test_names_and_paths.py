@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from clients import records
-from fleet.agent.confine import ConfineError, Confinement, owned_dir
+from fleet.agent.protocol.confine import ConfineError, Confinement, owned_dir
 from fleet.cli import main as cli_main
 from fleet.common.errors import InputError
 from fleet.common.names import check_name, child_dir

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from fleet.agent.efficiency_learner import MAX_LAW_ERR, EfficiencyLearner, shape_from_noise
-from fleet.agent.models import loss_fn
-from fleet.agent.noise_scale import NoiseScaleError, NoiseTracker, noise_scale
+from fleet.agent.learning.efficiency_learner import MAX_LAW_ERR, EfficiencyLearner, shape_from_noise
+from fleet.agent.learning.noise_scale import NoiseScaleError, NoiseTracker, noise_scale
+from fleet.agent.models.registry import loss_fn
 from fleet.core.curves import (
     Curves,
     curves_path,

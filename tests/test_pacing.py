@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from fleet.agent.budget import FixedBudget
-from fleet.agent.choose import lut_from_rows
-from fleet.agent.closedloop import ClosedLoop
+from fleet.agent.loop.closedloop import ClosedLoop
+from fleet.method.budget import FixedBudget
+from fleet.method.selection import lut_from_rows
 from tests.closedloop_helpers import FollowBackend, lut_rows, model_time
 
 EFF = {8: 4000.0, 16: 4000.0, 32: 4400.0}

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from fleet.agent.budget import FixedBudget
-from fleet.agent.choose import LutPoint
-from fleet.agent.closedloop import ClosedLoop
 from fleet.agent.devices import DeviceError
 from fleet.agent.devices.jetson import JetsonBackend
-from fleet.agent.sampler import sensor_hz
+from fleet.agent.loop.closedloop import ClosedLoop
+from fleet.agent.measure.sampler import sensor_hz
 from fleet.cli import main
+from fleet.method.budget import FixedBudget
+from fleet.method.selection import LutPoint
 from tests.conftest import run_cli
 
 HZ = (306000000, 408000000, 510000000)
@@ -372,7 +372,7 @@ def test_update_interval_caps_every_sampler_the_backend_feeds(tmp_path):
 
 
 def test_profiler_samples_no_faster_than_the_sensor(tmp_path):
-    from fleet.agent.profiler import profile_grid
+    from fleet.agent.measure.profiler import profile_grid
 
     gpu(tmp_path, "17000000.ga10b")
     ina3221(tmp_path, "1-0040", {1: ("VDD_IN", 5000, 1000)}, 1, {"update_interval": "250\n"})

@@ -1,4 +1,5 @@
-"""Prediction of un-probed profile points (fleet/agent/predict.py) against known physical models."""
+"""Prediction of un-probed profile points (fleet/agent/prediction/predict.py) against known
+physical models."""
 
 from __future__ import annotations
 
@@ -6,10 +7,10 @@ import math
 
 import pytest
 
-from fleet.agent.deviation import carry_deviation
-from fleet.agent.predict import predict_profile
-from fleet.agent.predict_design import default_max_probes, design_probes
-from fleet.agent.predict_fit import PredictError, fit_surface, surface_value
+from fleet.agent.measure.deviation import carry_deviation
+from fleet.agent.prediction.design import default_max_probes, design_probes
+from fleet.agent.prediction.fit import PredictError, fit_surface, surface_value
+from fleet.agent.prediction.predict import predict_profile
 
 NANO = [76.8 * i for i in range(1, 13)]
 BATCHES = [4, 8, 16, 32, 64, 128]

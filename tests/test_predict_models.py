@@ -15,15 +15,15 @@ import sys
 import pytest
 
 from benchmarks.predict_eval import evaluate_grid, is_full, load_grid, power_limit_view
-from fleet.agent.predict import BOUND_COLUMN, predict_profile
-from fleet.agent.predict_adapt import next_probes
-from fleet.agent.predict_design import frame_probes
-from fleet.agent.predict_models import frame
-from fleet.agent.profile_io import write_rows
+from fleet.agent.prediction.adapt import next_probes
+from fleet.agent.prediction.design import frame_probes
+from fleet.agent.prediction.models import frame
+from fleet.agent.prediction.predict import BOUND_COLUMN, predict_profile
 from fleet.common.errors import InputError
 from fleet.core.efficiency import Efficiency, load_efficiency
 from fleet.core.profile import load_profile
 from fleet.core.selection import select
+from fleet.method.profile_io import write_rows
 from tests.test_predict import BATCHES, CAPS, NANO, capped, physical, rows_at
 
 PROFILES = ["nano_resnet18", "nano_transformer", "tx2nx_mobilenetv2", "tx2nx_small_cnn"]

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from fleet.agent.profile_io import read_rows
 from fleet.common.errors import InputError
 from fleet.core.efficiency import Efficiency
+from fleet.method.profile_io import read_rows
 from fleet.trust.store import (
     Provenance,
     Workload,
@@ -251,9 +251,9 @@ def test_first_contact_then_reuse_then_sibling(tmp_path):
     on a replay backend) and returns its CSV; the coordinator stores it. Round 2: the board
     gets its own profile back. A second board of the type starts from a sibling copy."""
     from fleet.agent.devices.replay import ReplayBackend
-    from fleet.agent.predict_design import design_probes
-    from fleet.agent.profile_writer import write_profile
-    from fleet.agent.profiler import profile_grid
+    from fleet.agent.measure.profile_writer import write_profile
+    from fleet.agent.measure.profiler import profile_grid
+    from fleet.agent.prediction.design import design_probes
     from fleet.trust.store import put_from_device, starting_profile
 
     store = tmp_path / "store"

@@ -8,8 +8,8 @@ sees the file changed and returns it to the coordinator (``profile-csv`` in the 
 from __future__ import annotations
 
 from clients.board_profile import merge_refreshed
-from fleet.agent.profile_io import read_rows, write_rows
 from fleet.core.profile import load_profile
+from fleet.method.profile_io import read_rows, write_rows
 
 
 def _row(b: int, f: float, t: float, peak: float, source: str = "measured") -> dict:

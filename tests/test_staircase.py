@@ -2,7 +2,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fleet.agent.staircase import Measurement, probes_saved, staircase_plan
+from fleet.agent.measure.staircase import Measurement, probes_saved, staircase_plan
 from fleet.core.efficiency import Efficiency
 from fleet.core.profile import Point, Profile, frontier
 from fleet.core.selection import select

@@ -20,15 +20,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from fleet.agent import tensorfile
+from fleet.agent.data import tensorfile
 from fleet.agent.devices.replay import ReplayBackend
-from fleet.agent.evaluation import evaluate
-from fleet.agent.handler_api import Context
-from fleet.agent.models import build_model
-from fleet.agent.sampler import PowerSampler
-from fleet.agent.train_command import handle_train
-from fleet.agent.train_state import TrainerError
-from fleet.agent.trainer import train_to_target
+from fleet.agent.measure.sampler import PowerSampler
+from fleet.agent.models.registry import build_model
+from fleet.agent.protocol.handler_api import Context
+from fleet.agent.protocol.train_command import handle_train
+from fleet.agent.training.evaluation import evaluate
+from fleet.agent.training.train_state import TrainerError
+from fleet.agent.training.trainer import train_to_target
 from tests.test_agent_protocol import Agent
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -139,9 +139,9 @@ HELPER = textwrap.dedent(
     import json, sys, time
     import torch
     torch.set_num_threads(1)
-    from fleet.agent.models import build_model
-    from fleet.agent import tensorfile
-    from fleet.agent.trainer import train_to_target
+    from fleet.agent.models.registry import build_model
+    from fleet.agent.data import tensorfile
+    from fleet.agent.training.trainer import train_to_target
 
     data_path, ckpt, kw = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
     data = tensorfile.load(data_path)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from fleet.agent.predict import predict_profile
-from fleet.agent.predict_design import design_probes
-from fleet.agent.profile_io import read_rows
+from fleet.agent.prediction.design import design_probes
+from fleet.agent.prediction.predict import predict_profile
 from fleet.core.efficiency import load_efficiency
 from fleet.core.selection import select
+from fleet.method.profile_io import read_rows
 from fleet.trust.verify import profile_from_rows, select_verified
 from tests.conftest import ROOT
 

@@ -14,12 +14,18 @@ import os
 import sys
 from typing import List, Optional
 
-from .confine import ConfineError, Confinement, default_work_dir
-from .devices import DeviceError, add_backend_arguments, given_options, open_backend, options_for
-from .devices.guard import install_restore_handlers, start_prompt_restore
-from .handler_api import Context
-from .protocol import restore_quietly, serve
-from .wire import line_writer
+from fleet.agent.devices import (
+    DeviceError,
+    add_backend_arguments,
+    given_options,
+    open_backend,
+    options_for,
+)
+from fleet.agent.devices.guard import install_restore_handlers, start_prompt_restore
+from fleet.agent.protocol.confine import ConfineError, Confinement, default_work_dir
+from fleet.agent.protocol.handler_api import Context
+from fleet.agent.protocol.server import restore_quietly, serve
+from fleet.agent.protocol.wire import line_writer
 
 
 def build_parser() -> argparse.ArgumentParser:

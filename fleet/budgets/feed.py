@@ -16,9 +16,9 @@ import math
 import time
 from collections.abc import Callable, Sequence
 
-from fleet.agent.profile_io import atomic_write_text
 from fleet.budgets.codec import BudgetStep, format_budget
 from fleet.common.errors import InputError
+from fleet.method.profile_io import atomic_write_text
 
 
 def check_speed(speed: float) -> float:

@@ -2,7 +2,7 @@
 
 ``prepare`` is idempotent and atomic (see ``fleet.data.prepare``): re-running it checks checksums
 and does nothing else. The cache folder is ``--data-dir``, else ``$POWERFLEET_DATA``, else
-``~/.cache/powerfleet/data``; the device readers (``fleet.agent.datasets.load_dataset``) read
+``~/.cache/powerfleet/data``; the device readers (``fleet.agent.data.datasets.load_dataset``) read
 the same layout.
 """
 
@@ -16,8 +16,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from fleet.agent.dataerror import DatasetError
-from fleet.agent.datasets import KNOWN_DATASETS
+from fleet.agent.data.dataerror import DatasetError
+from fleet.agent.data.datasets import KNOWN_DATASETS
 from fleet.cli.common import console, emit_json
 from fleet.common.errors import InputError
 from fleet.data.cache import resolve_data_dir

@@ -34,8 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fleet.agent.efficiency_learner import shape_from_noise
-    from fleet.agent.noise_scale import NoiseScaleError, noise_scale
+    from fleet.agent.learning.efficiency_learner import shape_from_noise
+    from fleet.agent.learning.noise_scale import NoiseScaleError, noise_scale
     from fleet.training.task import build_for, load_task
 
     try:

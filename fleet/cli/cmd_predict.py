@@ -3,7 +3,7 @@
 The measured rows are written back exactly as read; each missing (batch size, knob) point of
 the requested grid gets a row with ``source=predicted``, and ``#`` lines say how they were made
 (method and leave-one-out error per column). The prediction itself lives in
-``fleet.agent.predict`` so the board's profiler uses the same code.
+``fleet.agent.prediction.predict`` so the board's profiler uses the same code.
 """
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from __future__ import annotations
 import argparse
 import math
 
-from fleet.agent.predict import describe, predict_profile
-from fleet.agent.predict_fit import PredictError
-from fleet.agent.profile_io import read_rows, write_rows
+from fleet.agent.prediction.fit import PredictError
+from fleet.agent.prediction.predict import describe, predict_profile
 from fleet.cli.common import console, emit_json, table
 from fleet.common.errors import InputError
 from fleet.core.profile import load_profile
+from fleet.method.profile_io import read_rows, write_rows
 from fleet.trust.coverage import read_coverage
 
 
@@ -132,8 +132,9 @@ def _candidates(errors: dict[str, float]) -> str:
 
 
 def _next(args: argparse.Namespace, prediction, batch_sizes: list[int]) -> list[tuple]:
-    """The adaptive design's next probes (``fleet.agent.predict_adapt``) at the user's budgets."""
-    from fleet.agent.predict_adapt import next_probes
+    """The adaptive design's next probes (``fleet.agent.prediction.adapt``) at the user's
+    budgets."""
+    from fleet.agent.prediction.adapt import next_probes
     from fleet.budgets.codec import budget_limit, parse_budget
     from fleet.core.efficiency import load_efficiency
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from fleet.agent.profile_io import atomic_write_text
 from fleet.cli.common import console, emit_json
+from fleet.method.profile_io import atomic_write_text
 from fleet.reports.markdown import run_markdown
 from fleet.reports.report import read_report
 

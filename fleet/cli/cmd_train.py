@@ -1,7 +1,7 @@
 """`powerfleet train`: the paper's whole workflow on one board, no coordinator needed.
 
 Profile (unless a LUT is given), select, lock, fine-tune under the closed loop, restore. The loop
-itself lives in the agent (``fleet.agent.closedloop``) so the hardware client drives the very
+itself lives in the agent (``fleet.agent.loop.closedloop``) so the hardware client drives the very
 same code through the agent's ``train`` command; this module only parses, prints and writes the
 run folder. The device is restored on every exit path (normal end, error, Ctrl-C, SIGTERM): the
 closed loop restores when its block ends and ``install_restore_handlers`` covers signals.
@@ -109,7 +109,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _budget_source(args: argparse.Namespace) -> Any:
-    from fleet.agent.budget import BudgetError, make_source
+    from fleet.method.budget import BudgetError, make_source
 
     schedule = args.budget_schedule
     if args.budget_trace is not None:
@@ -141,8 +141,8 @@ def _efficiency(path: str) -> tuple[dict[int, float], dict[str, Any]]:
 
 
 def _lut_from_profile(path: str) -> list[Any]:
-    from fleet.agent.choose import LutPoint
     from fleet.core.profile import load_profile
+    from fleet.method.selection import LutPoint
 
     prof = load_profile(path)
     return [
@@ -153,8 +153,8 @@ def _lut_from_profile(path: str) -> list[Any]:
 
 def _check_power(points: list[Any], source: str) -> None:
     """The deadline objective prices energy: a time-only profile cannot serve it."""
-    from fleet.agent.choose import ChooseError
-    from fleet.agent.deadline import check_power
+    from fleet.method.deadline import check_power
+    from fleet.method.selection import ChooseError
 
     try:
         check_power(points, source)
@@ -226,10 +226,10 @@ def _torch_device(args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fleet.agent.checkpoint import atomic_torch_save
-    from fleet.agent.closedloop import ClosedLoopError
-    from fleet.agent.train_state import TrainerError
-    from fleet.agent.underbudget import train_under_budget
+    from fleet.agent.loop.closedloop import ClosedLoopError
+    from fleet.agent.loop.underbudget import train_under_budget
+    from fleet.agent.training.checkpoint import atomic_torch_save
+    from fleet.agent.training.train_state import TrainerError
     from fleet.training.task import build_for, load_task
 
     _check_args(args)
@@ -247,7 +247,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         backend = open_backend(args.backend, **options)
         if points is None:  # profiling first needs power; a recorded --profile does not
-            from fleet.agent.profiler import require_power
+            from fleet.agent.measure.profiler import require_power
 
             require_power(backend)
     except DeviceError as exc:
@@ -324,7 +324,7 @@ def _drift_settings(args: argparse.Namespace) -> dict[str, Any]:
         "power_tol": args.drift_power_tol,
     }
     if args.profile:
-        from fleet.agent.drift import read_profile
+        from fleet.agent.measure.drift import read_profile
 
         settings["rows"], settings["comments"] = read_profile(args.profile)
     return settings
@@ -332,9 +332,9 @@ def _drift_settings(args: argparse.Namespace) -> dict[str, Any]:
 
 def _profile_first(args, backend, task, model, source, device) -> list[Any]:
     """The staircase under the highest budget the run will face (all points if unbounded)."""
-    from fleet.agent.choose import ChooseError, lut_from_rows
-    from fleet.agent.profile_writer import write_profile
-    from fleet.agent.profiler import profile_grid
+    from fleet.agent.measure.profile_writer import write_profile
+    from fleet.agent.measure.profiler import profile_grid
+    from fleet.method.selection import ChooseError, lut_from_rows
 
     highest = source.highest()
     under = f" (staircase under {highest:g} W)" if highest is not None else " (full grid)"
@@ -356,7 +356,7 @@ def _profile_first(args, backend, task, model, source, device) -> list[Any]:
 
 
 def _report(result: Any, summary: dict[str, Any], args: argparse.Namespace, ckpt: str | None):
-    from fleet.agent.segments import OBJECTIVE_KEYS
+    from fleet.agent.loop.segments import OBJECTIVE_KEYS
 
     out = {
         "status": summary["status"],

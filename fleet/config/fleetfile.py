@@ -141,7 +141,7 @@ def _data_entry(base: Path, raw: str, where: str, learning: str) -> str:
     """A device's ``data``: a trace CSV (replay), else a dataset path or a prepared dataset's
     name (``mnist-5k``, ``fashion-mnist``...: ``powerfleet data prepare``), kept as the name
     when no file of that name sits beside the fleet file."""
-    from fleet.agent.datasets import KNOWN_DATASETS
+    from fleet.agent.data.datasets import KNOWN_DATASETS
 
     if learning != "trace" and raw in KNOWN_DATASETS and not (base / raw).exists():
         return raw

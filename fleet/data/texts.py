@@ -3,7 +3,7 @@
 Play markdown to play text, Project Gutenberg boilerplate stripped, line ends and blank lines
 made uniform; each document one UTF-8 file plus ``all.txt``, with the counts for the manifest.
 The texts keep their original characters: the 96-character vocabulary
-(``fleet.agent.vocab``) is applied when loading, and only counted here.
+(``fleet.agent.data.vocab``) is applied when loading, and only counted here.
 
 Why separate: the conversion rules are pure string functions shared by three builders and
 tested on their own, apart from any download.
@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from fleet.agent.vocab import build_vocab, normalize_text
+from fleet.agent.data.vocab import build_vocab, normalize_text
 
 
 def markdown_to_text(md: str) -> str:

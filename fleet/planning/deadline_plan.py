@@ -14,7 +14,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from fleet.agent.efficiency_learner import DEADLINE_Z
+from fleet.agent.learning.efficiency_learner import DEADLINE_Z
 from fleet.budgets.codec import BudgetStep
 from fleet.common.errors import InputError
 from fleet.config.fleetfile import DeviceSpec

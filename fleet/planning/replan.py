@@ -16,7 +16,8 @@ it has left (``1 - done``), times how much more work the target takes than the p
 the planning reply priced the whole work with the shipped samples-to-target, while the device
 learns its own. A device that learns online reports its own fastest finish
 (``fastest_finish_s``: it knows its profile, its budget and what its learning curve says of every
-batch size: ``fleet/agent/efficiency_learner.py``) with the doubt of its estimate, and the plan
+batch size: ``fleet/agent/learning/efficiency_learner.py``) with the doubt of its estimate, and the
+plan
 takes it ``CONFIDENCE_Z`` standard deviations early; one that does not is judged by ``samples /
 done`` against the shipped count (only bad news: its ``done`` is itself priced with the shipped
 count). A device on a harder dataset than the proxy is behind from its first segment, and the

@@ -22,9 +22,9 @@ import math
 import statistics
 from pathlib import Path
 
-from fleet.agent.profile_io import atomic_write_text
 from fleet.common.errors import InputError
 from fleet.core.baselines import BASELINES, speedup_column
+from fleet.method.profile_io import atomic_write_text
 from fleet.planning.roundenergy import round_energy, round_totals
 from fleet.rounds.device_round import TRAINED, row_columns
 

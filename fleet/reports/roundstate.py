@@ -28,8 +28,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from fleet.agent.profile_io import atomic_write_text
 from fleet.common.errors import InputError
+from fleet.method.profile_io import atomic_write_text
 from fleet.reports.prometheus import prometheus_text
 from fleet.reports.report import json_safe
 from fleet.rounds import statuses

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from fleet.agent.profile_io import atomic_write
+from fleet.method.profile_io import atomic_write
 from fleet.planning.whatif import WhatIfStep
 
 

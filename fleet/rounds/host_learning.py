@@ -2,7 +2,8 @@
 
 Why: a simulated device that trains for real (``fleet.rounds.host_training``) is the analogue of a
 board, and a board corrects the shipped samples-to-target from its own evaluations and switches
-batch size when that pays (``fleet/agent/loop_learning.py``). Here the trainer's controller does
+batch size when that pays (``fleet/agent/loop/loop_learning.py``). Here the trainer's controller
+does
 the same with the same learner and choosers (``fleet.rounds.learning``), but keeps time on the
 *device's* clock: every step is priced at its point's profiled time, never the host's, so a laptop
 simulates a Nano honestly. A budget schedule is followed on that clock (a step that admits
@@ -111,7 +112,7 @@ class LearnedBatch:
 
 
 def _tracker(learner: Any) -> Any:
-    from fleet.agent.loop_learning import make_tracker
+    from fleet.agent.loop.loop_learning import make_tracker
 
     return make_tracker(learner)
 

@@ -75,8 +75,8 @@ class HostTraining:
     def _train(self, run: Any, task: Any, model: Any, b: int, lr: float, control: Any = None):
         """Fine-tune to the target on the host (one trainer call for both paths); keeps the
         trained weights. ``control`` (a learning device) chooses the batch size as it goes."""
-        from fleet.agent.train_state import TrainerError
-        from fleet.agent.trainer import train_to_target
+        from fleet.agent.training.train_state import TrainerError
+        from fleet.agent.training.trainer import train_to_target
 
         try:
             out = train_to_target(

@@ -1,7 +1,8 @@
 """Online efficiency learning on the virtual clock: a replay device that reads its own curve.
 
 Why here: the board learns its samples-to-target from every evaluation the trainer makes
-(``fleet/agent/efficiency_learner.py``, in the closed loop); a simulated device must do the same
+(``fleet/agent/learning/efficiency_learner.py``, in the closed loop); a simulated device must do
+the same
 from what it would have seen, so a simulation shows the effect (docs/architecture.md, "Efficiency
 that learns"). The trace's recorded learning curves (``fleet.core.curves``: real training's
 evaluations, or the device model's) give the accuracy at every evaluation, read at the fraction
@@ -20,8 +21,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from fleet.agent.efficiency_belief import trust_for
-from fleet.agent.efficiency_learner import (
+from fleet.agent.learning.efficiency_belief import trust_for
+from fleet.agent.learning.efficiency_learner import (
     DEADLINE_Z,
     EfficiencyLearner,
     learning_mode,

@@ -70,7 +70,7 @@ class RunResult:
     # (samples, mean training loss since the evaluation before); absent in older caches
     loss_curve: list[tuple[int, float]] = ()  # type: ignore[assignment]
     # (samples, gradient noise scale, se of its log) read from the training steps at every
-    # evaluation (fleet.agent.noise_scale.NoiseTracker); absent in older caches
+    # evaluation (fleet.agent.learning.noise_scale.NoiseTracker); absent in older caches
     noise_curve: list[tuple[int, float, float]] = ()  # type: ignore[assignment]
 
 
@@ -104,9 +104,9 @@ def run_one(spec: EstimateSpec, batch_size: int, seed: int) -> RunResult:
     """One (batch size, seed) fine-tune to target. Runs in a worker process."""
     import torch
 
-    from fleet.agent.noise_scale import NoiseTracker
-    from fleet.agent.train_state import TrainerError
-    from fleet.agent.trainer import train_to_target
+    from fleet.agent.learning.noise_scale import NoiseTracker
+    from fleet.agent.training.train_state import TrainerError
+    from fleet.agent.training.trainer import train_to_target
 
     torch.set_num_threads(1)
     key = spec.key()
@@ -236,7 +236,7 @@ def estimate(
                     progress(len(runs), len(jobs), runs[-1])
     runs.sort(key=lambda r: (r.batch_size, r.seed))
     cache.parent.mkdir(parents=True, exist_ok=True)
-    from fleet.agent.profile_io import atomic_write_text
+    from fleet.method.profile_io import atomic_write_text
 
     atomic_write_text(
         str(cache), json.dumps({"spec": asdict(spec), "runs": [asdict(r) for r in runs]}) + "\n"
@@ -299,7 +299,7 @@ def write_outputs(eff: Efficiency, runs: list[RunResult], spec: EstimateSpec, ou
             f"{'' if r.samples_to_accuracy is None else r.samples_to_accuracy},{r.samples},"
             f"{r.final_accuracy:.4f},{r.train_time_s:.3f}"
         )
-    from fleet.agent.profile_io import atomic_write_text
+    from fleet.method.profile_io import atomic_write_text
 
     runs_path = str(Path(out).with_suffix("")) + ".runs.csv"
     atomic_write_text(runs_path, "\n".join(lines) + "\n")

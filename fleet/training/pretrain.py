@@ -30,10 +30,10 @@ def pretrain(
     """Train ``epochs`` passes over the dataset's train split; save weights + metadata."""
     import torch
 
-    from fleet.agent.checkpoint import atomic_torch_save
-    from fleet.agent.models import canonical_name
-    from fleet.agent.train_state import TrainerError
-    from fleet.agent.trainer import train_to_target
+    from fleet.agent.models.registry import canonical_name
+    from fleet.agent.training.checkpoint import atomic_torch_save
+    from fleet.agent.training.train_state import TrainerError
+    from fleet.agent.training.trainer import train_to_target
 
     if epochs <= 0 or batch_size <= 0 or lr <= 0:
         raise InputError("pretrain: --epochs, --batch-size and --lr must all be > 0")

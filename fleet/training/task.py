@@ -28,8 +28,8 @@ def load_task(
     dataset: str, data_dir: str | None = None, subset: int | None = None, seed: int = 0
 ) -> Task:
     """Both splits of a prepared dataset (or a path); a dataset problem is one InputError."""
-    from fleet.agent import datasets
-    from fleet.agent.dataerror import DatasetError
+    from fleet.agent.data import datasets
+    from fleet.agent.data.dataerror import DatasetError
 
     try:
         train = datasets.load_dataset(dataset, data_dir, "train", subset=subset, seed=seed)
@@ -48,7 +48,7 @@ def load_task(
 
 def build_for(task: Task, model_name: str, seed: int = 0, weights: Any = None):
     """The model for this task; ``weights`` is a state_dict or a weights file path."""
-    from fleet.agent.models import build_model, canonical_name
+    from fleet.agent.models.registry import build_model, canonical_name
 
     try:
         name = canonical_name(model_name)
@@ -69,7 +69,7 @@ def build_for(task: Task, model_name: str, seed: int = 0, weights: Any = None):
 
 def read_weights(path: str) -> dict[str, Any]:
     """A state_dict file, bare or as written by ``powerfleet pretrain`` ({state_dict, meta})."""
-    from fleet.agent import tensorfile
+    from fleet.agent.data import tensorfile
 
     if not Path(path).exists():
         raise InputError(f"{path}: weights file not found (make it with powerfleet pretrain)")
@@ -88,7 +88,7 @@ def write_weights(state: dict[str, Any], path: str) -> None:
     Every weights file the coordinator or a client writes goes through here and every one it
     reads through ``read_weights``, so the file format changes in one pair of functions.
     """
-    from fleet.agent import tensorfile
+    from fleet.agent.data import tensorfile
 
     tensorfile.save({k: v.detach().cpu() for k, v in state.items()}, path, "weights")
 
@@ -139,7 +139,7 @@ def initial_weights(fleet: Any) -> dict[str, Any]:
         if spec.learning == "train" and spec.data:
             task = load_task(spec.data, data_dir, seed=run.seed)  # all of it: classes from labels
             return build_for(task, run.model, run.seed).state_dict()
-    from fleet.agent.models import build_model
+    from fleet.agent.models.registry import build_model
 
     try:
         return build_model(run.model, seed=run.seed).state_dict()

@@ -16,11 +16,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from fleet.agent.profile_io import ProfileFormatError, read_rows
 from fleet.common.errors import InputError
 from fleet.core.choice import Choice
 from fleet.core.efficiency import Efficiency
 from fleet.core.profile import Profile
+from fleet.method.profile_io import ProfileFormatError, read_rows
 
 Key = tuple[int, float]
 

@@ -38,10 +38,10 @@ from typing import Any
 
 import numpy as np
 
-from fleet.agent.efficiency_belief import PROXY_TRUST, PriorTrust, prior_cov
-from fleet.agent.profile_io import atomic_write_text
+from fleet.agent.learning.efficiency_belief import PROXY_TRUST, PriorTrust, prior_cov
 from fleet.common.errors import InputError
 from fleet.core.efficiency import Efficiency
+from fleet.method.profile_io import atomic_write_text
 
 DEFAULT_SUBDIR = "efficiency-store"
 OBSERVATIONS = "observations.jsonl"

@@ -27,12 +27,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from fleet.agent.profile_io import ProfileFormatError, read_rows, write_rows
 from fleet.common.errors import InfeasibleError, InputError
 from fleet.core.choice import Choice, align
 from fleet.core.efficiency import Efficiency
 from fleet.core.profile import Profile, load_profile
 from fleet.core.selection import SelectionIndex
+from fleet.method.profile_io import ProfileFormatError, read_rows, write_rows
 from fleet.trust.coverage import Coverage, check_coverage, missing_points, read_coverage
 from fleet.trust.verify import profile_from_rows, select_verified
 

@@ -10,7 +10,7 @@ Layout and codec (one of each)::
 
     STORE/<device>/<model>@<input_shape>.csv
 
-The file is an ordinary profile CSV (``fleet.agent.profile_io``: any tool reads it); the
+The file is an ordinary profile CSV (``fleet.method.profile_io``: any tool reads it); the
 provenance travels in its ``#`` header as ``store.<key>=<value>`` lines (device, model,
 input_shape, board_type, l4t, serial, date, probes, source and any extra keys), above the
 profile's own comment lines, which are kept. Names that become path parts (device, model,
@@ -27,11 +27,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from fleet.agent.profile_io import ProfileFormatError, atomic_write_text, read_rows, write_rows
 from fleet.common import names
 from fleet.common.errors import InputError
 from fleet.config.device_types import sibling_fits
 from fleet.core.profile import load_profile
+from fleet.method.profile_io import (
+    ProfileFormatError,
+    atomic_write_text,
+    read_rows,
+    write_rows,
+)
 
 SOURCES = ("measured", "predicted", "refreshed", "sibling")
 PREFIX = "store."

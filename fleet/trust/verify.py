@@ -1,6 +1,7 @@
 """Verify before trusting: a choice that lands on a predicted point is probed before training.
 
-A predicted point is a model's guess (``fleet.agent.predict``). Training for hours at a point
+A predicted point is a model's guess (``fleet.agent.prediction.predict``). Training for hours at a
+point
 that really draws more than the budget, or runs slower than predicted, is what the profile was
 meant to prevent, so :func:`select_verified` measures the chosen point when it is predicted,
 puts the measurement into the table and carries the deviation to the neighbouring predicted
@@ -16,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fleet.agent.deviation import carry_deviation
+from fleet.agent.measure.deviation import carry_deviation
 from fleet.common.errors import InfeasibleError
 from fleet.core.choice import Choice
 from fleet.core.efficiency import Efficiency

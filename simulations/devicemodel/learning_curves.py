@@ -1,7 +1,7 @@
 """Modeled learning curves for the modeled convergence traces: what a replay device evaluates.
 
 Why: a device learns its samples-to-target online from its own evaluations
-(``fleet/agent/efficiency_learner.py``); a replay device of a modeled trace needs the
+(``fleet/agent/learning/efficiency_learner.py``); a replay device of a modeled trace needs the
 evaluations it would have seen on the way. The traces (``simulations/efficiency/*.csv``) say
 only where each batch size meets the target; the curve leading there is modeled here:
 

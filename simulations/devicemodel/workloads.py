@@ -107,7 +107,8 @@ TRANSFORMER = Workload(
     mem_batch=1000.0,
 )
 
-#: The project's demo CNN (fleet/agent/models.py ``small_cnn``, width 16) on 1x28x28 grayscale
+#: The project's demo CNN (fleet/agent/models/registry.py ``small_cnn``, width 16) on 1x28x28
+#: grayscale
 #: images (Fashion-MNIST / MNIST): conv 1->16 3x3 at 28x28 (112,896 MACs), BN, ReLU, 2x2
 #: max-pool, conv 16->32 3x3 at 14x14 (903,168 MACs), BN, ReLU, adaptive avg-pool to 4x4, linear
 #: 512->10 (5,120 MACs): ~1.02 M MACs = ~2.0 MFLOP forward per image, and ~5.9 MFLOP per training

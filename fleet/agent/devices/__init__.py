@@ -18,9 +18,9 @@ import argparse
 import importlib
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from .base import Backend, BackendSpec, Capabilities, DeviceError, Option
-from .board_identity import LEGACY_ORIN
-from .boards import ROWS
+from fleet.agent.devices.base import Backend, BackendSpec, Capabilities, DeviceError, Option
+from fleet.agent.devices.board_identity import LEGACY_ORIN
+from fleet.agent.devices.boards import ROWS
 
 # name -> module whose ``SPEC`` describes the backend. One line per backend.
 BACKENDS = {

@@ -14,8 +14,8 @@ Python 3.6 compatible, stdlib only (this runs on JetPack 4.6).
 import re
 from typing import Optional, Tuple
 
-from .boards import Board, identify, jetpack_of
-from .sysfs import read_text, under
+from fleet.agent.devices.boards import Board, identify, jetpack_of
+from fleet.agent.devices.sysfs import read_text, under
 
 # The fleet's family type for any Orin module, kept for fleet files and profiles written before
 # the table named each module; a board the table cannot tell apart still reports it.

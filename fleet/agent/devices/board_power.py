@@ -19,10 +19,10 @@ Python 3.6 compatible, stdlib only (this runs on JetPack 4.6).
 
 from typing import Dict, List, Optional, Sequence
 
-from . import boards
-from .base import DeviceError
-from .board_identity import board_row
-from .power_rails import Rail, Scan, read_rail_w, scan, sensor_name
+from fleet.agent.devices import boards
+from fleet.agent.devices.base import DeviceError
+from fleet.agent.devices.board_identity import board_row
+from fleet.agent.devices.power_rails import Rail, Scan, read_rail_w, scan, sensor_name
 
 # Board input rails of boards the table does not know, in order of preference.
 DEFAULT_RAILS = ("POM_5V_IN", "VDD_IN")

@@ -39,12 +39,18 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple  # noqa: F401 (type comments)
 
-from . import boards, clockstate
-from .base import DeviceError
-from .board_identity import board_model
-from .devfreq import DevfreqNode, available_hz, board_facts, find_gpu_devfreq, find_gpu_nodes
-from .guard import deferred_signals
-from .sysfs import read_number, read_text, under
+from fleet.agent.devices import boards, clockstate
+from fleet.agent.devices.base import DeviceError
+from fleet.agent.devices.board_identity import board_model
+from fleet.agent.devices.devfreq import (
+    DevfreqNode,
+    available_hz,
+    board_facts,
+    find_gpu_devfreq,
+    find_gpu_nodes,
+)
+from fleet.agent.devices.guard import deferred_signals
+from fleet.agent.devices.sysfs import read_number, read_text, under
 
 log = logging.getLogger("fleet.agent")
 

@@ -30,7 +30,7 @@ import tempfile
 import time
 from typing import Any, Dict, List, Optional
 
-from .base import DeviceError
+from fleet.agent.devices.base import DeviceError
 
 STATE_FILE = "jetson-clocks.json"
 FORMAT = "powerfleet-clock-state-2"

@@ -21,7 +21,7 @@ import re
 import time
 from typing import Callable, Dict, List, NamedTuple, Optional
 
-from .base import Backend, BackendSpec, Capabilities, DeviceError, Option
+from fleet.agent.devices.base import Backend, BackendSpec, Capabilities, DeviceError, Option
 
 RaplDomain = NamedTuple(
     "RaplDomain", [("name", str), ("energy_path", str), ("max_range_uj", Optional[int])]

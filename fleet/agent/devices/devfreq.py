@@ -18,10 +18,10 @@ Python 3.6 compatible, stdlib only (this runs on JetPack 4.6).
 import os
 from typing import List, NamedTuple, Optional, Tuple  # noqa: F401 (type comments)
 
-from . import boards
-from .base import DeviceError
-from .board_identity import board_row, jetpack
-from .sysfs import read_text, under
+from fleet.agent.devices import boards
+from fleet.agent.devices.base import DeviceError
+from fleet.agent.devices.board_identity import board_row, jetpack
+from fleet.agent.devices.sysfs import read_text, under
 
 # Substrings of devfreq entry names (or of_node names) that denote the integrated GPU.
 GPU_NODE_TOKENS = ("gpu", "gp10b", "ga10b", "gv11b", "gm20b", "gb10b", "gpu-gpc")

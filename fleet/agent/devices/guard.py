@@ -31,7 +31,7 @@ import threading
 import time
 from typing import Callable, Iterator, Optional, Sequence
 
-from .base import Backend, DeviceError
+from fleet.agent.devices.base import Backend, DeviceError
 
 DEFAULT_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 

@@ -19,11 +19,11 @@ Python 3.6 compatible, stdlib only (this runs on JetPack 4.6).
 
 from typing import Dict, Optional
 
-from .base import Backend, BackendSpec, Capabilities, Option
-from .board_identity import board_model, board_serial, device_type, l4t_release
-from .board_power import open_power
-from .clocklock import SETTLE_TIMEOUT_S, DevfreqClockLock
-from .devfreq import find_gpu_devfreq
+from fleet.agent.devices.base import Backend, BackendSpec, Capabilities, Option
+from fleet.agent.devices.board_identity import board_model, board_serial, device_type, l4t_release
+from fleet.agent.devices.board_power import open_power
+from fleet.agent.devices.clocklock import SETTLE_TIMEOUT_S, DevfreqClockLock
+from fleet.agent.devices.devfreq import find_gpu_devfreq
 
 
 class JetsonBackend(DevfreqClockLock, Backend):

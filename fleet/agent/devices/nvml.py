@@ -15,7 +15,7 @@ Python 3.6 compatible; pynvml and torch are optional imports.
 
 from typing import Dict, List, Optional
 
-from .base import Backend, BackendSpec, Capabilities, DeviceError, Option
+from fleet.agent.devices.base import Backend, BackendSpec, Capabilities, DeviceError, Option
 
 _VALUE_FIELDS = {
     0: "dVal",

@@ -25,7 +25,7 @@ import os
 import re
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from .sysfs import read_number, read_text, under
+from fleet.agent.devices.sysfs import read_number, read_text, under
 
 Rail = NamedTuple(
     "Rail",

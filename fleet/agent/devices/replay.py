@@ -11,9 +11,8 @@ Python 3.6 compatible, stdlib only.
 
 from typing import Dict, List, Optional
 
-from ..profile_io import REQUIRED_COLUMNS, ProfileFormatError, read_rows
-from ..staircase import Measurement
-from .base import Backend, BackendSpec, Capabilities, DeviceError, Option
+from fleet.agent.devices.base import Backend, BackendSpec, Capabilities, DeviceError, Option
+from fleet.method.profile_io import REQUIRED_COLUMNS, Measurement, ProfileFormatError, read_rows
 
 
 def _num(

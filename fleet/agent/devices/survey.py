@@ -14,13 +14,19 @@ Python 3.6 compatible, stdlib only (this runs on JetPack 4.6).
 import os
 from typing import Any, Dict, List, Optional
 
-from . import boards, clockstate
-from .base import DeviceError
-from .board_identity import board_compatible, board_model, board_row, jetpack, l4t_release
-from .board_power import open_power
-from .devfreq import DevfreqNode, available_hz, find_gpu_nodes
-from .power_rails import read_rail_w
-from .sysfs import read_number, read_text, under
+from fleet.agent.devices import boards, clockstate
+from fleet.agent.devices.base import DeviceError
+from fleet.agent.devices.board_identity import (
+    board_compatible,
+    board_model,
+    board_row,
+    jetpack,
+    l4t_release,
+)
+from fleet.agent.devices.board_power import open_power
+from fleet.agent.devices.devfreq import DevfreqNode, available_hz, find_gpu_nodes
+from fleet.agent.devices.power_rails import read_rail_w
+from fleet.agent.devices.sysfs import read_number, read_text, under
 
 
 def survey(

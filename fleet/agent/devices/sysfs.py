@@ -10,7 +10,7 @@ Python 3.6 compatible, stdlib only (this runs on JetPack 4.6).
 
 import os
 
-from .base import DeviceError
+from fleet.agent.devices.base import DeviceError
 
 
 def under(root: str, rel: str) -> str:

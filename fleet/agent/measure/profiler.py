@@ -1,0 +1,398 @@
+"""Measure time per batch and power for every (batch size, frequency) point (paper §4.1).
+
+Why it looks like this: time and power depend on the device, the model and the input shape,
+never on the data, so a point is measured by locking the frequency, running a few real training
+steps (forward, loss, backward, Adam step) on a seeded dummy batch and sampling the power rail
+over the timed window. With a known budget the staircase plan (``staircase.py``) skips most of
+the grid. Every exit path gives the device back its original clocks.
+
+A backend that can answer for a point itself (the replay backend's ``measure(b, f)``) is asked
+instead of training, so a virtual device profiles instantly and without torch. torch and the
+models are imported only when training actually runs. Python 3.6 + torch 1.10 compatible.
+
+This module is the sweep: which points, in which order (grid, staircase or predict design),
+and what the profile says about itself. Measuring one point is ``measurers.py``; writing the
+CSV is ``profile_writer.py``.
+"""
+
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+from fleet.agent.devices.base import Backend, DeviceError
+from fleet.agent.measure.measurers import ReplayMeasurer, TrainingMeasurer, measure_idle, settle
+from fleet.agent.measure.sampler import sensor_hz
+from fleet.agent.measure.staircase import Measurement, staircase_plan
+from fleet.method.profile_io import cell_number
+
+Row = Dict[str, Any]
+ProgressFn = Callable[[int, int, Optional[Row]], None]
+
+DEFAULT_BATCH_SIZES = (4, 8, 16, 32, 64, 128)
+IDLE_WINDOW_S = 1.0  # how long the idle rail is read before the sweep
+
+ProfileResult = NamedTuple(
+    "ProfileResult",
+    [
+        ("rows", List[Row]),  # one per probed point, sorted by (batch_size, freq_mhz)
+        ("probes", int),  # points actually run (== len(rows))
+        ("grid_size", int),  # |B| x |F|: what the full grid costs
+        ("metadata", Dict[str, Any]),  # for write_profile: columns + comment lines
+    ],
+)
+
+
+def profile_grid(
+    backend: Backend,
+    model_name: str,
+    input_shape: Any = None,
+    batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES,
+    freqs: Optional[Sequence[float]] = None,
+    steps: int = 5,
+    warmup: int = 2,
+    budget_w: Optional[float] = None,
+    sampler_hz: float = 20.0,
+    num_classes: Optional[int] = None,
+    device: str = "cpu",
+    progress: Optional[ProgressFn] = None,
+    model: Any = None,
+    min_window_s: Optional[float] = None,
+    seed: int = 0,
+    predict: bool = False,
+    max_probes: Optional[int] = None,
+    idle_s: float = IDLE_WINDOW_S,
+    adapt_budgets: Optional[Sequence[Optional[float]]] = None,
+    adapt_efficiency: Optional[Dict[int, float]] = None,
+    adapt_probes: Optional[int] = None,
+) -> ProfileResult:
+    """Profile ``model_name`` on ``backend``: the full grid, or the staircase under ``budget_w``.
+
+    ``freqs`` defaults to every frequency the backend offers; a backend without frequency
+    control (CPU) yields one point per batch size at the current clock (0 if unknown).
+    ``num_classes`` is the vocabulary size for text models (None: the model's default).
+    ``model`` profiles an already-built module instead of building ``model_name`` (e.g. the
+    weights just received; time and power do not depend on them).
+    ``min_window_s`` keeps timing past ``steps`` until the power window holds a few samples
+    (default 3 sampler periods; a 5-step window at b=4 can be shorter than one period).
+    ``progress(done, total, row)`` is called after each point; under a budget ``total`` is the
+    grid size (an upper bound) and a last call with ``done == total`` marks the end.
+    ``predict`` probes only the design of ``predict_design.design_probes`` (at most ``max_probes``,
+    default a quarter of the grid) and fills the rest with ``source=predicted`` rows.
+    ``adapt_budgets`` (predict mode): after the design, probe up to ``adapt_probes`` more points
+    (default a tenth of the grid), two at a time, where a measurement could change the choice at
+    these budgets (``predict_adapt.next_probes``; ``adapt_efficiency`` = samples to accuracy per
+    batch size, default every batch size alike).
+    ``idle_s``: before the sweep, with the clocks as found and nothing running, the rail is read
+    for this long and its mean written as ``idle_power_w`` (what the board draws while it waits
+    for a round to end); a backend without a power reading, or 0, leaves it absent, and a replay
+    passes on the recorded profile's value.
+    """
+    bs = _check_batch_sizes(batch_sizes)
+    if int(steps) < 1:
+        raise ValueError("steps must be >= 1, got {}".format(steps))
+    if int(warmup) < 0:
+        raise ValueError("warmup must be >= 0, got {}".format(warmup))
+    if not float(sampler_hz) > 0:
+        raise ValueError("sampler_hz must be > 0, got {}".format(sampler_hz))
+    if budget_w is not None and not float(budget_w) > 0:
+        raise ValueError("budget must be > 0 W, got {}".format(budget_w))
+    if predict and budget_w is not None:
+        raise ValueError("predict mode probes the whole grid's design; drop the budget")
+    points = _choose_freqs(backend, freqs)
+    controllable = bool(backend.frequencies())
+    if not points:
+        points = [_current_freq(backend)]
+    design = None  # type: Optional[List[Tuple[int, float]]]
+    if predict:
+        from fleet.agent.prediction.design import design_probes
+
+        design = design_probes(bs, points, max_probes)  # PredictError before any probe
+    model_name, input_shape = _resolve_model(model_name, input_shape)
+    replay = callable(getattr(backend, "measure", None))
+    if not replay:
+        require_power(backend)
+    # Never faster than the sensor converts: faster reads repeat (or block on) one conversion.
+    sampler_hz = sensor_hz(backend, float(sampler_hz))
+    # A replaying backend reports power with each point; a real one must have a readable rail.
+    power_available = replay or backend.read_power_w() is not None
+    if budget_w is not None and not power_available:
+        raise DeviceError(
+            "a budget-driven (staircase) profile needs power readings; backend '{}' has none: "
+            "drop the budget to profile time only".format(backend.name)
+        )
+    total = len(bs) * len(points)
+    rows = []  # type: List[Row]
+    idle = None  # type: Optional[float]
+    if replay:  # a replay measures nothing: it passes on what the recorded board idled at
+        idle = cell_number(getattr(backend, "idle_power_w", None))
+        if idle is not None and not (0 < idle < float("inf")):
+            idle = None  # a recording's nonsense is not passed on (the profile would not load)
+    elif power_available and float(idle_s) > 0:
+        idle = measure_idle(backend, float(idle_s), float(sampler_hz))
+
+    measurer = None  # type: Any
+    try:
+        if replay:
+            measurer = ReplayMeasurer(backend)
+        else:
+            measurer = TrainingMeasurer(
+                backend,
+                model_name,
+                input_shape,
+                num_classes,
+                device,
+                int(steps),
+                int(warmup),
+                float(sampler_hz) if power_available else None,
+                model,
+                min_window_s,
+                seed,
+            )
+
+        def measure(b: int, f: float) -> Optional[Measurement]:
+            if controllable:
+                backend.lock(f)
+                settle(backend)  # samples before this are never in a window: mark() comes later
+            row = measurer(b, f)
+            rows.append(row)
+            if progress is not None:
+                progress(len(rows), total, row)
+            if row["status"] != "ok":
+                return None
+            return Measurement(
+                row["time_per_batch_s"], _or_inf(row["peak_power_w"]), row["mean_power_w"]
+            )
+
+        if design is not None:
+            total = len(design)
+            cannot_run = set()  # type: set
+            for b, f in design:
+                if b not in cannot_run and measure(b, f) is None and rows[-1]["status"] == "oom":
+                    cannot_run.add(b)
+            if adapt_budgets:
+                extra = (len(bs) * len(points)) // 10 if adapt_probes is None else int(adapt_probes)
+                total += extra
+                _adapt(rows, bs, points, adapt_budgets, adapt_efficiency, extra, measure)
+        elif budget_w is None:
+            for b in bs:
+                for f in points:
+                    if measure(b, f) is None and rows[-1]["status"] == "oom":
+                        break  # out of memory does not depend on the frequency
+        else:
+            staircase_plan(bs, points, float(budget_w), measure)
+    finally:
+        try:
+            if measurer is not None:
+                measurer.close()
+        finally:
+            backend.restore()
+    if progress is not None and len(rows) < total:
+        progress(len(rows), len(rows), None)
+    rows.sort(key=lambda r: (r["batch_size"], r["freq_mhz"]))
+    metadata = _metadata(
+        backend, model_name, input_shape, steps, warmup, sampler_hz, budget_w, device,
+        num_classes, replay, measurer,
+    )  # fmt: skip
+    # What the profile was meant to cover, so a reader can tell what it never measured.
+    metadata["grid_batch_sizes"] = ",".join(str(b) for b in bs)
+    metadata["grid_freqs"] = ",".join("{:g}".format(f) for f in points)
+    if idle is not None:
+        metadata["idle_power_w"] = float("{:.6g}".format(idle))  # never rounds to 0
+        if not replay:
+            metadata["idle_window_s"] = float(idle_s)
+    probes = len(rows)
+    if design is not None:
+        rows = _fill_predicted(rows, bs, points, metadata)
+    return ProfileResult(rows, probes, len(bs) * len(points), metadata)
+
+
+def _adapt(
+    rows: List[Row],
+    bs: Sequence[int],
+    points: Sequence[float],
+    budgets: Sequence[Optional[float]],
+    efficiency: Optional[Dict[int, float]],
+    extra: int,
+    measure: Any,
+) -> None:
+    """Spend up to ``extra`` probes, two at a time, where the choice at ``budgets`` is in doubt;
+    stop when no un-probed point could change it (or the probes cannot support a prediction)."""
+    from fleet.agent.prediction.adapt import next_probes
+    from fleet.agent.prediction.fit import PredictError
+    from fleet.agent.prediction.predict import predict_profile
+
+    eff = dict(efficiency) if efficiency else dict((b, 1.0) for b in bs)
+    while extra > 0:
+        try:
+            pred = predict_profile([dict(r) for r in rows], bs, points)
+        except PredictError:
+            return
+        done = set((int(r["batch_size"]), float(r["freq_mhz"])) for r in rows)
+        step = [
+            k
+            for k in next_probes(pred.rows, budgets, [eff], min(2, extra), pred.margin or 0.0)
+            if k not in done
+        ]
+        if not step:
+            return
+        for b, f in step:
+            measure(b, f)
+        extra -= len(step)
+
+
+def require_power(backend: Backend) -> None:
+    """Refuse, in one line, to profile a board that cannot measure power (a Jetson Nano 2GB
+    has no sensor): a profile without power cannot keep a budget. Its clocks still lock, so a
+    recorded profile of the same board type can drive training there instead. A backend that
+    never claims a sensor (a CPU without RAPL) is not refused: it profiles time only."""
+    why = getattr(backend, "power_unavailable", None)
+    if why:
+        raise DeviceError(
+            "cannot measure power on this board ({}): a profile needs power readings; use a "
+            "recorded profile of the same board type instead (powerfleet train --profile "
+            "PROFILE.csv)".format(why)
+        )
+
+
+def _fill_predicted(
+    rows: List[Row], bs: Sequence[int], points: Sequence[float], metadata: Dict[str, Any]
+) -> List[Row]:
+    """Predict mode: mark probed rows with their source and add the predicted rest.
+
+    If the probes cannot support a prediction the measured rows are kept alone (measurements
+    are never thrown away) and the metadata says why.
+    """
+    from fleet.agent.prediction.fit import PredictError
+    from fleet.agent.prediction.predict import predict_profile
+
+    metadata["plan"] = "predict"
+    metadata["probes"] = len(rows)
+    for row in rows:
+        row["source"] = metadata.get("source") or "measured"
+    try:
+        prediction = predict_profile(rows, bs, points)
+    except PredictError as exc:
+        metadata["predict_error"] = str(exc)
+        return rows
+    for q, method in sorted(prediction.methods.items()):
+        err = prediction.errors.get(q)
+        metadata["predict_" + q] = "method={} cv_mean_rel_err={}".format(
+            method, "n/a" if err is None else "{:.4f}".format(err)
+        )
+    metadata["predicted_rows"] = prediction.predicted
+    return prediction.rows
+
+
+def _resolve_model(model_name: str, input_shape: Any) -> Tuple[str, Any]:
+    """Canonical model name and 'CxHxW'/'T' shape; a typo fails before any point is probed.
+
+    Needs torch (the registry lives with the models); without it, as on a replay-only host, the
+    names are passed through unchecked since nothing will be built from them.
+    """
+    try:
+        from fleet.agent.models import registry as models
+    except ImportError:
+        return model_name, input_shape
+    name = models.canonical_name(model_name)
+    return name, models.format_shape(models.input_spec(name, input_shape).shape)
+
+
+def _check_batch_sizes(batch_sizes: Sequence[int]) -> List[int]:
+    try:
+        bs = sorted(set(int(b) for b in batch_sizes))
+    except (TypeError, ValueError):
+        raise ValueError("batch sizes must be integers, got {!r}".format(batch_sizes)) from None
+    if not bs or bs[0] < 1:
+        raise ValueError("batch sizes must be >= 1 and not empty, got {!r}".format(batch_sizes))
+    return bs
+
+
+def _choose_freqs(backend: Backend, freqs: Optional[Sequence[float]]) -> List[float]:
+    available = sorted(float(f) for f in backend.frequencies())
+    if freqs is None:
+        return available
+    wanted = sorted(set(float(f) for f in freqs))
+    if not wanted:
+        return available
+    if not available:
+        raise DeviceError("backend '{}' cannot lock frequencies; drop --freqs".format(backend.name))
+    unknown = [f for f in wanted if not any(abs(f - a) < 1e-3 for a in available)]
+    if unknown:
+        raise DeviceError(
+            "backend '{}' does not offer {} (offers {})".format(
+                backend.name,
+                ", ".join("{:g}".format(f) for f in unknown),
+                ", ".join("{:g}".format(a) for a in available),
+            )
+        )
+    return [min(available, key=lambda a, f=f: abs(a - f)) for f in wanted]
+
+
+def _current_freq(backend: Backend) -> float:
+    """The clock an uncontrolled device runs at, if it can say; 0 means 'unknown, current'."""
+    for attr in ("current_mhz", "current_freq_mhz", "current_frequency"):
+        fn = getattr(backend, attr, None)
+        if callable(fn):
+            try:
+                value = cell_number(fn())
+            except Exception:  # noqa: BLE001 - a clock we cannot read is simply unknown
+                value = None
+            if value is not None:
+                return value
+    desc = backend.describe()
+    for key in ("current_freq_mhz", "freq_mhz", "cur_freq_mhz"):
+        value = cell_number(desc.get(key))
+        if value is not None:
+            return value
+    return 0.0
+
+
+def _metadata(
+    backend: Backend,
+    model_name: str,
+    input_shape: Any,
+    steps: int,
+    warmup: int,
+    sampler_hz: float,
+    budget_w: Optional[float],
+    device: str,
+    num_classes: Optional[int],
+    replay: bool,
+    measurer: Any,
+) -> Dict[str, Any]:
+    desc = dict(backend.describe())
+    shape = input_shape
+    if isinstance(measurer, TrainingMeasurer):
+        num_classes = measurer.classes
+    if isinstance(shape, (list, tuple)):
+        shape = "x".join(str(int(d)) for d in shape)
+    meta = {
+        "device": _device_name(desc, backend),
+        "model": model_name,
+        "input_shape": shape,
+        "backend": desc.pop("backend", None) or backend.name,
+        # How each point was measured; a replay measured nothing, so these would only mislead.
+        "steps": None if replay else int(steps),
+        "warmup": None if replay else int(warmup),
+        "sampler_hz": None if replay else float(sampler_hz),
+        "source": "replayed" if replay else "measured",
+        "plan": "grid" if budget_w is None else "staircase",
+        "budget_w": budget_w,
+        "torch_device": None if replay else str(device),
+        "num_classes": num_classes,
+    }  # type: Dict[str, Any]
+    for key, value in desc.items():
+        if key not in meta and isinstance(value, (str, int, float, bool)):
+            meta[key] = value
+    return meta
+
+
+def _device_name(desc: Dict[str, Any], backend: Backend) -> str:
+    """The most specific name the backend gives: Jetson board, NVML GPU, or the backend kind."""
+    for key in ("device", "board", "gpu"):
+        value = desc.get(key)
+        if value:
+            return " ".join(str(value).split())
+    return backend.name
+
+
+def _or_inf(value: Optional[float]) -> float:
+    return float("inf") if value is None else value

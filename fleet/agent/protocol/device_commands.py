@@ -1,0 +1,155 @@
+"""The agent's device commands: ``profile``, ``lock``, ``restore``, ``power`` and ``shutdown``.
+
+Why separate: each is a short handler that checks its request and calls the backend (or the
+profiler); they share nothing with serving the channel (``protocol.py``) or with the much
+larger ``train`` command (``train_command.py``). A handler raises to fail; the dispatcher turns
+the exception into a one-line error response. Python 3.6 compatible.
+"""
+
+import time
+from typing import Any, Dict, List, Optional  # noqa: F401 - List in type comments
+
+from fleet.agent.protocol.handler_api import Context, check_args, number, number_list, torch_device
+from fleet.agent.protocol.wire import ProtocolError
+
+_PROFILE_ARGS = [
+    "model",
+    "input_shape",
+    "batch_sizes",
+    "freqs",
+    "budget_w",
+    "steps",
+    "warmup",
+    "sampler_hz",
+    "num_classes",
+    "device",
+    "out",
+    "rows",
+    "predict",
+    "max_probes",
+    "adapt_budgets",
+    "adapt_efficiency",
+    "adapt_probes",
+]
+
+
+def handle_profile(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
+    """Profile a model (paper §4.1); returns the rows and, with "out", writes the CSV there.
+
+    ``"rows": false`` leaves the rows out of the response (the CSV is enough for big grids).
+    ``"device"`` is the torch device; by default CUDA on GPU backends, the CPU otherwise.
+    """
+    from fleet.agent.measure.profile_writer import write_profile
+    from fleet.agent.measure.profiler import DEFAULT_BATCH_SIZES, profile_grid
+
+    check_args(req, _PROFILE_ARGS)
+    model = req.get("model")
+    if not isinstance(model, str) or not model:
+        raise ProtocolError("profile needs 'model' (a model name)")
+    batch_sizes = number_list(req, "batch_sizes", list(DEFAULT_BATCH_SIZES))
+    if any(b != int(b) for b in batch_sizes):
+        raise ProtocolError("'batch_sizes' must be integers, got {}".format(batch_sizes))
+    notes = []  # type: List[str]
+    device = torch_device(ctx, req, notes)  # like train: no CUDA in torch -> the CPU, noted
+    out = req.get("out")
+    if out is not None and (not isinstance(out, str) or not out):
+        raise ProtocolError("'out' must be a file path")
+
+    def progress(done: int, total: int, row: Optional[Dict[str, Any]]) -> None:
+        ctx.progress(done, total)
+
+    result = profile_grid(
+        ctx.backend,
+        model,
+        input_shape=req.get("input_shape"),
+        batch_sizes=[int(b) for b in batch_sizes],
+        freqs=number_list(req, "freqs"),
+        steps=int(number(req, "steps", 5)),
+        warmup=int(number(req, "warmup", 2)),
+        budget_w=number(req, "budget_w"),
+        sampler_hz=float(number(req, "sampler_hz", 20.0)),
+        num_classes=number(req, "num_classes"),
+        device=str(device),
+        progress=progress,
+        predict=bool(req.get("predict", False)),  # probe a design, predict the rest
+        max_probes=None if req.get("max_probes") is None else int(number(req, "max_probes")),
+        adapt_budgets=_budgets(req.get("adapt_budgets")),
+        adapt_efficiency=_efficiency(req.get("adapt_efficiency")),
+        adapt_probes=None if req.get("adapt_probes") is None else int(number(req, "adapt_probes")),
+    )
+    if out:
+        write_profile(out, result.rows, result.metadata)
+    response = {
+        "probes": result.probes,
+        "grid_size": result.grid_size,
+        "saved": result.grid_size - result.probes,
+        "path": out,
+        "metadata": result.metadata,
+        "notes": notes,
+    }  # type: Dict[str, Any]
+    if req.get("rows", True):
+        response["rows"] = result.rows
+    return response
+
+
+def _budgets(raw: Any) -> Optional[List[Optional[float]]]:
+    """'adapt_budgets': a list of watts, null meaning no limit (the device's budget steps)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, list) or not raw:
+        raise ProtocolError("'adapt_budgets' must be a non-empty list of watts (null: no limit)")
+    out = []  # type: List[Optional[float]]
+    for item in raw:
+        if item is None:
+            out.append(None)
+            continue
+        try:
+            value = float(item)
+        except (TypeError, ValueError):
+            value = float("nan")
+        if not 0 < value < float("inf"):
+            raise ProtocolError("'adapt_budgets': {!r} is not a budget in watts".format(item))
+        out.append(value)
+    return out
+
+
+def _efficiency(raw: Any) -> Optional[Dict[int, float]]:
+    """'adapt_efficiency': samples to accuracy per batch size (the shipped efficiency)."""
+    from fleet.method.selection import ChooseError, efficiency_from
+
+    if raw is None:
+        return None
+    try:
+        return efficiency_from(raw, "'adapt_efficiency'")
+    except ChooseError as exc:
+        raise ProtocolError(str(exc)) from None
+
+
+def handle_lock(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
+    """Pin the GPU at one of the backend's frequencies (``"freq_mhz"``)."""
+    check_args(req, ["freq_mhz"])
+    freq = float(number(req, "freq_mhz", required=True))
+    ctx.backend.lock(freq)
+    return {"freq_mhz": freq}
+
+
+def handle_restore(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
+    """Give the device its original frequency settings back."""
+    check_args(req, [])
+    ctx.backend.restore()
+    return {"restored": True}
+
+
+def handle_power(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
+    """One reading of the configured rail; ``power_w`` is null where power is not measurable."""
+    check_args(req, [])
+    value = ctx.backend.read_power_w()
+    return {"power_w": value, "available": value is not None, "time": time.time()}
+
+
+def handle_shutdown(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
+    """Restore the device and stop serving after this response."""
+    check_args(req, [])
+    ctx.backend.restore()
+    ctx.stopping = True
+    return {"restored": True}

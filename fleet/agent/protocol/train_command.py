@@ -1,0 +1,276 @@
+"""The agent's ``train`` command: fine-tune at a locked clock, or under the closed loop.
+
+Why separate: training is the agent's one long command, with its own request (checked by
+``train_args.py``), its own device handling (lock for the run, restore on every way out) and the
+largest response; the dispatcher (``protocol.py``) only registers it. Python 3.6 compatible.
+"""
+
+import logging
+import os
+from typing import Any, Dict, List, Optional
+
+from fleet.agent.measure.sampler import sensor_hz
+from fleet.agent.protocol.handler_api import (
+    Context,
+    bool_arg,
+    check_args,
+    int_arg,
+    number,
+    path_arg,
+    torch_device,
+)
+from fleet.agent.protocol.train_args import (
+    TRAIN_ARGS,
+    closed_loop_args,
+    load_train_data,
+    segment_arg,
+)
+from fleet.agent.protocol.wire import ProtocolError, error_line
+
+log = logging.getLogger("fleet.agent")
+
+
+def handle_train(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
+    """Fine-tune to the target accuracy at a locked frequency; the response is the TrainResult.
+
+    Tensors travel as files (JSON lines cannot carry them cheaply): ``weights`` is a state_dict
+    file (absent: the model's seeded initial weights), ``data`` a .pt file of
+    ``{"train": (x, y), "test": (x, y)}``, ``out_weights`` where the fine-tuned state_dict goes.
+    ``lr`` is used as given (the coordinator applies the batch-size rule). ``freq_mhz`` is locked
+    for the whole run and the device restored afterwards, on errors too. ``time_s`` (training
+    time, evaluation excluded, as the paper reports) and ``accuracy`` (final) are aliases the
+    hardware client reads.
+
+    Closed loop (``closedloop.py``): with ``budget_w`` (watts or "none"), ``budget_schedule``
+    ("0:7,600:4.5") or ``budget_file`` plus ``profile`` (rows or a CSV path) and ``efficiency``
+    ({batch: samples}, {"batch_sizes", "samples_to_accuracy"} lists, or a CSV path), optional
+    ``objective`` (time|energy|deadline, the last with ``deadline_s``), ``guard_window_s`` and
+    ``pace`` (true: every step lasts at least the profile's step time, a rehearsal's timeline):
+    the agent selects, locks, follows the budget and guards the rail; ``batch_size``/``lr`` are
+    the learning-rate reference pair. The response adds ``segments``, ``guard_events``,
+    ``drift_events``, ``loop_time_s``, ``loop_energy_j`` and ``notes``, and for the deadline
+    ``predicted_finish_s``, ``late`` and ``behind_at_s``; ``status`` may be ``over-budget``
+    (checkpoint kept).
+
+    Segments: with ``segment_s`` (and ``checkpoint``) the call trains at least that many seconds
+    of training time (the device's clock; paced with ``pace``), stops at the next evaluation,
+    restores the clocks and replies ``status`` ``paused``; the next call with the same
+    checkpoint resumes. Every counter of the reply is the run's, cumulative across calls (the
+    closed loop's segments and events too), and ``progress`` is where the run stands in
+    ``fleet.rounds.progress.Progress``'s fields (time_s, samples, energy_j, accuracy,
+    batch_size, freq_mhz, budget_w, power_w, done, eta_s, segments).
+    """
+    from fleet.agent.models.registry import MODELS, build_model, canonical_name
+    from fleet.agent.training.checkpoint import atomic_torch_save, torch_load_cpu
+    from fleet.agent.training.train_state import TrainerError
+    from fleet.agent.training.trainer import train_to_target
+
+    check_args(req, TRAIN_ARGS)
+    model_arg = req.get("model")
+    if not isinstance(model_arg, str) or not model_arg:
+        raise ProtocolError("train needs 'model' (a model name)")
+    name = canonical_name(model_arg)
+    data_path = path_arg(req, "data", required=True)
+    weights = path_arg(req, "weights")
+    checkpoint = path_arg(req, "checkpoint")
+    segment_s = segment_arg(req, checkpoint)
+    out_weights = path_arg(req, "out_weights")
+    batch_size = int_arg(req, "batch_size", required=True)
+    lr = number(req, "lr", required=True)
+    target = number(req, "target_accuracy", required=True)
+    freq = number(req, "freq_mhz")
+    model_options = req.get("model_options") or {}
+    if not isinstance(model_options, dict):
+        raise ProtocolError("'model_options' must be an object, got {!r}".format(model_options))
+    task = req.get("task") or ("char" if MODELS[name].kind == "text" else "classification")
+    loop_args = closed_loop_args(req)
+    notes = []  # type: List[str]
+    device = torch_device(ctx, req, notes)
+    seed = int_arg(req, "seed") or 0
+
+    train_set, test_set = load_train_data(str(data_path))
+    shape = req.get("input_shape") or list(train_set[0].shape[1:])
+    classes = number(req, "vocab_size", number(req, "num_classes"))
+    model = build_model(
+        name, num_classes=None if classes is None else int(classes), input_shape=shape,
+        seed=seed, **model_options
+    )  # fmt: skip
+    if weights is not None:
+        if not os.path.isfile(weights):
+            raise ProtocolError("weights file {} not found".format(weights))
+        state = torch_load_cpu(weights)
+        if not isinstance(state, dict):
+            raise ProtocolError("weights file {} must hold a state_dict".format(weights))
+        try:
+            model.load_state_dict(state)
+        except RuntimeError as exc:
+            raise TrainerError(
+                "weights {} do not fit {}: {}".format(weights, name, error_line(exc)[:300])
+            ) from None
+
+    def progress(done: int, total: int, info: Dict[str, Any]) -> None:
+        ctx.progress(done, total, **info)
+
+    train_options = {
+        "batch_size": int(batch_size),
+        "lr": float(lr),
+        "target_accuracy": float(target),
+        "optimizer": str(req.get("optimizer") or "adam"),
+        "eval_every_samples": int_arg(req, "eval_every_samples"),
+        "max_samples": int_arg(req, "max_samples"),
+        "seed": seed,
+        "device": str(device),
+        "checkpoint_path": checkpoint,
+        "task": str(task),
+        "eval_batch_size": int_arg(req, "eval_batch_size"),
+        "eval_at_start": bool_arg(req, "eval_at_start", True),
+        # never faster than the board's sensor converts
+        "sampler_hz": sensor_hz(ctx.backend, float(number(req, "sampler_hz", 20.0))),
+        "segment_s": segment_s,
+    }  # type: Dict[str, Any]
+
+    # Every argument is checked above: from here on the device is locked, and restored on exit.
+    backend = ctx.backend
+    if loop_args is not None:
+        return _train_closed_loop(
+            ctx,
+            req,
+            model,
+            train_set,
+            test_set,
+            train_options,
+            loop_args,
+            name,
+            task,
+            device,
+            notes,
+            checkpoint,
+            out_weights,
+        )
+    set_workload = getattr(backend, "set_workload", None)
+    locked = None  # type: Optional[float]
+    try:
+        if freq is not None:
+            locked = float(freq)  # set first: a lock that fails half-way is restored too
+            backend.lock(locked)
+        if callable(set_workload):
+            set_workload(int(batch_size))  # the replay backend's power depends on it
+        power_read = backend.read_power_w if backend.read_power_w() is not None else None
+        result = train_to_target(
+            model, train_set, test_set, power_read=power_read, progress=progress, **train_options
+        )
+    finally:
+        try:
+            if callable(set_workload):
+                set_workload(None)
+        finally:
+            if locked is not None:
+                backend.restore()
+    if out_weights is not None:
+        atomic_torch_save({k: v.detach().cpu() for k, v in model.state_dict().items()}, out_weights)
+    response = result.to_dict()
+    response.update(
+        {
+            "time_s": result.train_time_s,
+            "accuracy": result.final_accuracy,
+            "model": name,
+            "task": task,
+            "device": str(device),
+            "freq_mhz": locked,
+            "restored": locked is not None,
+            "power_measured": power_read is not None,
+            "checkpoint": checkpoint,
+            "out_weights": out_weights,
+            "notes": notes,
+            "segment_s": train_options["segment_s"],
+            "progress": {
+                "time_s": result.train_time_s,
+                "samples": result.samples,
+                "energy_j": result.energy_j,
+                "accuracy": result.final_accuracy if result.curve else None,
+                "batch_size": result.batch_size,
+                "freq_mhz": locked,
+                "budget_w": None,
+                "power_w": None,
+                "done": 1.0 if result.reached else 0.0,  # no efficiency here to count against
+                "eta_s": 0.0 if result.reached else None,
+                "segments": result.sessions,
+            },
+        }
+    )
+    return response
+
+
+def _train_closed_loop(
+    ctx: Context,
+    req: Dict[str, Any],
+    model: Any,
+    train_set: Any,
+    test_set: Any,
+    train_options: Dict[str, Any],
+    loop_args: Dict[str, Any],
+    name: str,
+    task: str,
+    device: str,
+    notes: List[str],
+    checkpoint: Optional[str],
+    out_weights: Optional[str],
+) -> Dict[str, Any]:
+    from fleet.agent.loop.closedloop import ClosedLoopError
+    from fleet.agent.loop.segments import OBJECTIVE_KEYS
+    from fleet.agent.loop.underbudget import train_under_budget
+    from fleet.agent.training.checkpoint import atomic_torch_save
+
+    opts = dict(train_options)
+    ref_batch, lr = opts.pop("batch_size"), opts.pop("lr")
+    hz = opts.pop("sampler_hz")
+    try:
+        result, summary = train_under_budget(
+            ctx.backend, model, train_set, test_set, loop_args["points"],
+            loop_args["efficiency"], loop_args["source"], ref_batch, lr,
+            objective=loop_args["objective"], guard_window_s=loop_args["guard_window_s"],
+            deadline_s=loop_args["deadline_s"], pace=loop_args["pace"], sampler_hz=hz,
+            log=lambda m: log.warning("%s", m), drift=loop_args["drift"],
+            learn=loop_args["learn"], efficiency_meta=loop_args["efficiency_meta"], **opts
+        )  # fmt: skip
+    except ClosedLoopError as exc:
+        raise ProtocolError(str(exc)) from None
+    if out_weights is not None:
+        atomic_torch_save({k: v.detach().cpu() for k, v in model.state_dict().items()}, out_weights)
+    response = result.to_dict()
+    response.update(
+        {
+            "status": summary["status"],
+            "time_s": result.train_time_s,
+            "accuracy": result.final_accuracy,
+            "model": name,
+            "task": task,
+            "device": str(device),
+            "batch_size": summary["batch_size"],
+            "lr_ref_batch": ref_batch,
+            "freq_mhz": summary["freq_mhz"],
+            "restored": True,
+            "power_measured": summary["power_samples"] > 0,
+            "checkpoint": checkpoint,
+            "out_weights": out_weights,
+            "segments": summary["segments"],
+            "guard_events": summary["guard_events"],
+            "drift_events": summary["drift_events"],
+            "refreshes": summary["refreshes"],
+            "refreshed_profile": summary["refreshed_profile"],
+            "refreshed_profile_csv": summary["refreshed_profile_csv"]
+            if summary["refreshes"]
+            else None,
+            "loop_time_s": summary["time_s"],
+            "call_time_s": summary["call_time_s"],
+            "segment_s": opts.get("segment_s"),
+            "progress": summary["progress"],
+            "loop_energy_j": summary["energy_j"],
+            "loop_peak_power_w": summary["peak_power_w"],
+            "stop_reason": summary["stop_reason"],
+            "learning": summary["learning"],
+            **{k: summary[k] for k in OBJECTIVE_KEYS},
+            "notes": notes + summary["notes"],
+        }
+    )
+    return response
