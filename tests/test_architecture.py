@@ -98,3 +98,28 @@ def test_no_product_module_holds_more_than_one_job(package):
     }
     big = {m: n for m, n in sizes.items() if n > MAX_LINES}
     assert not big, f"modules over {MAX_LINES} lines (split them by job): {big}"
+
+
+def test_the_kernel_is_the_ground_floor_and_imports_only_the_standard_library():
+    """The method's kernel runs on a JetPack 4.6 board as well as on the coordinator: it may
+    import the standard library and itself, nothing else (not numpy, not the rest of the
+    project), and it is the lowest layer of the page."""
+    import ast
+    import sys
+
+    assert LAYERS[0] == "fleet.method"
+    kernel = ROOT / "fleet" / "method"
+    foreign = []
+    for path in sorted(kernel.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            for name in names:
+                top = name.split(".")[0]
+                if name.startswith("fleet.method") or top in sys.stdlib_module_names:
+                    continue
+                foreign.append(f"{path.relative_to(ROOT)}:{node.lineno}: imports {name}")
+    assert not foreign, "\n".join(foreign)
