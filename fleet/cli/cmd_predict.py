@@ -135,8 +135,8 @@ def _next(args: argparse.Namespace, prediction, batch_sizes: list[int]) -> list[
     """The adaptive design's next probes (``fleet.agent.prediction.adapt``) at the user's
     budgets."""
     from fleet.agent.prediction.adapt import next_probes
-    from fleet.budgets.codec import budget_limit, parse_budget
     from fleet.core.efficiency import load_efficiency
+    from fleet.method.budget import budget_limit, parse_budget
 
     if args.next < 0:
         raise InputError(f"--next: expected a count >= 0, got {args.next}")
