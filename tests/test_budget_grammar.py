@@ -219,3 +219,15 @@ def test_schedule_refusals_say_what_is_wrong(text, words):
     msg = _node_config("budget-schedule", text)
     assert isinstance(msg, str) and msg.startswith("node config of n: budget-schedule")
     assert words in msg, msg
+
+
+def test_the_agent_profile_command_reads_budgets_by_the_same_grammar():
+    from fleet.agent.protocol.device_commands import _budgets
+
+    assert _budgets(["4.5 W", 7, None, "none"]) == [4.5, 7.0, None, None]
+    with pytest.raises(ProtocolError) as err:
+        _budgets(["7,5"])
+    assert str(err.value) == (
+        "adapt_budgets: '7,5' is not a budget; expected watts > 0 (e.g. 7, 4.5 or 4.5 W) "
+        "or none/unlimited/inf"
+    )
