@@ -23,7 +23,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--profile", required=True, help="profile CSV of the device (the LUT)")
     p.add_argument("--efficiency", required=True, help="efficiency CSV (samples-to-accuracy)")
-    p.add_argument("--budget-w", required=True, type=str, help="power budget in watts, or 'none'")
+    p.add_argument(
+        "--budget-w", required=True, type=str, help="power budget in watts (7, 4.5 W), or 'none'"
+    )
     p.add_argument("--objective", choices=list(OBJECTIVES), default="time")
     p.add_argument(
         "--deadline-s",

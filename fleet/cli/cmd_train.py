@@ -45,7 +45,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--profile", help="profile CSV of this board (default: profile first)")
     budget = p.add_mutually_exclusive_group(required=True)
     budget.add_argument("--budget-w", help="fixed budget in watts (or 'none')")
-    budget.add_argument("--budget-schedule", help="SECONDS:WATTS steps, e.g. '0:7,600:4.5'")
+    budget.add_argument(
+        "--budget-schedule", help="SECONDS:WATTS steps from 0 s, in order, e.g. '0:7,600:4.5'"
+    )
     budget.add_argument("--budget-file", help="file holding the budget, re-read every second")
     budget.add_argument(
         "--budget-trace",
