@@ -1,6 +1,7 @@
 """Fuzz target family: the live budget file (watts or ``none``) a board re-reads.
 
-Separate because its reader lives on the board (``fleet.agent``) and its inputs are one line.
+Separate because its reader lives in the kernel the board runs (``fleet.method.budget``) and its
+inputs are one line.
 """
 
 from __future__ import annotations
@@ -15,13 +16,10 @@ from benchmarks.fuzz_mutators import HOSTILE, mutate
 def budget_format(tmp: str):
     """A live budget file (watts or ``none``): fuzzed when this tree has a reader for it."""
     reader = None
-    for mod, fn in (("fleet.method.budget", "read_budget_file"),
-                    ("fleet.agent.loop.closedloop", "read_budget_file")):  # fmt: skip
-        try:
-            reader = getattr(importlib.import_module(mod), fn)
-            break
-        except (ImportError, AttributeError):
-            continue
+    try:
+        reader = importlib.import_module("fleet.method.budget").read_budget_file
+    except (ImportError, AttributeError):
+        pass
 
     class Fmt(Format):
         name = "budget file"

@@ -50,7 +50,6 @@ from typing import Any
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
 from clients.efficiency_wire import decode_efficiencies, learned_efficiency
-from fleet.budgets.codec import read_budget
 from fleet.common.errors import InputError
 from fleet.common.names import check_name
 from fleet.config.fields import (
@@ -75,6 +74,7 @@ from fleet.config.fleetfile import (
 )
 from fleet.core.efficiency import Efficiency
 from fleet.core.objectives import OBJECTIVES
+from fleet.method.budget import read_budget
 from fleet.rounds.device_round import LIST_FIELDS, TRAINED, DeviceResult, row_fields
 
 # RecordDict keys
@@ -420,12 +420,12 @@ def spec_from_node_config(nc: dict) -> DeviceSpec:
         raise InputError(
             f"{where}: unknown device type {dtype!r:.80}; expected one of {', '.join(DEVICE_TYPES)}"
         )
-    if "budget-w" not in nc and nc.get("budget-schedule") in (None, ""):
-        raise InputError(f"{where}: missing node config 'budget-w' (watts, or \"none\")")
-    for key in ("budget-w", "budget-schedule"):  # bounded before the codec parses them
+    for key in ("budget-w", "budget-schedule"):  # bounded before the grammar reads them
         if isinstance(nc.get(key), str) and len(nc[key]) > MAX_TEXT:
             raise InputError(f"{where}: node config '{key}' longer than {MAX_TEXT} characters")
-    budget, schedule = read_budget(where, nc.get("budget-w"), nc.get("budget-schedule"))
+    budget, schedule = read_budget(
+        where, nc.get("budget-w"), nc.get("budget-schedule"), ("budget-w", "budget-schedule")
+    )
     learning = _config_str(nc, "learning", where, required=False) or "trace"
     if learning not in LEARNING:
         raise InputError(f"{where}: learning must be one of {', '.join(LEARNING)}")

@@ -16,9 +16,9 @@ import math
 from typing import Any
 
 from clients.agent_link import AgentSettings
-from fleet.budgets.codec import format_budget, format_schedule
 from fleet.common.errors import InputError
 from fleet.config.fleetfile import RunSettings
+from fleet.method.budget import format_budget, format_schedule
 from fleet.rounds.device_round import DeviceResult, Round, Segment
 
 

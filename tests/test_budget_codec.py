@@ -1,4 +1,4 @@
-"""The budget codec: one vocabulary and one exact text form on every surface.
+"""The budget grammar (fleet.method.budget): one vocabulary, one exact text form everywhere.
 
 The same words must mean the same budget on the command line, in the fleet TOML and in a
 SuperNode's node config, and what the fleet writes into a node config must read back as the
@@ -14,16 +14,16 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from clients import records
-from fleet.budgets.codec import (
+from fleet.cli import main
+from fleet.common.errors import InputError
+from fleet.config.fleetfile import DeviceSpec, load_fleet
+from fleet.method.budget import (
     BudgetStep,
     format_budget,
     format_schedule,
     parse_budget,
     parse_schedule,
 )
-from fleet.cli import main
-from fleet.common.errors import InputError
-from fleet.config.fleetfile import DeviceSpec, load_fleet
 
 watts = st.floats(min_value=0, exclude_min=True, allow_nan=False, allow_infinity=False)
 budgets = st.one_of(st.none(), watts)
@@ -77,8 +77,10 @@ ACCEPTED = {
     "7": 7.0,
     "1e1": 10.0,
     "4.4999996": 4.4999996,
+    "4.5W": 4.5,
+    "4.5 w": 4.5,
 }
-REFUSED = ["0", "-1", "-2.5", "nan", "-inf", "n/a", "na", "", "lots", "4.5W"]
+REFUSED = ["0", "-1", "-2.5", "nan", "-inf", "n/a", "na", "", "lots", "W", "none W", "0x10", "1_0"]
 
 
 def _cli(tmp_path, word: str, capsys) -> float | None | InputError:
@@ -155,5 +157,5 @@ def test_toml_numbers_and_infinity_mean_what_the_words_mean(tmp_path) -> None:
 
 def test_old_minus_one_sentinel_is_no_longer_a_budget() -> None:
     nc = {"device-name": "n", "device-type": "cpu", "budget-w": -1.0, "profile": "/p.csv"}
-    with pytest.raises(InputError, match="budget must be > 0"):
+    with pytest.raises(InputError, match="is not a budget"):
         records.spec_from_node_config(nc)

@@ -6,9 +6,9 @@ import sys
 import time
 from pathlib import Path
 
-from fleet.budgets.codec import BudgetStep
 from fleet.budgets.feed import feed
 from fleet.budgets.trace import schedule_from_trace
+from fleet.method.budget import BudgetStep
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))

@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fleet.budgets.codec import BudgetStep, format_budget
 from fleet.budgets.trace import NO_POWER_W, load_trace, trace_to_schedule
 from fleet.common.errors import InputError
 from fleet.config.fleetfile import load_fleet
+from fleet.method.budget import BudgetStep, format_budget
 from tests.conftest import ROOT
 
 
@@ -140,7 +140,7 @@ def test_fleet_toml_budget_trace(tmp_path):
     first = format_budget(spec.schedule[0].budget_w)
     same = load_fleet(_fleet(tmp_path, f"budget_w = {first}\nbudget_dwell_s = 300")).devices[0]
     assert same == spec
-    with pytest.raises(InputError, match="disagrees with the schedule's first step"):
+    with pytest.raises(InputError, match="disagrees with budget_schedule's first step"):
         load_fleet(_fleet(tmp_path, "budget_w = 99"))
     with pytest.raises(InputError, match="budget_schedule or budget_trace, not both"):
         load_fleet(_fleet(tmp_path, "budget_schedule = [[0, 5]]"))

@@ -135,12 +135,12 @@ def test_train_profiles_first_without_a_profile(inputs):
     [
         (
             ["--budget-schedule", "0:7,600:4.5,300:3"],
-            "times must increase; 300 s comes after 600 s",
+            "times must strictly increase, but 300 s follows 600 s",
         ),
-        (["--budget-schedule", "0:7,-5:3"], "must be >= 0 seconds"),
+        (["--budget-schedule", "0:7,-5:3"], "time '-5' is not a number of seconds >= 0"),
         (["--budget-schedule", "0:seven"], "not a budget"),
         (["--budget-w", "-2"], "not a budget"),
-        (["--budget-file", "/nonexistent/budget"], "budget file /nonexistent/budget not found"),
+        (["--budget-file", "/nonexistent/budget"], "--budget-file: /nonexistent/budget not found"),
     ],
 )
 def test_bad_budgets_are_one_line_exit_2(inputs, capsys, budget, words):

@@ -145,12 +145,12 @@ def test_chooser_skips_excluded_points():
 
 
 def test_schedule_parsing_and_errors():
-    assert parse_schedule("0:7,600:4.5") == [(0.0, 7.0), (600.0, 4.5)]
+    assert parse_schedule("0:7,600:4.5") == ((0.0, 7.0), (600.0, 4.5))
     assert parse_schedule("0:none, 10:3")[0] == (0.0, None)
     s = ScheduleBudget(parse_schedule("0:7,600:4.5,900:none"))
     assert [s.budget_at(t) for t in (0, 599.9, 600, 899, 1e6)] == [7.0, 7.0, 4.5, 4.5, None]
     for bad, words in (
-        ("0:7,600:4.5,300:3", "times must increase"),
+        ("0:7,600:4.5,300:3", "times must strictly increase"),
         ("0:7,-5:3", ">= 0"),
         ("5:7", "start at 0"),
         ("0:seven", "not a budget"),
@@ -370,7 +370,7 @@ def test_agent_train_runs_the_closed_loop_and_falls_back_to_cpu(tmp_path):
     bad = dict(req, freq_mhz=800.0)
     with pytest.raises(ProtocolError, match="exclude each other"):
         handle_train(ctx, bad)
-    with pytest.raises(ProtocolError, match="times must increase"):
+    with pytest.raises(ProtocolError, match="times must strictly increase"):
         handle_train(ctx, dict(req, budget_schedule="0:6,5:4,2:3"))
     assert backend.locked is None
 

@@ -19,12 +19,12 @@ from flwr.supercore.task_identity import TaskIdentity
 
 from clients import records
 from clients.client_app import simulated_round
-from fleet.budgets.codec import BudgetStep
 from fleet.common.errors import InputError
 from fleet.config.fleetfile import DeviceSpec, load_fleet
 from fleet.core.efficiency import Efficiency
 from fleet.core.profile import load_profile
 from fleet.core.selection import select_brute_force
+from fleet.method.budget import BudgetStep
 from fleet.rounds.device_round import row_fields
 from fleet.rounds.virtual_clock import cached_efficiency, simulate_device
 from strategies import coordinator
@@ -155,13 +155,13 @@ def test_node_config_budget_none_and_schedule_string() -> None:
     assert spec.budget_w == 7.0
     spec = records.spec_from_node_config({**base, "budget-w": 7, "budget-schedule": "0:7,60:none"})
     assert spec.schedule[1].budget_w is None
-    with pytest.raises(InputError, match="disagrees with the schedule"):
+    with pytest.raises(InputError, match="disagrees with budget-schedule's first step"):
         records.spec_from_node_config({**base, "budget-w": 5.0, "budget-schedule": "0:7"})
     with pytest.raises(InputError, match="first step must start at 0"):
         records.spec_from_node_config({**base, "budget-schedule": "10:7"})
-    with pytest.raises(InputError, match="budget must be > 0"):
+    with pytest.raises(InputError, match="is not a budget"):
         records.spec_from_node_config({**base, "budget-w": -2.0})
-    with pytest.raises(InputError, match="missing node config 'budget-w'"):
+    with pytest.raises(InputError, match="missing field 'budget-w'"):
         records.spec_from_node_config(base)
 
 

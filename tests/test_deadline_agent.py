@@ -18,11 +18,10 @@ from hypothesis import strategies as st
 from fleet.agent.loop.closedloop import ClosedLoop, ClosedLoopError
 from fleet.agent.loop.underbudget import train_under_budget
 from fleet.agent.models.registry import build_model
-from fleet.budgets.codec import BudgetStep
 from fleet.core.deadline import choose_step, rates
 from fleet.core.efficiency import Efficiency
 from fleet.core.profile import Point
-from fleet.method.budget import FileBudget, FixedBudget
+from fleet.method.budget import BudgetStep, FileBudget, FixedBudget
 from fleet.method.deadline import choose_deadline
 from fleet.method.selection import LutPoint, choose, lut_from_rows
 from tests.closedloop_helpers import FollowBackend, lut_rows

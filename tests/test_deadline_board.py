@@ -10,10 +10,10 @@ import csv
 
 import pytest
 
-from fleet.budgets.codec import BudgetStep
 from fleet.core.deadline import choose_step, rates
 from fleet.core.efficiency import Efficiency
 from fleet.core.profile import load_profile
+from fleet.method.budget import BudgetStep
 from fleet.method.selection import choose, lut_from_rows
 from simulations.virtual_jetson import build_board
 from tests.hardware_helpers import (

@@ -238,9 +238,9 @@ def test_a_deadline_is_planned_half_a_deviation_up_a_learned_vector():
     ``DEADLINE_Z`` sd up (a device's fastest finish scales with its samples: exp(0.5 x 0.2));
     the proxy's vector is planned as shipped."""
     from fleet.agent.learning.efficiency_learner import DEADLINE_Z
-    from fleet.budgets.codec import BudgetStep
     from fleet.core.choice import align
     from fleet.core.profile import load_profile
+    from fleet.method.budget import BudgetStep
     from fleet.planning.deadline_plan import plan_device
 
     prof = load_profile(

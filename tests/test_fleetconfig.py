@@ -42,11 +42,15 @@ def test_load_resolves_paths_counts_and_budgets(fleet_dir):
     assert nc["device-name"] == "n1" and nc["budget-w"] == "4.5"  # the codec's exact text
 
 
-def test_schedule_parsed_sorted(fleet_dir):
+def test_schedule_in_order_read_and_unsorted_refused(fleet_dir):
+    """An unsorted schedule is refused, not sorted: a typo in a timetable should be seen."""
+    unsorted = dev(extra="budget_schedule = [[600, 4.5], [0, 7]]").replace("budget_w = 4.5\n", "")
+    with pytest.raises(InputError, match="budget_schedule: the first step must start at 0 s"):
+        load_fleet(write(fleet_dir, unsorted))
     f = load_fleet(
         write(
             fleet_dir,
-            dev(extra="budget_schedule = [[600, 4.5], [0, 7]]").replace("budget_w = 4.5\n", ""),
+            dev(extra="budget_schedule = [[0, 7], [600, 4.5]]").replace("budget_w = 4.5\n", ""),
         )
     )
     steps = f.devices[0].schedule
@@ -60,7 +64,7 @@ def test_schedule_parsed_sorted(fleet_dir):
     [
         (dev(type="raspberry-pi"), "unknown device type 'raspberry-pi'; expected one of"),
         (dev() + dev(), "duplicate device name 'n1'"),
-        (dev(budget="0"), "budget must be > 0 W"),
+        (dev(budget="0"), "is not a budget"),
         (dev(budget='"lots"'), "expected watts"),
         (dev().replace('profile = "p.csv"', 'profile = "missing.csv"'), "file not found"),
         (dev(extra="count = 0"), "count must be a positive integer"),

@@ -18,9 +18,9 @@ import pytest
 from clients import records
 from clients.agent_link import AgentLink, AgentSettings
 from clients.hardware_client import run_on_agent
-from fleet.budgets.codec import parse_schedule
 from fleet.config.fleetfile import DeviceSpec, RunSettings
 from fleet.core.efficiency import Efficiency
+from fleet.method.budget import parse_schedule
 from simulations.virtual_jetson import build_board, wait_for
 from tests.hardware_helpers import (
     BATCH,

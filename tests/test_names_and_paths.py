@@ -118,7 +118,7 @@ def test_run_field_refused_naming_file_run_and_field(tmp_path, line, field, expe
     "line,field,expected",
     [
         ("learning = 3", "learning", "one of trace, train"),
-        ("budget_schedule = [[0, nan]]\nbudget_w_x = 1", "budget", "> 0 W"),
+        ("budget_schedule = [[0, nan]]\nbudget_w_x = 1", "budget", "expected watts > 0"),
         ("count = 2.5", "count", "positive integer"),
     ],
 )

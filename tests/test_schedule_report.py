@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from fleet.budgets.codec import parse_schedule
 from fleet.config.fleetfile import DeviceSpec, RunSettings
 from fleet.core.efficiency import Efficiency
+from fleet.method.budget import parse_schedule
 from fleet.reports.markdown import segments_section
 from fleet.reports.report import segment_table
 from fleet.rounds.virtual_clock import simulate_device

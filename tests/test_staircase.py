@@ -108,7 +108,7 @@ def test_staircase_choice_matches_full_grid_choice():
 
 
 def test_bad_arguments():
-    with pytest.raises(ValueError, match="budget must be > 0"):
+    with pytest.raises(ValueError, match="is not a budget"):
         staircase_plan([8], [100.0], 0, lambda b, f: None)
     with pytest.raises(ValueError, match="at least one"):
         staircase_plan([], [100.0], 5, lambda b, f: None)

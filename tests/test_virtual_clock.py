@@ -4,10 +4,10 @@ import math
 
 import pytest
 
-from fleet.budgets.codec import BudgetStep
 from fleet.config.fleetfile import DeviceSpec, RunSettings
 from fleet.core.efficiency import Efficiency
 from fleet.core.profile import Point, Profile
+from fleet.method.budget import BudgetStep
 from fleet.reports.report import fleet_totals
 from fleet.rounds.device_round import run_device
 from fleet.rounds.virtual_clock import VirtualClock

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from fleet.budgets.codec import BudgetStep, step_index
 from fleet.config.fleetfile import DeviceSpec, RunSettings, load_fleet
 from fleet.core.efficiency import Efficiency
+from fleet.method.budget import BudgetStep, step_index
 from fleet.rounds.device_round import run_device
 from fleet.rounds.progress import Progress
 from fleet.rounds.virtual_clock import (

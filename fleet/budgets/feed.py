@@ -16,8 +16,8 @@ import math
 import time
 from collections.abc import Callable, Sequence
 
-from fleet.budgets.codec import BudgetStep, format_budget
 from fleet.common.errors import InputError
+from fleet.method.budget import BudgetStep, format_budget
 from fleet.method.profile_io import atomic_write_text
 
 

@@ -2,7 +2,7 @@
 
 A device entry may name ``budget_trace = "file.csv"`` with columns ``time_s`` and
 ``available_w`` (``#`` comment lines allowed). The trace becomes the device's budget schedule
-(``fleet.budgets.codec.BudgetStep``; seconds into training, the trace's first row is second 0),
+(``fleet.method.budget.BudgetStep``; seconds into training, the trace's first row is second 0),
 under two rules (docs/architecture.md, budgets):
 
 - **Never above what is available.** Between two readings the power is taken as the lower of
@@ -27,8 +27,8 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from fleet.budgets.codec import BudgetStep
 from fleet.common.errors import InputError
+from fleet.method.budget import BudgetStep
 
 DEFAULT_DWELL_S = 60.0
 NO_POWER_W = 1e-3  # a positive budget below every real operating point: the device pauses

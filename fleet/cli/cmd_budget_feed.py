@@ -7,8 +7,8 @@ import signal
 import sys
 import types
 
-from fleet.budgets.codec import format_budget
 from fleet.budgets.trace import DEFAULT_DWELL_S, schedule_from_trace
+from fleet.method.budget import format_budget
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -135,17 +135,14 @@ def _next(args: argparse.Namespace, prediction, batch_sizes: list[int]) -> list[
     """The adaptive design's next probes (``fleet.agent.prediction.adapt``) at the user's
     budgets."""
     from fleet.agent.prediction.adapt import next_probes
-    from fleet.budgets.codec import budget_limit, parse_budget
+    from fleet.cli.common import parse_budgets
     from fleet.core.efficiency import load_efficiency
 
     if args.next < 0:
         raise InputError(f"--next: expected a count >= 0, got {args.next}")
     if not args.budgets:
         raise InputError("--next needs --budgets (the budgets the choice must be right at)")
-    budgets = []
-    for item in args.budgets.split(","):
-        limit = budget_limit(parse_budget(item.strip(), "--budgets"))
-        budgets.append(None if math.isinf(limit) else limit)
+    budgets = parse_budgets(args.budgets, "--budgets")
     if args.efficiency:
         reached = load_efficiency(args.efficiency).reached
     else:

@@ -21,8 +21,9 @@ from fleet.agent.devices import (
     preferred_torch_device,
 )
 from fleet.agent.devices.guard import install_restore_handlers
-from fleet.cli.common import console, emit_json, parse_budget, parse_budgets, table
+from fleet.cli.common import console, emit_json, parse_budgets, table
 from fleet.common.errors import InputError
+from fleet.method.budget import parse_budget
 
 DEFAULT_BATCH_SIZES = "4,8,16,32,64,128"
 
@@ -123,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
 
     batch_sizes = _numbers(args.batch_sizes, "--batch-sizes", int)
     freqs = _numbers(args.freqs, "--freqs", float) if args.freqs else None
-    budget = parse_budget(args.budget_w) if args.budget_w is not None else None
+    budget = parse_budget(args.budget_w, "--budget-w") if args.budget_w is not None else None
     if args.predict and budget is not None:
         raise InputError("--predict fills the whole grid; it does not combine with --budget-w")
     if args.max_probes is not None and not args.predict:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from fleet.cli.common import budget_label, console, emit_json, mhz, note, parse_budget, table
+from fleet.cli.common import budget_label, console, emit_json, mhz, note, table
 from fleet.common.errors import InputError
 from fleet.core.choice import align
 from fleet.core.deadline import check_deadline
@@ -12,6 +12,7 @@ from fleet.core.efficiency import load_efficiency
 from fleet.core.objectives import OBJECTIVES
 from fleet.core.profile import load_profile
 from fleet.core.selection import select
+from fleet.method.budget import parse_budget
 from fleet.trust.coverage import check_coverage, read_coverage
 
 
@@ -22,7 +23,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--profile", required=True, help="profile CSV of the device (the LUT)")
     p.add_argument("--efficiency", required=True, help="efficiency CSV (samples-to-accuracy)")
-    p.add_argument("--budget-w", required=True, type=str, help="power budget in watts, or 'none'")
+    p.add_argument(
+        "--budget-w", required=True, type=str, help="power budget in watts (7, 4.5 W), or 'none'"
+    )
     p.add_argument("--objective", choices=list(OBJECTIVES), default="time")
     p.add_argument(
         "--deadline-s",
@@ -35,7 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    budget = parse_budget(args.budget_w)
+    budget = parse_budget(args.budget_w, "--budget-w")
     profile, eff, msg = align(load_profile(args.profile), load_efficiency(args.efficiency))
     context = objective_context(args)
     choice = select(profile, eff, budget, args.objective, **context)

@@ -45,7 +45,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--profile", help="profile CSV of this board (default: profile first)")
     budget = p.add_mutually_exclusive_group(required=True)
     budget.add_argument("--budget-w", help="fixed budget in watts (or 'none')")
-    budget.add_argument("--budget-schedule", help="SECONDS:WATTS steps, e.g. '0:7,600:4.5'")
+    budget.add_argument(
+        "--budget-schedule", help="SECONDS:WATTS steps from 0 s, in order, e.g. '0:7,600:4.5'"
+    )
     budget.add_argument("--budget-file", help="file holding the budget, re-read every second")
     budget.add_argument(
         "--budget-trace",
@@ -109,24 +111,23 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _budget_source(args: argparse.Namespace) -> Any:
-    from fleet.method.budget import BudgetError, make_source
+    """The budget source, read by the kernel's grammar (``fleet.method.budget``) under the flags'
+    names; a trace becomes a schedule's steps directly (no text in between)."""
+    from fleet.method.budget import make_source
 
     schedule = args.budget_schedule
     if args.budget_trace is not None:
-        from fleet.budgets.codec import format_schedule
         from fleet.budgets.trace import DEFAULT_DWELL_S, schedule_from_trace
 
         dwell = DEFAULT_DWELL_S if args.budget_dwell_s is None else args.budget_dwell_s
-        schedule = format_schedule(schedule_from_trace(args.budget_trace, dwell, "--budget-trace"))
+        schedule = schedule_from_trace(args.budget_trace, dwell, "--budget-trace")
     elif args.budget_dwell_s is not None:
         raise InputError("--budget-dwell-s: only with --budget-trace")
-    try:
-        return make_source(
-            args.budget_w, schedule, args.budget_file,
-            warn=lambda m: note(COMMAND, "warning: " + m),
-        )  # fmt: skip
-    except BudgetError as exc:
-        raise InputError(str(exc)) from None
+    return make_source(
+        args.budget_w, schedule, args.budget_file,
+        warn=lambda m: note(COMMAND, "warning: " + m),
+        names=("--budget-w", "--budget-schedule", "--budget-file"),
+    )  # fmt: skip
 
 
 def _efficiency(path: str) -> tuple[dict[int, float], dict[str, Any]]:
@@ -226,15 +227,16 @@ def _torch_device(args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    _check_args(args)  # bad input is refused before torch is even imported
+    source = _budget_source(args)
+    efficiency, efficiency_meta = _efficiency(args.efficiency)
+
     from fleet.agent.loop.closedloop import ClosedLoopError
     from fleet.agent.loop.underbudget import train_under_budget
     from fleet.agent.training.checkpoint import atomic_torch_save
     from fleet.agent.training.train_state import TrainerError
     from fleet.training.task import build_for, load_task
 
-    _check_args(args)
-    source = _budget_source(args)
-    efficiency, efficiency_meta = _efficiency(args.efficiency)
     points = _lut_from_profile(args.profile) if args.profile else None
     if points is not None and args.objective == "deadline":
         _check_power(points, args.profile)

@@ -1,4 +1,4 @@
-"""Small helpers the subcommands share: budget parsing, JSON output, tables, progress bars."""
+"""Small helpers the subcommands share: budget lists, JSON output, tables, progress bars."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import math
 import sys
 from typing import TYPE_CHECKING, Any
 
-from fleet.budgets import codec
 from fleet.common.errors import InputError
+from fleet.method.budget import parse_budget
 from fleet.reports.report import json_safe
 
 if TYPE_CHECKING:
@@ -49,12 +49,8 @@ def note(command: str, message: str) -> None:
     print(f"powerfleet {command}: note: {message}", file=sys.stderr)
 
 
-def parse_budget(raw: str, flag: str = "--budget-w") -> float | None:
-    """A budget from the command line, with the fleet file's and node config's vocabulary."""
-    return codec.parse_budget(raw, flag)
-
-
 def parse_budgets(raw: str, flag: str = "--budgets") -> list[float | None]:
+    """'4.5,7,none' -> budgets, each read by the one grammar (``fleet.method.budget``)."""
     return [parse_budget(x, flag) for x in raw.split(",") if x.strip()]
 
 

@@ -1,8 +1,12 @@
-"""Errors a user can act on. The CLI prints their message as one line and exits non-zero."""
+"""Errors a user can act on. The CLI prints their message as one line and exits non-zero.
 
+``InputError`` is the kernel's (``fleet.method.errors``), so a kernel refusal (a budget the
+grammar of ``fleet.method.budget`` refuses) is caught wherever the host catches bad input.
+"""
 
-class InputError(ValueError):
-    """Bad input: the message names the file, row and field, and what was expected."""
+from fleet.method.errors import InputError
+
+__all__ = ["InfeasibleError", "InputError"]
 
 
 class InfeasibleError(InputError):

@@ -20,8 +20,8 @@ file size, devices after ``count``, string lengths) and every number is finite a
     [[devices]]
     name = "nano-1"
     type = "jetson-nano"
-    budget_w = 4.5            # watts, or "none" / "unlimited" / "inf" (fleet.budgets.codec)
-    budget_schedule = [[0, 7.0], [600, 4.5]]   # optional: (seconds into training, watts)
+    budget_w = 4.5            # watts ("4.5 W" too), "none", "unlimited" or "inf"
+    budget_schedule = [[0, 7.0], [600, 4.5]]   # optional: (s into training, watts), in order
     profile = "../profiles/nano_resnet18.csv"
     data = "../efficiency/resnet18_svhn.csv"    # the device's convergence trace (virtual clock)
 
@@ -38,7 +38,6 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fleet.budgets.codec import BudgetStep, format_budget, format_schedule, read_budget
 from fleet.common.errors import InputError
 from fleet.common.names import check_name, is_safe
 from fleet.config.device_types import DEVICE_TYPES
@@ -57,6 +56,7 @@ from fleet.config.fields import (
     text_field,
 )
 from fleet.core.objectives import OBJECTIVES
+from fleet.method.budget import BudgetStep, format_budget, format_schedule, read_budget
 
 MODES = ("local", "federated")
 LEARNING = ("trace", "train")
@@ -78,8 +78,9 @@ class DeviceSpec:
     def to_node_config(self) -> dict[str, str]:
         """The flat key/values a SuperNode's --node-config carries in deployment.
 
-        Budgets travel as text in the budget codec's exact form (``format_budget``), so the
-        device reads back the very number the fleet file holds.
+        Budgets travel as text in the budget grammar's exact form (``fleet.method.budget``:
+        ``format_budget``, ``format_schedule``), so the device reads back the very number the
+        fleet file holds.
         """
         cfg: dict[str, str] = {
             "device-name": self.name,
@@ -155,14 +156,14 @@ def _resolve(base: Path, raw: str, where: str, must_exist: bool = True) -> str:
     return str(p)
 
 
-def _trace_schedule(base: Path, d: dict, where: str) -> str:
-    """A device's ``budget_trace`` as schedule text for ``read_budget`` (exact, via the codec)."""
+def _trace_schedule(base: Path, d: dict, where: str) -> tuple[BudgetStep, ...]:
+    """A device's ``budget_trace`` as schedule steps for ``read_budget`` (no text in between)."""
     from fleet.budgets.trace import DEFAULT_DWELL_S, schedule_from_trace
 
     trace = _resolve(base, text_field(d, "budget_trace", where), f"{where} budget_trace")
     dwell = d.get("budget_dwell_s", DEFAULT_DWELL_S)
     start = d.get("budget_trace_start_s")  # trace second at which training starts
-    return format_schedule(schedule_from_trace(trace, dwell, f"{where} budget_trace", start))
+    return schedule_from_trace(trace, dwell, f"{where} budget_trace", start)
 
 
 def _read_toml(path: Path) -> dict:
@@ -257,7 +258,7 @@ def load_fleet(path: str | Path) -> Fleet:
             )
         if not {"budget_w", "budget_schedule", "budget_trace"} & set(d):
             raise InputError(f"{w}: missing field 'budget_w' (watts, or \"none\" for no limit)")
-        schedule_raw = d.get("budget_schedule")
+        schedule_raw: object = d.get("budget_schedule")
         if "budget_trace" in d:  # a power trace becomes the schedule: fleet.budgets.trace
             if schedule_raw is not None:
                 raise InputError(f"{w}: give budget_schedule or budget_trace, not both")

@@ -36,11 +36,11 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from fleet.budgets.codec import BudgetStep, budget_limit
 from fleet.common.errors import InputError
 from fleet.core.choice import Choice, make_choice
 from fleet.core.efficiency import Efficiency
 from fleet.core.profile import Point
+from fleet.method.budget import BudgetStep, budget_limit
 from fleet.method.deadline import REL_TOL as _REL_TOL
 from fleet.method.deadline import Rate, choose_among, rate_of
 from fleet.method.deadline import finish as finish_from

@@ -30,12 +30,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from fleet.budgets.codec import BudgetStep
 from fleet.common.registry import Registry
 from fleet.core.choice import Choice
 from fleet.core.deadline import DeadlineChooser, pick_deadline
 from fleet.core.efficiency import Efficiency
 from fleet.core.profile import Point
+from fleet.method.budget import BudgetStep
 
 
 class StepChooser(Protocol):

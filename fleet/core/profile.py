@@ -16,8 +16,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fleet.budgets.codec import budget_limit
 from fleet.common.errors import InfeasibleError, InputError
+from fleet.method.budget import budget_limit
 from fleet.method.profile_io import (
     REQUIRED_COLUMNS,
     ProfileFormatError,

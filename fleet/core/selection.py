@@ -20,12 +20,12 @@ import math
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from fleet.budgets.codec import budget_limit, check_budget
 from fleet.common.errors import InfeasibleError, InputError
 from fleet.core.choice import Choice, common_batches, format_batches, make_choice
 from fleet.core.efficiency import Efficiency
 from fleet.core.objectives import Objective, get_objective
 from fleet.core.profile import Point, Profile, feasible, require_feasible
+from fleet.method.budget import budget_limit, check_budget
 
 
 def _objective_for(profile: Profile, name: str, context: dict[str, Any]) -> Objective:

@@ -1,88 +1,278 @@
-"""Where the device's power budget comes from: a fixed value, a schedule, or a live file.
+"""The one budget grammar: a power budget on every surface, parsed here and nowhere else.
 
-Why three: a board on a fixed supply has one budget; a planned run (a battery drained on a
-timetable, a site that caps power at night) has a schedule of ``seconds: watts`` steps; and a
-battery or solar controller (or an operator) changes it live by writing a number into a file.
-The closed loop asks ``budget_at(t)`` about once per power sample and re-selects whenever the
-answer changes (see ``docs/architecture.md``, closed loop).
+A budget reaches a device as ``--budget-w`` / ``--budget-schedule`` text (``select``, ``train``,
+``predict``...), a fleet TOML value, a SuperNode's node-config string, the agent's ``train``
+request or a live budget file's line. Every one of them is read by this module, so the same
+text means the same budget everywhere and every refusal is the same one line (the field's name,
+then what is wrong and what was expected). The grammar:
 
-A budget is watts (> 0, finite) or None for "unlimited" (written ``none``). A schedule is
-``"0:7,600:4.5"``: from 0 s of training 7 W, from 600 s 4.5 W; times start at 0 and strictly
-increase. A budget file holds one such value; it is re-read at most once a second, and a file
-that holds garbage (or vanished, or is half-written) keeps the last good budget and warns once
-until a good value comes back.
+- **Watts**: a positive finite decimal number (``7``, ``4.5``, ``1e1``), optionally followed by
+  the unit, ``W`` or ``w``, with or without a space (``4.5 W``: people write it, and refusing it
+  on one surface while accepting it on another was the bug this module ends). Surrounding spaces
+  are ignored. Zero, negatives, ``nan``, a decimal comma (``7,5``), an empty string and anything
+  else are refused. From TOML or JSON a number is taken as it is (a boolean is not a number).
+- **No limit**: ``none``, ``unlimited``, ``inf`` or ``infinity`` (any case) is ``None``; so is a
+  TOML/JSON number of +infinity. The exact text form of ``None`` is ``none``.
+- **Schedule**: ``SECONDS:WATTS`` steps separated by commas, ``"0:7,600:4.5"`` (from 0 s of
+  training 7 W, from 600 s 4.5 W); from TOML/JSON also ``[[0, 7], [600, 4.5]]``. Each step's
+  watts follow the grammar above (``0:none`` is allowed). The first step starts at 0 and times
+  strictly increase: an unsorted schedule (``600:4.5,0:7``) or a repeated time (``0:7,0:5``) is
+  refused, not sorted, because a typo in a timetable should be seen, not silently re-ordered.
+- **Live file**: a file whose first line is a budget in the watts grammar, re-read at most once
+  a second (``FileBudget``); garbage keeps the last good budget and warns once.
+
+Text forms are exact: ``format_budget`` / ``format_schedule`` write the shortest text that reads
+back as the very same float (a 4.4999996 W budget written as "4.5" would let a device run over
+it), and ``format(parse(x)) == x`` for text already in that form. A budget crosses a process
+boundary as this text (or a JSON number) and is parsed once on arrival (docs/architecture.md,
+"How a budget travels").
 
 Python 3.6 compatible, stdlib only.
 """
 
+import bisect
 import math
 import os
+import re
 import sys
 import time
-from typing import Callable, List, Optional, Tuple
+from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
+
+from fleet.method.errors import InputError
+
+NO_BUDGET = "none"  # the exact text form of "no limit"
+NO_BUDGET_WORDS = ("none", "unlimited", "inf", "infinity")
+UNLIMITED = math.inf  # a missing budget as a limit to compare peaks with
+EXPECTED_WATTS = "expected watts > 0 (e.g. 7, 4.5 or 4.5 W) or none/unlimited/inf"
+EXAMPLE_SCHEDULE = "e.g. 0:7,600:4.5"
+_NUMBER = re.compile(r"^\+?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?$")
+FIELDS = ("budget_w", "budget_schedule", "budget_file")  # the agent's and the fleet file's names
 
 
-class BudgetError(ValueError):
-    """A budget, schedule or budget file that cannot be used; one line naming what is wrong."""
+class BudgetError(InputError):
+    """A budget, schedule or budget file that cannot be used; one line naming the field."""
 
 
-def parse_watts(text: str, where: str = "budget") -> Optional[float]:
-    """'7', '4.5 W' -> watts; 'none'/'unlimited' -> None; anything else -> BudgetError."""
-    raw = str(text).strip()
-    low = raw.lower()
-    if low in ("none", "unlimited", "inf"):
-        return None
-    if low.endswith("w"):
-        low = low[:-1].strip()
+class BudgetStep(NamedTuple):
+    """One step of a schedule: from ``at_s`` seconds of training, ``budget_w`` (None: no limit)."""
+
+    at_s: float
+    budget_w: Optional[float]
+
+
+def _show(raw: Any) -> str:
+    text = repr(raw)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _number(text: str) -> float:
+    """A decimal number as the grammar spells it, else NaN (refused by every caller)."""
+    if not _NUMBER.match(text):
+        return math.nan
     try:
-        value = float(low)
-    except ValueError:
-        value = math.nan  # not a number: the same refusal as NaN or <= 0
-    if not math.isfinite(value) or value <= 0:
+        return float(text)
+    except (ValueError, OverflowError):
+        return math.nan
+
+
+def parse_budget(raw: Any, where: str = "budget") -> Optional[float]:
+    """Watts from text (``'7'``, ``' 4.5 W '``) or a number; a no-limit word -> None."""
+    if isinstance(raw, str):
+        text = raw.strip()
+        if text.lower() in NO_BUDGET_WORDS:
+            return None
+        if text[-1:] in ("W", "w"):
+            text = text[:-1].rstrip()
+        value = _number(text)
+    elif isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        try:
+            value = float(raw)
+        except OverflowError:
+            value = math.nan
+        if math.isinf(value) and value > 0:
+            return None
+    else:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise BudgetError("{}: {} is not a budget; {}".format(where, _show(raw), EXPECTED_WATTS))
+    return value
+
+
+def check_budget(where: str, value: Optional[float]) -> Optional[float]:
+    """A budget already in Python (None or a number) validated by the same grammar."""
+    return None if value is None else parse_budget(value, where)
+
+
+def budget_limit(budget_w: Optional[float], where: str = "budget_w") -> float:
+    """A budget as a limit to compare peak powers with: validated, and None (no limit) becomes
+    +inf, so ``peak <= limit`` needs no special case."""
+    checked = check_budget(where, budget_w)
+    return UNLIMITED if checked is None else checked
+
+
+def format_number(value: float) -> str:
+    """The shortest text that reads back as exactly ``value`` (``repr``; 7.0 -> "7")."""
+    v = float(value)
+    return str(int(v)) if v.is_integer() and abs(v) < 1e15 else repr(v)
+
+
+def format_budget(budget_w: Optional[float]) -> str:
+    """The exact inverse of ``parse_budget``: "none" or the shortest exact decimal."""
+    return NO_BUDGET if budget_w is None else format_number(budget_w)
+
+
+def _seconds(raw: Any, where: str) -> float:
+    if isinstance(raw, str):
+        value = _number(raw.strip())
+    elif isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        value = float(raw)
+    else:
+        value = math.nan
+    if not math.isfinite(value):
         raise BudgetError(
-            "{}: {!r} is not a budget; expected watts > 0 or 'none'".format(where, raw)
+            "{}: time {} is not a number of seconds >= 0 ({})".format(
+                where, _show(raw), EXAMPLE_SCHEDULE
+            )
         )
     return value
 
 
-def parse_schedule(text: str) -> List[Tuple[float, Optional[float]]]:
-    """'0:7,600:4.5' -> [(0.0, 7.0), (600.0, 4.5)]; times from 0, strictly increasing."""
-    steps = []  # type: List[Tuple[float, Optional[float]]]
-    items = [s.strip() for s in str(text).split(",") if s.strip()]
-    if not items:
-        raise BudgetError("budget schedule {!r} is empty; expected e.g. '0:7,600:4.5'".format(text))
-    for item in items:
-        if ":" not in item:
+def _pairs(raw: Any, where: str) -> List[Tuple[Any, Any]]:
+    """A schedule's (time, watts) items as written, before either is read."""
+    pairs = []  # type: List[Tuple[Any, Any]]
+    if isinstance(raw, str):
+        if not raw.strip():
             raise BudgetError(
-                "budget schedule: {!r} is not SECONDS:WATTS (e.g. '0:7,600:4.5')".format(item)
-            )
-        t_raw, w_raw = item.split(":", 1)
-        try:
-            t = float(t_raw)
-        except ValueError:
-            raise BudgetError(
-                "budget schedule: time {!r} in {!r} is not a number of seconds".format(t_raw, item)
-            ) from None
-        if not math.isfinite(t) or t < 0:
-            raise BudgetError(
-                "budget schedule: time {!r} in {!r} must be >= 0 seconds".format(t_raw, item)
-            )
-        if steps and t <= steps[-1][0]:
-            raise BudgetError(
-                "budget schedule: times must increase; {:g} s comes after {:g} s".format(
-                    t, steps[-1][0]
+                "{}: empty schedule; expected SECONDS:WATTS steps ({})".format(
+                    where, EXAMPLE_SCHEDULE
                 )
             )
-        steps.append((t, parse_watts(w_raw, "budget schedule step {!r}".format(item))))
-    if steps[0][0] != 0:
+        for item in raw.split(","):
+            if ":" not in item:
+                raise BudgetError(
+                    "{}: {} is not SECONDS:WATTS ({})".format(
+                        where, _show(item.strip()), EXAMPLE_SCHEDULE
+                    )
+                )
+            at, watts = item.split(":", 1)
+            pairs.append((at, watts))
+    elif isinstance(raw, (list, tuple)):
+        for step in raw:
+            if not isinstance(step, (list, tuple)) or len(step) != 2:
+                raise BudgetError(
+                    "{}: each step must be [seconds, watts], got {}".format(where, _show(step))
+                )
+            pairs.append((step[0], step[1]))
+        if not pairs:
+            raise BudgetError("{}: empty schedule; expected [[0, watts], ...]".format(where))
+    else:
         raise BudgetError(
-            "budget schedule must start at 0 s (first step is at {:g} s)".format(steps[0][0])
+            "{}: expected SECONDS:WATTS steps ({}), got {}".format(
+                where, EXAMPLE_SCHEDULE, _show(raw)
+            )
         )
-    return steps
+    return pairs
+
+
+def parse_schedule(raw: Any, where: str = "budget schedule") -> Tuple[BudgetStep, ...]:
+    """``"0:7,600:4.5"`` or ``[[0, 7], [600, 4.5]]`` -> steps; first at 0, times increasing."""
+    steps = []  # type: List[BudgetStep]
+    for n, (at_raw, w_raw) in enumerate(_pairs(raw, where), 1):
+        at = _seconds(at_raw, where)
+        if not steps and at != 0:
+            raise BudgetError(
+                "{}: the first step must start at 0 s, not {} s ({})".format(
+                    where, format_number(at), EXAMPLE_SCHEDULE
+                )
+            )
+        if steps and at <= steps[-1].at_s:
+            raise BudgetError(
+                "{}: times must strictly increase, but {} s follows {} s ({})".format(
+                    where, format_number(at), format_number(steps[-1].at_s), EXAMPLE_SCHEDULE
+                )
+            )
+        steps.append(BudgetStep(at, parse_budget(w_raw, "{} step {}".format(where, n))))
+    return tuple(steps)
+
+
+def format_schedule(steps: Sequence[BudgetStep]) -> str:
+    """The exact inverse of ``parse_schedule`` for its text form (no digit is lost)."""
+    return ",".join("{}:{}".format(format_number(at), format_budget(w)) for at, w in steps)
+
+
+def step_index(schedule: Sequence[BudgetStep], clock_s: float) -> int:
+    """The budget step in force at ``clock_s`` (the last one starting at or before it)."""
+    return max(0, bisect.bisect_right([s[0] for s in schedule], clock_s) - 1)
+
+
+def read_budget(
+    where: str,
+    budget: Any = None,
+    schedule: Any = None,
+    names: Tuple[str, str] = ("budget_w", "budget_schedule"),
+) -> Tuple[Optional[float], Tuple[BudgetStep, ...]]:
+    """A device's budget from a settings table (fleet file, node config): (first, schedule).
+
+    ``budget`` and ``schedule`` are the raw values as the surface gives them (None: the field
+    is absent; "no limit" is a word, never a null); ``names`` are the surface's field names.
+    With a schedule, a budget beside it must equal the schedule's first step; without one, the
+    budget is required. The schedule is ``()`` for a fixed budget.
+    """
+    if schedule is not None:
+        steps = parse_schedule(schedule, "{}: {}".format(where, names[1]))
+        if budget is not None:
+            first = parse_budget(budget, "{}: {}".format(where, names[0]))
+            if first != steps[0].budget_w:
+                raise BudgetError(
+                    "{}: {} {} disagrees with {}'s first step {}".format(
+                        where, names[0], format_budget(first), names[1],
+                        format_budget(steps[0].budget_w),
+                    )
+                )  # fmt: skip
+        return steps[0].budget_w, steps
+    if budget is None:
+        raise BudgetError(
+            '{}: missing field {!r} (watts, or "none" for no limit)'.format(where, names[0])
+        )
+    return parse_budget(budget, "{}: {}".format(where, names[0])), ()
+
+
+# ---------------------------------------------------------------------------- the live file
+
+
+def parse_budget_line(text: str, where: str = "budget file") -> Optional[float]:
+    """A live budget file's contents: its first line, in the watts grammar."""
+    stripped = text.strip()
+    return parse_budget(stripped.splitlines()[0] if stripped else "", where)
+
+
+def read_budget_file(path: str) -> Optional[float]:
+    """The budget a live file holds now; BudgetError (naming the file) when it holds none.
+
+    Read as bytes and decoded leniently: a half-written or binary file is garbage to refuse
+    in one line, never a UnicodeDecodeError out of the closed loop.
+    """
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(256)
+    except OSError as exc:
+        raise BudgetError(
+            "budget file {}: cannot read it ({})".format(path, exc.strerror or exc)
+        ) from None
+    return parse_budget_line(data.decode("utf-8", "replace"), "budget file {}".format(path))
+
+
+# ---------------------------------------------------------------------------- sources
 
 
 class BudgetSource(object):
-    """``budget_at(t)``: the budget ``t`` seconds into the run; ``highest()``: its maximum."""
+    """``budget_at(t)``: the budget ``t`` seconds into the run; ``highest()``: its maximum.
+
+    Why three sources: a board on a fixed supply has one budget; a planned run (a battery drained
+    on a timetable, a site that caps power at night) has a schedule; a battery or solar
+    controller (or an operator) changes it live by writing into a file. The closed loop asks
+    ``budget_at(t)`` about once per power sample and re-selects whenever the answer changes.
+    """
 
     kind = "fixed"
 
@@ -113,22 +303,16 @@ class FixedBudget(BudgetSource):
 class ScheduleBudget(BudgetSource):
     kind = "schedule"
 
-    def __init__(self, steps: List[Tuple[float, Optional[float]]]) -> None:
+    def __init__(self, steps: Sequence[BudgetStep]) -> None:
         if not steps:
             raise BudgetError("budget schedule is empty")
-        self.steps = list(steps)
+        self.steps = [BudgetStep(float(t), w) for t, w in steps]
 
     def budget_at(self, t_s: float) -> Optional[float]:
-        current = self.steps[0][1]
-        for t, w in self.steps:
-            if t <= t_s:
-                current = w
-            else:
-                break
-        return current
+        return self.steps[step_index(self.steps, t_s)].budget_w
 
     def highest(self) -> Optional[float]:
-        ws = [w for _, w in self.steps]
+        ws = [s.budget_w for s in self.steps]
         return None if any(w is None for w in ws) else max(ws)  # type: ignore
 
     def describe(self) -> str:
@@ -136,7 +320,11 @@ class ScheduleBudget(BudgetSource):
 
 
 class FileBudget(BudgetSource):
-    """A file holding one budget, re-read at most every ``reread_s`` seconds (wall clock)."""
+    """A file holding one budget, re-read at most every ``reread_s`` seconds (wall clock).
+
+    A file that holds garbage (or vanished, or is half-written) keeps the last good budget and
+    warns once until a good value comes back.
+    """
 
     kind = "file"
 
@@ -153,19 +341,8 @@ class FileBudget(BudgetSource):
         self._clock = clock
         self.warnings = []  # type: List[str]
         self._warned = False
-        try:
-            self._value = self._read()
-        except BudgetError as exc:
-            raise BudgetError("budget file {}: {}".format(path, exc)) from None
+        self._value = read_budget_file(path)
         self._read_at = clock()
-
-    def _read(self) -> Optional[float]:
-        try:
-            with open(self.path, "r") as fh:
-                text = fh.read(256)
-        except OSError as exc:
-            raise BudgetError("cannot read it ({})".format(exc.strerror or exc)) from None
-        return parse_watts(text.strip().splitlines()[0] if text.strip() else "", "value")
 
     def budget_at(self, t_s: float) -> Optional[float]:
         now = self._clock()
@@ -173,11 +350,11 @@ class FileBudget(BudgetSource):
             return self._value
         self._read_at = now
         try:
-            self._value = self._read()
+            self._value = read_budget_file(self.path)
             self._warned = False
         except BudgetError as exc:
             if not self._warned:
-                msg = "budget file {}: {}; keeping {}".format(self.path, exc, _label(self._value))
+                msg = "{}; keeping {}".format(exc, _label(self._value))
                 self.warnings.append(msg)
                 self._warn(msg)
                 self._warned = True
@@ -199,23 +376,26 @@ def _stderr_warn(message: str) -> None:
 
 
 def make_source(
-    budget_w: Optional[str] = None,
-    schedule: Optional[str] = None,
+    budget_w: Any = None,
+    schedule: Any = None,
     budget_file: Optional[str] = None,
     warn: Optional[Callable[[str], None]] = None,
+    names: Tuple[str, str, str] = FIELDS,
 ) -> BudgetSource:
-    """Exactly one of the three, as given on a command line or in a request."""
+    """Exactly one of the three, as given on a command line (``names``: its flags) or in the
+    agent's request; each parsed by the grammar above, errors naming the field."""
     given = [x for x in (budget_w, schedule, budget_file) if x is not None]
     if len(given) != 1:
         raise BudgetError(
-            "give exactly one of a budget (watts), a budget schedule or a budget file "
-            "({} given)".format(len(given))
+            "give exactly one of {}, {} or {} ({} given)".format(
+                names[0], names[1], names[2], len(given)
+            )
         )
     if budget_w is not None:
-        return FixedBudget(parse_watts(str(budget_w)))
+        return FixedBudget(parse_budget(budget_w, names[0]))
     if schedule is not None:
-        return ScheduleBudget(parse_schedule(str(schedule)))
+        return ScheduleBudget(parse_schedule(schedule, names[1]))
     path = str(budget_file)
     if not os.path.isfile(path):
-        raise BudgetError("budget file {} not found".format(path))
+        raise BudgetError("{}: {} not found".format(names[2], path))
     return FileBudget(path, warn=warn)

@@ -15,13 +15,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from fleet.agent.learning.efficiency_learner import DEADLINE_Z
-from fleet.budgets.codec import BudgetStep
 from fleet.common.errors import InputError
 from fleet.config.fleetfile import DeviceSpec
 from fleet.core.choice import align
 from fleet.core.deadline import RateTable, fastest_per_step, finish, rates
 from fleet.core.efficiency import Efficiency
 from fleet.core.profile import Point, Profile
+from fleet.method.budget import BudgetStep
 from fleet.rounds.device_round import check_device_type
 
 

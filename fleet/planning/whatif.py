@@ -20,12 +20,12 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from fleet.budgets.codec import BudgetStep
 from fleet.common.errors import InputError
 from fleet.config.fleetfile import DeviceSpec, Fleet, RunSettings
 from fleet.core.choice import align
 from fleet.core.deadline import RateTable, check_deadline, rates
 from fleet.core.efficiency import Efficiency
+from fleet.method.budget import BudgetStep
 from fleet.planning import replan
 from fleet.planning.deadline_plan import (
     fastest_finish_rates,

@@ -32,7 +32,6 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
-from fleet.budgets.codec import BudgetStep
 from fleet.common.errors import InfeasibleError, InputError
 from fleet.config.device_types import type_mismatch
 from fleet.config.fleetfile import DeviceSpec, RunSettings
@@ -42,6 +41,7 @@ from fleet.core.efficiency import Efficiency
 from fleet.core.objectives import OBJECTIVES, StepChooser
 from fleet.core.profile import Profile
 from fleet.core.selection import SelectionIndex
+from fleet.method.budget import BudgetStep
 
 # Statuses of a device that trained to its target: their time and energy count toward the
 # round, and in federated mode their weights go back (``late``: trained, after the deadline).

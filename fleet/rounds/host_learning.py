@@ -16,8 +16,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from fleet.budgets.codec import step_index
 from fleet.core.choice import Choice
+from fleet.method.budget import step_index
 from fleet.rounds.device_round import DeviceResult, Round, Segment
 from fleet.rounds.learning import ReplayLearning
 

@@ -29,13 +29,13 @@ from fleet.agent.learning.efficiency_learner import (
     shape_from_noise,
     worth_switching,
 )
-from fleet.budgets.codec import step_index
 from fleet.common.errors import InfeasibleError, InputError
 from fleet.core.choice import Choice
 from fleet.core.curves import TraceCurves, curves_path, load_curves, trace_curves
 from fleet.core.efficiency import Efficiency
 from fleet.core.objectives import OBJECTIVES, energy_per_sample, time_per_sample
 from fleet.core.profile import Point
+from fleet.method.budget import step_index
 from fleet.rounds.device_round import Round
 from fleet.rounds.progress import Progress
 

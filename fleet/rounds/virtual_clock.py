@@ -31,7 +31,6 @@ import functools
 import math
 from dataclasses import dataclass, field, replace
 
-from fleet.budgets.codec import budget_limit, step_index
 from fleet.common.errors import InputError
 from fleet.config.fleetfile import DeviceSpec, RunSettings
 from fleet.core.choice import Choice, make_choice
@@ -39,6 +38,7 @@ from fleet.core.curves import TraceCurves
 from fleet.core.efficiency import Efficiency, load_efficiency
 from fleet.core.profile import Profile, feasible, load_profile
 from fleet.core.selection import SelectionIndex
+from fleet.method.budget import budget_limit, step_index
 from fleet.rounds.device_round import TRAINED, DeviceResult, Round, Segment, run_device
 from fleet.rounds.learning import ReplayLearning, curves_for
 from fleet.rounds.progress import MAX_SECONDS, Progress

@@ -20,6 +20,7 @@ from fleet.common.errors import InputError
 from fleet.core.choice import Choice
 from fleet.core.efficiency import Efficiency
 from fleet.core.profile import Profile
+from fleet.method.budget import BudgetError, parse_budget
 from fleet.method.profile_io import ProfileFormatError, read_rows
 
 Key = tuple[int, float]
@@ -93,8 +94,8 @@ def read_coverage(path: str) -> Coverage:
     budget = None
     if meta.get("plan") == "staircase":
         try:
-            budget = float(meta.get("budget_w", ""))
-        except ValueError:
+            budget = parse_budget(meta.get("budget_w", ""), "budget_w")
+        except BudgetError:
             budget = None
     return Coverage(str(path), bs, fs, present, predicted, meta.get("plan"), budget)
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fleet.method.budget import parse_budget
 from simulations.calibrate.audit import copied_keys
 from simulations.calibrate.evaluate import hard_predictions
 from simulations.calibrate.fit import FIT_ORDER, Fit
@@ -85,7 +86,7 @@ def key_text(key: tuple) -> str:
 def key_parse(text: str) -> tuple:
     """The inverse of :func:`key_text`."""
     model, board, ds, budget, method = text.split("|")
-    return (model, board, ds, None if budget == "none" else float(budget), method)
+    return (model, board, ds, parse_budget(budget, "cell key budget"), method)
 
 
 def committed_fit() -> Fit:

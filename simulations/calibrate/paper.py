@@ -11,6 +11,7 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
+from fleet.method.budget import parse_budget
 from simulations.devicemodel.paper_checks import BASELINE_CAPS_MHZ, TX2NX_BASELINE_CAPS_MHZ
 
 CELLS_PATH = Path(__file__).resolve().parents[1] / "paper_cells.csv"
@@ -53,7 +54,7 @@ def load_cells(path: Path = CELLS_PATH) -> list[Cell]:
         lines = [ln for ln in fh if not ln.startswith("#")]
     out = []
     for r in csv.DictReader(lines):
-        budget = None if r["budget_w"] == "none" else float(r["budget_w"])
+        budget = parse_budget(r["budget_w"], "budget_w")
         out.append(
             Cell(
                 int(r["table"]),

@@ -21,6 +21,7 @@ from fleet.agent.devices.base import Backend, DeviceError
 from fleet.agent.measure.measurers import ReplayMeasurer, TrainingMeasurer, measure_idle, settle
 from fleet.agent.measure.sampler import sensor_hz
 from fleet.agent.measure.staircase import Measurement, staircase_plan
+from fleet.method.budget import check_budget
 from fleet.method.profile_io import cell_number
 
 Row = Dict[str, Any]
@@ -92,8 +93,7 @@ def profile_grid(
         raise ValueError("warmup must be >= 0, got {}".format(warmup))
     if not float(sampler_hz) > 0:
         raise ValueError("sampler_hz must be > 0, got {}".format(sampler_hz))
-    if budget_w is not None and not float(budget_w) > 0:
-        raise ValueError("budget must be > 0 W, got {}".format(budget_w))
+    check_budget("budget_w", budget_w)  # the one grammar's refusal (a BudgetError: ValueError)
     if predict and budget_w is not None:
         raise ValueError("predict mode probes the whole grid's design; drop the budget")
     points = _choose_freqs(backend, freqs)

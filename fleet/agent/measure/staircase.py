@@ -14,6 +14,7 @@ feasible one (or runs out), instead of recording a wrong frontier.
 
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence
 
+from fleet.method.budget import parse_budget
 from fleet.method.profile_io import Measurement
 
 Probe = NamedTuple(
@@ -60,8 +61,7 @@ def staircase_plan(
     fs = sorted(set(float(f) for f in freqs_mhz))
     if not bs or not fs:
         raise ValueError("staircase plan needs at least one batch size and one frequency")
-    if not budget_w > 0:
-        raise ValueError("budget must be > 0 W, got {}".format(budget_w))
+    parse_budget(budget_w, "budget_w")  # the one grammar's refusal (a BudgetError: ValueError)
     probes = []  # type: List[Probe]
     frontier = {}  # type: Dict[int, FrontierPoint]
     cache = {}  # type: Dict[tuple, Optional[Measurement]]

@@ -66,7 +66,7 @@ def handle_profile(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
         freqs=number_list(req, "freqs"),
         steps=int(number(req, "steps", 5)),
         warmup=int(number(req, "warmup", 2)),
-        budget_w=number(req, "budget_w"),
+        budget_w=None if req.get("budget_w") is None else _budget(req["budget_w"], "budget_w"),
         sampler_hz=float(number(req, "sampler_hz", 20.0)),
         num_classes=number(req, "num_classes"),
         device=str(device),
@@ -92,25 +92,23 @@ def handle_profile(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
     return response
 
 
+def _budget(raw: Any, where: str) -> Optional[float]:
+    """One budget of a request, read by the kernel's grammar (``fleet.method.budget``)."""
+    from fleet.method.budget import BudgetError, parse_budget
+
+    try:
+        return parse_budget(raw, where)
+    except BudgetError as exc:
+        raise ProtocolError(str(exc)) from None
+
+
 def _budgets(raw: Any) -> Optional[List[Optional[float]]]:
-    """'adapt_budgets': a list of watts, null meaning no limit (the device's budget steps)."""
+    """'adapt_budgets': a list of budgets (the device's budget steps), null meaning no limit."""
     if raw is None:
         return None
     if not isinstance(raw, list) or not raw:
         raise ProtocolError("'adapt_budgets' must be a non-empty list of watts (null: no limit)")
-    out = []  # type: List[Optional[float]]
-    for item in raw:
-        if item is None:
-            out.append(None)
-            continue
-        try:
-            value = float(item)
-        except (TypeError, ValueError):
-            value = float("nan")
-        if not 0 < value < float("inf"):
-            raise ProtocolError("'adapt_budgets': {!r} is not a budget in watts".format(item))
-        out.append(value)
-    return out
+    return [None if item is None else _budget(item, "adapt_budgets") for item in raw]
 
 
 def _efficiency(raw: Any) -> Optional[Dict[int, float]]:

@@ -125,9 +125,9 @@ def closed_loop_args(req: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     if req.get("freq_mhz") is not None:
         raise ProtocolError("'freq_mhz' and a budget exclude each other (the loop picks clocks)")
     try:
-        source = make_source(
-            None if req.get("budget_w") is None else str(req["budget_w"]),
-            None if req.get("budget_schedule") is None else str(req["budget_schedule"]),
+        source = make_source(  # text in the grammar's exact form, or a JSON number: parsed once
+            req.get("budget_w"),
+            req.get("budget_schedule"),
             path_arg(req, "budget_file"),
             warn=lambda m: log.warning("%s", m),
         )
