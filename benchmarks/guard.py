@@ -79,14 +79,14 @@ def one_run(board, state_dir, rng, guard: bool, duration_s: float, noise_w: floa
     loop = ClosedLoop(
         backend, points, EFF, FixedBudget(budget), guard_window_s=0.2 if guard else 1e9
     )
-    orig = loop._on_sample
+    orig = loop.on_sample
 
     def watch(t, w):
         if w is not None:
             samples.append((t, w))
         orig(t, w)
 
-    loop.sampler._on_sample = watch
+    loop.sampler.on_sample = watch
     inject_at = rng.uniform(0.6, 1.4)
     injected: list[float] = []
 

@@ -28,17 +28,17 @@ class _LazyConsole:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._console(), name)
 
-    @staticmethod
-    def _console() -> Any:
-        if _LazyConsole._real is None:
+    @classmethod
+    def _console(cls) -> Any:
+        if cls._real is None:
             from rich.console import Console
 
             real = Console()
             if not real.is_terminal:
                 # Piped or captured output: wide enough that tables never fold into columns.
                 real = Console(width=200)
-            _LazyConsole._real = real
-        return _LazyConsole._real
+            cls._real = real
+        return cls._real
 
 
 console: Any = _LazyConsole()

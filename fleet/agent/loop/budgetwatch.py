@@ -1,144 +1,139 @@
-"""What the closed loop does at each power sample: follow the budget, and guard the rail.
+"""The two parts of the closed loop that react to the outside world at each power sample: the
+budget follower and the guard.
 
 Why separate: these run in the sampler thread, at every reading, while the trainer is inside a
-step: the budget source is asked for the budget now, and a change re-selects and locks the new
-clock (only ever *down* before the batch switch, see ``closedloop.py``); measured power over the
-budget for longer than the guard window steps the clock down and rules the point out. That is
-the loop's reaction to the outside world, apart from what it does at the trainer's step
-boundaries (``closedloop.py``) and from the deadline's re-pricing (``deadline_reselect.py``).
-
-The functions take the ``ClosedLoop`` and run with its lock held, reading and updating its state
-as its own methods do. Python 3.6 compatible, stdlib only.
+step. The ``BudgetFollower`` owns the budget source (fixed, schedule, live file), the budget in
+force and the schedule known ahead; at a change it says which clock to lock now and which point
+to switch to at the step boundary (the clock only ever goes *down* before the batch switch, see
+``closedloop.py``). The ``Guard`` owns the power samples over its window, the points it ruled
+out and its events: measured power over the budget for longer than the window steps the clock
+down and rules the point (and the faster ones at its batch size) out. Both decide; the loop
+(``closedloop.py``) locks the clock, opens the segment and notes what happened, so neither reads
+nor writes the loop's state. Python 3.6 compatible, stdlib only.
 """
 
-from typing import Any, Optional
+from typing import Any, Dict, List, Optional, Set, Tuple
 
-from fleet.agent.loop.segments import REASON_BUDGET, REASON_GUARD, open_segment
-from fleet.method.selection import LutPoint, fits, lowest_peak
+from fleet.agent.loop.table import Key, Table, budget_label
+from fleet.method.budget import BudgetSource, ScheduleBudget
+from fleet.method.selection import LutPoint
 
-
-def _label(w: Optional[float]) -> str:
-    return "unlimited" if w is None else "{:g} W".format(w)
-
-
-def nothing_fits(loop: Any, budget: Optional[float]) -> str:
-    """One line saying that no profiled point fits ``budget``, with the lowest peak."""
-    low = lowest_peak(loop.points)
-    where = (
-        "; the lowest profiled peak is {:.2f} W (batch {}, {:g} MHz)".format(
-            low.peak_power_w, low.batch_size, low.freq_mhz
-        )
-        if low is not None
-        else ""
-    )
-    extra = " ({} point(s) excluded by the guard)".format(len(loop.infeasible))
-    return "no profiled point fits the {} budget{}{}".format(
-        _label(budget), where, extra if loop.infeasible else ""
-    )
+Schedule = List[Tuple[float, Optional[float]]]
 
 
-def follow_budget(loop: Any, t: float) -> None:
-    """Read the budget at ``t``; at a change re-select, lock (down first) and open a segment.
+class BudgetFollower(object):
+    """The budget in force (``budget``, watts or None) read from ``source`` at every sample;
+    ``ahead``: the whole schedule when the source knows it ahead (a ``ScheduleBudget``: the
+    deadline looks ahead over it), else None (a live file: the budget now is assumed to hold)."""
 
-    A new batch size waits for the step boundary (``_pending``, applied by ``before_step``)."""
-    budget = loop.source.budget_at(t)
-    if budget == loop._budget or loop.stop_reason is not None:
-        return
-    loop._budget = budget
-    loop._over_since = None
-    p = loop._choose(budget, t)
-    if p is None:
-        loop._stop(nothing_fits(loop, budget))
-        lowest = _choose_for_batch(loop, loop._batch, budget, loop._freq)
-        if lowest is not None and lowest.freq_mhz < loop._freq:
-            loop._lock(lowest.freq_mhz, t)  # the least power until the step ends
-        open_segment(loop, t, REASON_BUDGET)
-        return
-    if p.batch_size == loop._batch:
-        loop._lock(p.freq_mhz, t)
-    else:
-        # Until the step boundary the running batch goes on at its fastest point that fits
-        # the new budget, never above the new clock nor above the running one.
-        bridge = _choose_for_batch(loop, loop._batch, budget, p.freq_mhz)
-        interim = min(p.freq_mhz, loop._freq)
+    def __init__(self, source: BudgetSource) -> None:
+        self.source = source
+        self.budget = None  # type: Optional[float]
+        self.ahead = None  # type: Optional[Schedule]
+        if isinstance(source, ScheduleBudget):
+            self.ahead = list(source.steps)
+
+    def start(self) -> Optional[float]:
+        """The budget at 0 s."""
+        self.budget = self.source.budget_at(0.0)
+        return self.budget
+
+    def poll(self, t: float, stopped: bool) -> bool:
+        """Read the budget at ``t``; True when it changed (and the loop still runs)."""
+        budget = self.source.budget_at(t)
+        if budget == self.budget or stopped:
+            return False
+        self.budget = budget
+        return True
+
+    def move(
+        self, chosen: Optional[LutPoint], table: Table, batch: int, freq: float
+    ) -> Tuple[Optional[float], Optional[LutPoint]]:
+        """At a change to ``budget``, with ``chosen`` the point selected for it and (``batch``,
+        ``freq``) running: (the clock to lock now or None, the point to switch to at the step
+        boundary or None). Until the boundary the running batch goes on at its fastest point
+        that fits the new budget, never above the new clock nor above the running one; when
+        nothing fits (``chosen`` None) at its lowest clock, the least power until the step
+        ends."""
+        budget = self.budget
+        if chosen is None:
+            lowest = table.for_batch(batch, budget, freq)
+            if lowest is not None and lowest.freq_mhz < freq:
+                return lowest.freq_mhz, None
+            return None, None
+        if chosen.batch_size == batch:
+            return chosen.freq_mhz, None
+        bridge = table.for_batch(batch, budget, chosen.freq_mhz)
+        interim = min(chosen.freq_mhz, freq)
         if bridge is not None:
             interim = min(interim, bridge.freq_mhz)
-        if interim != loop._freq:
-            loop._lock(interim, t)
-    loop._pending = p if p.batch_size != loop._batch else None
-    open_segment(loop, t, REASON_BUDGET)
+        return (interim if interim != freq else None), chosen
+
+    def describe(self) -> str:
+        return self.source.describe()
 
 
-def _choose_for_batch(
-    loop: Any, batch: int, budget: Optional[float], below_mhz: float
-) -> Optional[LutPoint]:
-    """The running batch's fastest point that fits ``budget`` at or under ``below_mhz``."""
-    cands = [
-        p
-        for p in loop.points
-        if p.batch_size == batch
-        and (batch, p.freq_mhz) not in loop.infeasible
-        and p.freq_mhz <= below_mhz
-    ]
-    ok = [p for p in cands if fits(p, budget)]
-    if ok:
-        return min(ok, key=lambda p: (p.time_per_batch_s, p.freq_mhz))
-    return min(cands, key=lambda p: p.freq_mhz) if cands else None
+class Guard(object):
+    """Over the budget for longer than ``window_s``: step down. ``infeasible``: the (batch, MHz)
+    pairs ruled out for the rest of the run; ``events``: every step-down (or the stop)."""
+
+    def __init__(self, window_s: float) -> None:
+        self.window_s = float(window_s)
+        self.infeasible: Set[Key] = set()
+        self.events = []  # type: List[Dict[str, Any]]
+        self._over_since = None  # type: Optional[float]
+
+    def reset(self) -> None:
+        """A new clock or a new budget: the window starts again."""
+        self._over_since = None
+
+    def sample(
+        self, t: float, watts: float, budget: Optional[float], settle_until: float,
+        running: Key, points: List[LutPoint], stopped: bool,
+    ) -> Optional[Dict[str, Any]]:  # fmt: skip
+        """One reading at ``t`` with ``running`` locked: the guard event when the rail stayed
+        over ``budget`` for the window (its ``to_mhz`` the next lower clock not ruled out, None
+        at the lowest: the loop must stop), else None. Readings before ``settle_until`` (the
+        clock still moving) never count."""
+        if budget is None or t < settle_until or watts <= budget:
+            self._over_since = None
+            return None
+        if self._over_since is None:
+            self._over_since = t
+            return None
+        if t - self._over_since < self.window_s or stopped:
+            return None
+        self._over_since = None
+        b, f = running
+        for p in points:  # this point and every faster one at this batch size
+            if p.batch_size == b and p.freq_mhz >= f:
+                self.infeasible.add((b, p.freq_mhz))
+        lower = sorted(
+            p.freq_mhz
+            for p in points
+            if p.batch_size == b and p.freq_mhz < f and (b, p.freq_mhz) not in self.infeasible
+        )
+        event = {
+            "t_s": t,
+            "from_mhz": f,
+            "to_mhz": lower[-1] if lower else None,
+            "measured_w": watts,
+            "budget_w": budget,
+            "batch_size": b,
+        }
+        self.events.append(event)
+        return event
 
 
-def guard(loop: Any, t: float, watts: float) -> None:
-    """Over the budget for longer than the guard window: step the clock down, rule the point
-    (and the faster ones at its batch size) out, or stop at the lowest clock."""
-    budget = loop._budget
-    if budget is None or t < loop._settle_until:
-        loop._over_since = None
-        return
-    if watts <= budget:
-        loop._over_since = None
-        return
-    if loop._over_since is None:
-        loop._over_since = t
-        return
-    if t - loop._over_since < loop.guard_window_s or loop.stop_reason is not None:
-        return
-    loop._over_since = None
-    b, f = loop._batch, loop._freq
-    for p in loop.points:  # this point and every faster one at this batch size
-        if p.batch_size == b and p.freq_mhz >= f:
-            loop.infeasible.add((b, p.freq_mhz))
-    lower = sorted(
-        p.freq_mhz
-        for p in loop.points
-        if p.batch_size == b and p.freq_mhz < f and (b, p.freq_mhz) not in loop.infeasible
-    )
-    event = {
-        "t_s": t,
-        "from_mhz": f,
-        "to_mhz": lower[-1] if lower else None,
-        "measured_w": watts,
-        "budget_w": budget,
-        "batch_size": b,
-    }
-    loop.guard_events.append(event)
-    if not lower:
-        loop._stop(
+def guard_text(event: Dict[str, Any]) -> str:
+    """The loop's note for a guard event (the stop's reason when there was no lower clock)."""
+    w, budget = event["measured_w"], budget_label(event["budget_w"])
+    f, b = event["from_mhz"], event["batch_size"]
+    if event["to_mhz"] is None:
+        return (
             "measured {:.2f} W over the {} budget at the lowest profiled clock {:g} MHz "
-            "(batch {})".format(watts, _label(budget), f, b)
+            "(batch {})".format(w, budget, f, b)
         )
-        return
-    loop._lock(lower[-1], t)
-    if loop._pending is not None and (
-        (loop._pending.batch_size, loop._pending.freq_mhz) in loop.infeasible
-    ):
-        loop._pending = None
-    if loop.deadline_s is not None:
-        loop._reselect = True  # at the step boundary: the deadline point without these
-        over = loop._point(b, f)
-        if over is not None and over.peak_power_w == over.peak_power_w:  # not NaN
-            loop.rail_excess_w = max(loop.rail_excess_w, watts - over.peak_power_w)
-    open_segment(loop, t, REASON_GUARD)
-    loop._note(
-        "guard: {:.2f} W over {} at {:g} MHz (batch {}); stepped down to {:g} MHz".format(
-            watts, _label(budget), f, b, lower[-1]
-        )
+    return "guard: {:.2f} W over {} at {:g} MHz (batch {}); stepped down to {:g} MHz".format(
+        w, budget, f, b, event["to_mhz"]
     )

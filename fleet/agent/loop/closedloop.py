@@ -2,45 +2,29 @@
 
 Why: a decision taken once at the start trusts two things that change on a real board, the
 budget (a schedule, a battery or solar controller writing a file) and the power the profile
-promised (temperature, ageing and a different rail drift it upwards). So the loop
+promised (temperature, ageing and a different rail drift it upwards). So the loop follows the
+budget at every power sample and re-selects (eq. 4) at every change, handing the trainer the new
+batch size at its next step; guards the rail (over the budget for longer than the guard window:
+a lower clock, the point ruled out; at the lowest clock: stop, status ``over-budget``); records
+every stretch at one (batch, frequency, budget) as a segment with its measured energy; with a
+``DriftWatch`` re-probes and refreshes the LUT when the board drifts from it; with the
+``deadline`` objective runs the deadline point for the remaining work and time; with a learner
+chooses again when the learnt samples-to-target move. At a budget change the clock may only go
+*down* before the batch switch (``BudgetFollower.move``), so no moment of the switch runs a point
+the profile says is over the new budget. Times are seconds since ``start()`` on the monotonic
+clock; the schedule is read on the same scale. Python 3.6 compatible, stdlib only.
 
-- asks its ``BudgetSource`` for the budget at every power sample; at every change it re-selects
-  on the LUT (eq. 4, ``choose``), locks the new frequency and hands the trainer the new batch size
-  at its next step (the trainer rescales the learning rate and counts samples across the switch);
-- watches every power sample (in the sampler thread, so it reacts during a long step): measured
-  power above the budget for longer than ``guard_window_s`` steps the clock down to the next lower
-  profiled frequency, records a guard event and marks the point (and the faster ones at that batch
-  size) infeasible for the rest of the run; over budget at the lowest clock stops training
-  cleanly with status ``over-budget``;
-- records every stretch at one (batch, frequency, budget) as a segment, with its measured energy;
-- with a ``DriftWatch`` (``driftwatch.py``, on by default in ``train_under_budget``) compares each
-  training step at the locked point with the LUT; a persistent deviation is a drift event, and at
-  the next segment boundary the loop re-probes a few neighbours with real training steps,
-  refreshes the table, writes the refreshed profile and re-selects on it;
-- with ``objective = "deadline"`` (and ``deadline_s``, seconds from ``start()``) every choice is
-  the deadline point (``deadline.py``) for the *remaining* work and time: the loop counts the
-  fraction of the target done (each step adds ``batch / N(batch)``, so progress carries across
-  batch switches), looks ahead over a known schedule (a live file: the current budget is
-  assumed to hold), re-selects after a guard step-down (keeping the rail's measured excess over
-  the profile under the budget, so it does not try points the rail would push over), and after
-  every step checks the running point still finishes in time; when it does not, it re-selects,
-  and if no point meets the deadline any more it runs its fastest point and records when it
-  fell behind.
-
-Ordering rule at a budget change: the clock may only go *down* before the batch switch. If the new
-point's frequency is higher than the running one, the running batch is first brought to its
-fastest point that fits the new budget (its lowest clock if none does) and the new clock is locked
-together with the new batch at the step boundary, so no moment of the switch runs a point the
-profile says is over the new budget.
-
-Times are seconds since ``start()`` on the monotonic clock; the schedule is read on the same
-scale. See ``docs/architecture.md`` (closed loop). Python 3.6 compatible, stdlib only.
-
-Where the parts live: this module is the loop itself and the trainer's hooks (``before_step``,
-``after_step``, ``resumed``); what it does at each power sample is ``budgetwatch.py`` (follow
-the budget, guard the rail), the deadline objective's re-selection is ``deadline_reselect.py``,
-the record of the run (segments, energy, the summary) is ``segments.py``, and the entry point
-that trains under the loop is ``underbudget.train_under_budget``.
+The state is split by who owns it, each part a small object in the module of its concern: the
+``BudgetFollower`` (the budget source and the budget in force, the schedule known ahead, the move
+at a change) and the ``Guard`` (its window over the budget, the points it ruled out, its events)
+in ``budgetwatch.py``; the ``DeadlineReselector`` (progress, the plan, falling behind, the rail's
+excess) in ``deadline_reselect.py``; the ``LearnerHook`` (the learner, the samples-to-target
+chosen with, the learnt switch) in ``loop_learning.py``; the ``DriftWatch`` in ``driftwatch.py``;
+the ``SegmentLog`` (segments, energy, the record of earlier calls) in ``segments.py``; the
+``RunningPoint`` (the locked clock, the batch, pacing) in ``running.py``. This module is the
+coordinator: it holds the LUT, the switch pending at the next step, the lock, the notes and the
+status, hands the parts what they decide on as arguments (the points they may run as one
+``table.Table``) and applies what they return. ``underbudget.train_under_budget`` trains under it.
 """
 
 import threading
@@ -49,30 +33,26 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from fleet.agent.devices.base import Backend, DeviceError
 from fleet.agent.learning.efficiency_learner import EfficiencyLearner
-from fleet.agent.loop import loop_learning
-from fleet.agent.loop.budgetwatch import follow_budget, guard, nothing_fits
-from fleet.agent.loop.deadline_reselect import (
-    check_behind,
-    choose_deadline_point,
-    reselect_for_deadline,
-)
-from fleet.agent.loop.driftwatch import DriftWatch
-from fleet.agent.loop.loop_learning import make_tracker
+from fleet.agent.loop.budgetwatch import BudgetFollower, Guard, guard_text
+from fleet.agent.loop.deadline_reselect import deadline_fields, deadline_for
+from fleet.agent.loop.driftwatch import DriftWatch, drift_fields, drift_text
+from fleet.agent.loop.loop_learning import REASON_LEARNED, LearnerHook
+from fleet.agent.loop.running import RunningPoint
 from fleet.agent.loop.segments import (
+    REASON_BUDGET,
     REASON_DEADLINE,
+    REASON_GUARD,
     REASON_REFRESH,
     REASON_REPROBE,
     REASON_START,
     REASON_SWITCH,
-    account,
-    loop_history,
-    loop_summary,
-    open_segment,
+    SegmentLog,
+    merge_record,
 )
+from fleet.agent.loop.table import Table
 from fleet.agent.measure.sampler import PowerSampler, sensor_hz
-from fleet.method.budget import BudgetSource, ScheduleBudget
-from fleet.method.deadline import check_deadline_s, check_power
-from fleet.method.selection import ChooseError, LutPoint, choose, fits, lut_from_rows
+from fleet.method.budget import BudgetSource
+from fleet.method.selection import ChooseError, LutPoint, lut_from_rows
 
 STATUS_OVER_BUDGET = "over-budget"
 LOOP_OBJECTIVES = ("time", "energy", "deadline")
@@ -80,10 +60,6 @@ LOOP_OBJECTIVES = ("time", "energy", "deadline")
 
 class ClosedLoopError(RuntimeError):
     """The loop cannot start (no point fits the first budget); one line."""
-
-
-def _watts(w: Optional[float]) -> str:
-    return "n/a" if w is None else "{:.3g} W".format(w)
 
 
 class ClosedLoop(object):
@@ -120,83 +96,34 @@ class ClosedLoop(object):
                     ", ".join(LOOP_OBJECTIVES), objective
                 )
             )
-        self.deadline_s = None  # type: Optional[float]
         try:
-            if objective == "deadline":
-                if deadline_s is None:
-                    raise ChooseError("the deadline objective needs deadline_s (seconds)")
-                self.deadline_s = check_deadline_s(deadline_s)
-                # the points it may pick, as the host prices them: batch sizes shipped
-                check_power([p for p in points if p.batch_size in efficiency])
-            elif deadline_s is not None:
-                raise ChooseError("deadline_s is only for the deadline objective")
+            deadline = deadline_for(objective, deadline_s, points, efficiency, self._note)
         except ChooseError as exc:
             raise ClosedLoopError(str(exc)) from None
         self.backend = backend
-        self.drift = drift
-        # Rehearsal: every step lasts at least the LUT's time at the point that ran it (see
-        # ``_pace``), so a host faster than the board lives the board's timeline.
-        self.pace = bool(pace)
-        self._sleep = sleep
-        self._step_t = None  # type: Optional[float]  # clock() when the running step began
-        self.points = list(points)
-        self.shipped = dict(efficiency)  # what the coordinator shipped (the learner's prior)
-        self.efficiency = dict(efficiency)  # what the loop chooses with (learnt, when learning)
-        # online correction of the samples-to-target (``loop_learning.py``): the learner, and
-        # the noise tracker the trainer feeds with every step's gradients (``device`` learning)
-        self.learner = learner
-        self.noise_tracker = make_tracker(learner)
-        self._pending_reason = REASON_SWITCH
-        self._reselect_reason = REASON_DEADLINE
-        self.source = source
         self.objective = objective
-        self.guard_window_s = float(guard_window_s)
-        self.settle_s = float(settle_s)
-        self.hz = sensor_hz(backend, float(hz))  # never faster than the sensor converts
+        self.points = list(points)  # the LUT in force (a drift refresh replaces it)
         self.max_batch = max_batch
-        self._clock = clock
+        self.hz = sensor_hz(backend, float(hz))  # never faster than the sensor converts
         self.restore_on_exit = restore_on_exit
+        self._clock = clock
         self._log = log
         self._mu = threading.RLock()
-        self.infeasible = set()  # (batch, MHz) pairs the guard ruled out
-        self.segments = []  # type: List[Dict[str, Any]]
-        self.guard_events = []  # type: List[Dict[str, Any]]
         self.notes = []  # type: List[str]
         self.status = None  # type: Optional[str]
         self.stop_reason = None  # type: Optional[str]
-        self.lock_log = []  # type: List[Tuple[float, float]]  # (t_s, MHz) of every lock
-        self.prior = {}  # type: Dict[str, Any]  # the record of a resumed run's earlier calls
+        # the parts, each owning its state (module docstring)
+        self.follower = BudgetFollower(source)
+        self.guard = Guard(guard_window_s)
+        self.deadline = deadline
+        self.learning = LearnerHook(learner, efficiency, self.deadline is not None)
+        self.drift = drift
+        self.log = SegmentLog()
+        self.running = RunningPoint(backend, settle_s, self.now, pace, clock, sleep)
         self._t0 = 0.0
-        self._end = None  # type: Optional[float]
-        self._budget = None  # type: Optional[float]
-        self._batch = 0
-        self._freq = 0.0
-        self._pending = None  # type: Optional[LutPoint]
-        self._over_since = None  # type: Optional[float]
-        self._settle_until = 0.0
-        self._last = None  # type: Optional[Tuple[float, float]]
-        self._energy_j = 0.0
-        self._peak_w = None  # type: Optional[float]
-        self._power_seen = False
-        self.power_samples = 0
-        self.over_samples = 0
-        # deadline objective: progress, the plan at the start, and when it fell behind
-        self.done = 0.0  # fraction of the target reached (shipped samples-to-accuracy)
-        self.late = False  # no point met the deadline at the start: ran the fastest
-        self.predicted_finish_s = None  # type: Optional[float]  # planned at the start
-        self.predicted_energy_j = None  # type: Optional[float]
-        self.last_finish_s = None  # type: Optional[float]  # the latest prediction
-        self.behind_at_s = None  # type: Optional[float]
-        self._reselect = False  # a guard step-down asks the deadline for a new point
-        # how much hotter than its profile peak the rail measured at a guard event: deadline
-        # re-selections keep that much under the budget (until a drift refresh re-measures)
-        self.rail_excess_w = 0.0
-        self._next_check = 0.0
-        schedule = None  # type: Optional[List[Tuple[float, Optional[float]]]]
-        if isinstance(source, ScheduleBudget):
-            schedule = list(source.steps)  # known ahead: the deadline looks ahead over it
-        self._schedule = schedule
-        self.sampler = PowerSampler(backend.read_power_w, hz=self.hz, on_sample=self._on_sample)
+        self._pending = None  # type: Optional[LutPoint]  # the switch at the next step
+        self._pending_reason = REASON_SWITCH
+        self.sampler = PowerSampler(backend.read_power_w, hz=self.hz, on_sample=self.on_sample)
         self.power_unavailable = getattr(backend, "power_unavailable", None)  # type: Optional[str]
         if self.power_unavailable:  # the schedule is still followed: samples tick without watts
             self._note(
@@ -214,12 +141,12 @@ class ClosedLoop(object):
         """Select for the budget at 0 s, lock, and start watching the rail."""
         with self._mu:
             self._t0 = self._clock()
-            self._budget = self.source.budget_at(0.0)
-            p = self._choose(self._budget, 0.0)
+            budget = self.follower.start()
+            p = self._choose(budget, 0.0)
             if p is None:
-                raise ClosedLoopError(nothing_fits(self, self._budget))
+                raise ClosedLoopError(self.table().nothing_fits(budget))
             self._apply_point(p, 0.0)
-            open_segment(self, 0.0, REASON_START)
+            self._open(0.0, REASON_START)
         self.sampler.start()
         return self
 
@@ -227,18 +154,13 @@ class ClosedLoop(object):
         """Stop watching and close the last segment (idempotent)."""
         self.sampler.stop()
         with self._mu:
-            if self._end is None:
-                self._end = self.now()
-                if self.segments:
-                    self.segments[-1]["end_s"] = self._end
-                if self.drift is not None:
-                    try:
-                        self.drift.finish(self._end)
-                    except (OSError, ValueError) as exc:
-                        self._note("drift: refreshed profile not written: {}".format(exc))
-        set_workload = getattr(self.backend, "set_workload", None)
-        if callable(set_workload):
-            set_workload(None)
+            end = self.now()
+            if self.log.end(end) and self.drift is not None:
+                try:
+                    self.drift.finish(end)
+                except (OSError, ValueError) as exc:
+                    self._note("drift: refreshed profile not written: {}".format(exc))
+        self.running.release()
 
     def __enter__(self) -> "ClosedLoop":
         try:
@@ -261,214 +183,287 @@ class ClosedLoop(object):
     # -- what the trainer calls -----------------------------------------------------------------
     @property
     def batch_size(self) -> int:
-        return self._batch
+        return self.running.batch
 
     @property
     def freq_mhz(self) -> float:
-        return self._freq
+        return self.running.freq
 
     @property
     def budget_w(self) -> Optional[float]:
-        return self._budget
+        return self.follower.budget
+
+    @property
+    def noise_tracker(self) -> Any:
+        """What the trainer feeds every step's gradients (``device`` learning), or None."""
+        return self.learning.noise_tracker
+
+    @property
+    def segments(self) -> List[Dict[str, Any]]:
+        return self.log.segments
+
+    @property
+    def guard_events(self) -> List[Dict[str, Any]]:
+        return self.guard.events
+
+    @property
+    def done(self) -> float:
+        """The deadline objective's fraction of the target reached (0 for another)."""
+        return self.deadline.done if self.deadline is not None else 0.0
+
+    @property
+    def late(self) -> bool:
+        """No point met the deadline at the start: the device ran its fastest."""
+        return self.deadline.late if self.deadline is not None else False
 
     def before_step(self) -> Tuple[int, bool]:
         """(batch size for the next step, whether to stop). Applies a pending batch switch."""
-        if self.pace:
-            self._step_t = self._clock()
-        drift = self.drift
+        self.running.step_began()
+        drift, deadline = self.drift, self.deadline
         if drift is not None:
             drift.step_started(self.now())
-        if self._pending is None and self.stop_reason is None and not self._reselect:
+        if (
+            self._pending is None
+            and self.stop_reason is None
+            and not (deadline is not None and deadline.requested())
+        ):
             if drift is None or not drift.active():
-                return self._batch, False  # the common case: no lock taken
+                return self.running.batch, False  # the common case: no lock taken
         with self._mu:
             if self.stop_reason is not None:
-                return self._batch, True
+                return self.running.batch, True
             p = self._pending
             self._pending = None
-            if p is not None and (p.batch_size, p.freq_mhz) in self.infeasible:
-                p = self._choose(self._budget)  # the guard struck in between: choose again
+            if p is not None and (p.batch_size, p.freq_mhz) in self.guard.infeasible:
+                p = self._choose(self.budget_w)  # the guard struck in between: choose again
                 if p is None:
-                    self._stop(nothing_fits(self, self._budget))
-                    return self._batch, True
+                    self._stop(self.table().nothing_fits(self.budget_w))
+                    return self.running.batch, True
             reason, self._pending_reason = self._pending_reason, REASON_SWITCH
-            if p is not None and (p.batch_size != self._batch or p.freq_mhz != self._freq):
-                t = self.now()
-                self._apply_point(p, t)
-                open_segment(self, t, reason)
-            if self._reselect and p is None:
-                self._reselect = False
-                why, self._reselect_reason = self._reselect_reason, REASON_DEADLINE
-                reselect_for_deadline(self, self.now(), why)
+            if p is not None:
+                self._switch(p, self.now(), reason)
+            if p is None and deadline is not None and deadline.requested():
+                self._reselect_for_deadline(self.now(), deadline.take_request())
                 if self.stop_reason is not None:
-                    return self._batch, True
+                    return self.running.batch, True
             if drift is not None and drift.active():
                 self._drift_step()
                 if self.stop_reason is not None:
-                    return self._batch, True
-            return self._batch, False
+                    return self.running.batch, True
+            return self.running.batch, False
 
     def resumed(self, samples: int, batch: Optional[int]) -> None:
         """The trainer resumed a checkpoint that holds ``samples``: they count towards the target
         (deadline objective), and the next step re-selects for the work and time left. The
         checkpoint does not say at which batch sizes they ran; its running batch prices them."""
-        if self.deadline_s is None or samples <= 0:
+        if self.deadline is None or samples <= 0:
             return
         with self._mu:
-            n = self.efficiency.get(batch or self._batch)
+            n = self.learning.efficiency.get(batch or self.running.batch)
             if n:
-                self.done = min(1.0, self.done + samples / n)
-                self._reselect = True
+                self.deadline.resumed(samples, n)
 
     def carry(self, prior: Dict[str, Any]) -> None:
         """The trainer resumed a checkpoint: ``prior`` is the record of the calls before this one
-        (``history()`` as that checkpoint saved it); the summary and the next ``history()`` are
-        the whole run's (``segments.merge_record``). What the guard ruled out is not carried: a
-        new call measures the rail afresh."""
+        (its ``history()``); the summary and the next ``history()`` are the whole run's. What the
+        guard ruled out is not carried: a new call measures the rail afresh."""
         with self._mu:
-            self.prior = dict(prior or {})
-            loop_learning.restore(self, self.prior)
+            self.log.carry(prior)
+            why = self.learning.restore(self.log.prior)
+            if why is not None:
+                self._note(why)
 
     def evaluated(self, samples: int, accuracy: float) -> None:
-        """The trainer evaluated: the learning curve's point (``loop_learning.py``)."""
+        """The trainer evaluated: the learner learns, and when its belief moved the loop chooses
+        again with it (``loop_learning.py``)."""
         with self._mu:
-            loop_learning.evaluated(self, samples, accuracy)
+            if not self.learning.evaluated(accuracy, self.now()):
+                return
+            if self.deadline is not None:  # the deadline point for the work left, next step
+                self.deadline.relearnt(self.learning.done())
+                return
+            if self._pending is not None or self.stop_reason is not None:
+                return  # a budget change is being applied: it chooses with the new belief anyway
+            running = self.running.key()
+            p = self.learning.switch(self.table(), self.budget_w, self.objective, running)
+            if p is not None:
+                self._pending, self._pending_reason = p, REASON_LEARNED
+
+    def reached(self) -> None:
+        """The trainer reached the target (the learner knows the count at the running batch)."""
+        with self._mu:
+            self.learning.reached()
 
     def history(self) -> Dict[str, Any]:
-        """The run's record up to now, which the trainer writes into every checkpoint."""
-        return loop_history(self)
+        """The run's record up to now, which the trainer writes into every checkpoint; a learning
+        loop's learner state rides along (the latest, not merged: it is cumulative itself)."""
+        with self._mu:
+            record = self._record()[1]
+            if self.learning.active():
+                record["learning"] = self.learning.state()
+            return record
 
     def after_step(self) -> None:
-        """The trainer finished a step: count it towards the target (deadline objective), and
-        the drift watch times it (see ``driftwatch.py``)."""
-        if self.pace:
-            self._pace()
-        if self.learner is not None:
+        """The trainer finished a step: pace it, count it towards the target, time it."""
+        if self.running.pace:
+            self.running.step_ended(self.table().point(*self.running.key()))
+        if self.learning.active():
             with self._mu:
-                loop_learning.stepped(self)
-        if self.deadline_s is not None:
+                self.learning.stepped(self.running.batch)
+        deadline, drift = self.deadline, self.drift
+        if deadline is not None:
             with self._mu:
-                n = self.efficiency.get(self._batch)
-                if n:
-                    self.done += self._batch / n
-                check_behind(self, self.now())
-        if self.drift is None:
+                deadline.stepped(self.running.batch, self.learning.efficiency)
+                t, table, ahead = self.now(), self.table(), self.follower.ahead
+                busy = self._pending is not None or self.stop_reason is not None
+                busy = busy or (drift is not None and drift.active())
+                if deadline.behind(table, ahead, self.budget_w, t, self.running.key(), busy):
+                    self._reselect_for_deadline(t, REASON_DEADLINE)
+        if drift is None:
             return
         with self._mu:
-            event = self.drift.step_done(self.now(), (self._batch, self._freq), self._settle_until)
+            event = drift.step_done(self.now(), self.running.key(), self.running.settle_until)
             if event is not None:
-                self._note(
-                    "drift at {}@{:g} MHz: step {:.4g} s (LUT {:.4g} s), peak {} (LUT {})".format(
-                        event["batch_size"], event["freq_mhz"], event["measured_time_s"],
-                        event["expected_time_s"], _watts(event["measured_peak_w"]),
-                        _watts(event["expected_peak_w"]),
-                    )
-                )  # fmt: skip
+                self._note(drift_text(event))
 
     def _drift_step(self) -> None:
         """Run the refresh the drift watch began: the next re-probe point, or the refresh."""
         drift = self.drift
-        by_key = dict(((p.batch_size, p.freq_mhz), p) for p in self.points)
-        key = drift.probe_point()
-        while key is not None:
-            p = by_key.get(key)
-            if p is not None and key not in self.infeasible and fits(p, self._budget):
-                if key != (self._batch, self._freq):
-                    t = self.now()
-                    self._apply_point(p, t)
-                    open_segment(self, t, REASON_REPROBE)
-                return
-            drift.skip_probe()  # the guard or a new budget ruled it out since
-            key = drift.probe_point()
+        p = drift.next_probe(self.table(), self.budget_w)
+        if p is not None:
+            self._switch(p, self.now(), REASON_REPROBE)
+            return
         if not drift.ready():
             return
         t = self.now()
         rows = drift.refresh(t)
-        self.rail_excess_w = 0.0  # the refreshed table has measured the rail
+        if self.deadline is not None:
+            self.deadline.rail_refreshed()
         try:
             self.points = lut_from_rows(rows, "refreshed profile")
         except ChooseError as exc:
             self._note("drift: refreshed table unusable, keeping the old one: {}".format(exc))
-        p = self._choose(self._budget, t)
+        p = self._choose(self.budget_w, t)
         if p is None:
-            self._stop(nothing_fits(self, self._budget))
+            self._stop(self.table().nothing_fits(self.budget_w))
             return
-        if (p.batch_size, p.freq_mhz) != (self._batch, self._freq):
+        if not self.running.runs(p):
             self._apply_point(p, t)
-        open_segment(self, t, REASON_REFRESH)
-        self._note(
-            "drift: profile refreshed ({} re-probe(s)); running {}@{:g} MHz".format(
-                len(drift.refreshes[-1]["reprobed"]), p.batch_size, p.freq_mhz
-            )
-        )
+        self._open(t, REASON_REFRESH)
+        self._note(drift.refreshed_text(p.batch_size, p.freq_mhz))
 
     # -- the watcher (sampler thread) -----------------------------------------------------------
-    def _on_sample(self, t_abs: float, watts: Optional[float]) -> None:
+    def on_sample(self, t_abs: float, watts: Optional[float]) -> None:
+        """The sampler's callback (its thread) at every reading: follow the budget, count the
+        energy, feed the drift watch, guard the rail."""
         with self._mu:
-            if self._end is not None:
+            if self.log.end_s is not None:
                 return
             t = t_abs - self._t0
             try:
-                follow_budget(self, t)
+                if self.follower.poll(t, self.stop_reason is not None):
+                    self._budget_changed(t)
                 if watts is not None:
-                    account(self, t, watts)
+                    self.log.account(t, watts, self.budget_w)
                     if self.drift is not None:
                         self.drift.on_sample(watts)
-                    guard(self, t, watts)
+                    self._guard(t, watts)
             except DeviceError as exc:  # a refused lock: stop rather than run unguarded
                 self._stop("could not change the clock: {}".format(exc))
 
+    def _budget_changed(self, t: float) -> None:
+        """Re-select for the new budget, lock (down first) and open a segment; a new batch size
+        waits for the step boundary (``_pending``, applied by ``before_step``)."""
+        budget = self.budget_w
+        self.guard.reset()
+        p = self._choose(budget, t)
+        table = self.table()
+        if p is None:
+            self._stop(table.nothing_fits(budget))
+        lock, pending = self.follower.move(p, table, self.running.batch, self.running.freq)
+        if lock is not None:
+            self._lock(lock, t)
+        if p is not None:
+            self._pending = pending
+        self._open(t, REASON_BUDGET)
+
+    def _guard(self, t: float, watts: float) -> None:
+        """The guard's verdict on a reading: step down (the deadline re-selects at the next step
+        without the points ruled out, keeping the rail's measured excess), or stop."""
+        b, f = self.running.batch, self.running.freq
+        event = self.guard.sample(
+            t, watts, self.budget_w, self.running.settle_until, (b, f), self.points,
+            self.stop_reason is not None,
+        )  # fmt: skip
+        if event is None:
+            return
+        if event["to_mhz"] is None:
+            self._stop(guard_text(event))
+            return
+        self._lock(event["to_mhz"], t)
+        pending = self._pending
+        if pending is not None and (pending.batch_size, pending.freq_mhz) in self.guard.infeasible:
+            self._pending = None
+        if self.deadline is not None:  # at the next step: the deadline point without these
+            self.deadline.guarded(self.table().point(b, f), watts)
+        self._open(t, REASON_GUARD)
+        self._note(guard_text(event))
+
     # -- helpers (hold self._mu) -----------------------------------------------------------------
+    def table(self) -> Table:
+        """The points the parts may choose among now."""
+        return Table(self.points, self.learning.efficiency, self.guard.infeasible, self.max_batch)
+
     def _choose(
         self, budget: Optional[float], t: Optional[float] = None, margin_only: bool = False
     ) -> Optional[LutPoint]:
-        """Eq. 4 (time, energy) or the deadline point at ``t`` (``deadline_reselect.py``). After a
-        guard event the deadline keeps the rail's measured excess under the budget; when nothing
-        fits that way, the plain budget (the guard watches), unless ``margin_only``: then None."""
-        if self.deadline_s is None:
-            return choose(
-                self.points, self.efficiency, budget, self.objective, self.infeasible,
-                self.max_batch,
-            )  # fmt: skip
-        return choose_deadline_point(self, budget, self.now() if t is None else t, margin_only)
+        """Eq. 4 (time, energy) or the deadline point at ``t`` (``deadline_reselect.py``)."""
+        if self.deadline is None:
+            return self.table().choose(budget, self.objective)
+        return self.deadline.choose(
+            self.table(), self.follower.ahead, budget, self.now() if t is None else t,
+            self.log.started, margin_only,
+        )  # fmt: skip
 
-    def _pace(self) -> None:
-        """Hold the step until the LUT's ``time_per_batch_s`` at the running point has passed
-        since it began. Why: on a board a step takes what the profile says; a virtual board or a
-        rehearsal on a faster host would otherwise run the same samples in less time, and every
-        time-based behaviour (a schedule step, a deadline, a live budget file) would be lived
-        on this CPU's clock instead of the device's. A slower host is not sped up."""
-        began = self._step_t
-        p = self._point(self._batch, self._freq)
-        if began is None or p is None:
+    def _reselect_for_deadline(self, t: float, reason: str) -> None:
+        """At a step boundary: run the deadline point for the remaining work and time. When
+        nothing fits once the rail's excess is kept under the budget, the running point (the
+        guard's, or the one the budget change chose) stays."""
+        p = self._choose(self.budget_w, t, margin_only=True)
+        if p is not None:
+            self._switch(p, t, reason)
+        elif not (self.deadline is not None and self.deadline.rail_excess_w > 0):
+            self._stop(self.table().nothing_fits(self.budget_w))
+
+    def _switch(self, p: LutPoint, t: float, reason: str) -> None:
+        """Run ``p`` from ``t`` in a new segment (``reason``), unless it runs already."""
+        if not self.running.runs(p):
+            self._apply_point(p, t)
+            self._open(t, reason)
+
+    def _open(self, t: float, reason: str) -> None:
+        """A segment for the point and budget now (unless nothing changed); a new segment is a
+        boundary, where a due drift refresh begins."""
+        done = self.deadline.done if self.deadline is not None else None
+        if not self.log.open(t, self.running.batch, self.running.freq, self.budget_w, reason, done):
             return
-        left = p.time_per_batch_s - (self._clock() - began)
-        if left > 0:
-            self._sleep(left)
-
-    def _point(self, batch: int, freq: float) -> Optional[LutPoint]:
-        return next((q for q in self.points if (q.batch_size, q.freq_mhz) == (batch, freq)), None)
+        drift = self.drift
+        if drift is not None and drift.due():
+            drift.begin(self.budget_w, self.guard.infeasible, self.max_batch)
 
     def _apply_point(self, p: LutPoint, t: float) -> None:
-        if p.freq_mhz != self._freq or not self.lock_log:
-            self._lock(p.freq_mhz, t)
-        self._batch = p.batch_size
-        set_workload = getattr(self.backend, "set_workload", None)
-        if callable(set_workload):
-            set_workload(p.batch_size)
+        if self.running.apply(p, t):
+            self._locked()
 
     def _lock(self, freq: float, t: float) -> None:
-        if self.backend.frequencies():
-            self.backend.lock(freq)
-            wait = getattr(self.backend, "wait_settled", None)
-            if callable(wait):
-                wait()  # bounded; samples before the clock arrives never trip the guard
-        self._freq = freq
+        self.running.lock(freq, t)
+        self._locked()
+
+    def _locked(self) -> None:
+        """A new clock: the drift watch's unit and the guard's window start again."""
         if self.drift is not None:
             self.drift.reset_unit()
-        self.lock_log.append((t, freq))
-        self._settle_until = self.now() + self.settle_s
-        self._over_since = None
+        self.guard.reset()
 
     def _stop(self, why: str) -> None:
         if self.stop_reason is None:
@@ -481,8 +476,24 @@ class ClosedLoop(object):
         if self._log is not None:
             self._log(message)
 
+    def _record(self) -> Tuple[Dict[str, Any], Dict[str, Any]]:  # (this call's, the run's)
+        events = self.drift.events if self.drift is not None else []
+        this = self.log.this_call(self.now(), self.guard.events, events)
+        return this, merge_record(self.log.prior, this)
+
     # -- results --------------------------------------------------------------------------------
     def summary(self) -> Dict[str, Any]:
-        """Segments, guard events and the measured totals of the run (call after ``stop``);
-        see ``segments.loop_summary``."""
-        return loop_summary(self)
+        """Segments, guard events and the measured totals of the run (call after ``stop``); a
+        resumed run's (``SegmentLog.prior``) come first (``segments`` module docstring)."""
+        with self._mu:
+            this, run = self._record()
+            out = {"status": self.status, "stop_reason": self.stop_reason}  # type: Dict[str, Any]
+            out.update(self.log.totals(this, run))
+            out["infeasible"] = sorted([b, f] for b, f in self.guard.infeasible)
+            out["notes"] = list(self.notes)
+            out["budget_source"] = self.follower.describe()
+            out["objective"] = self.objective
+            out.update(deadline_fields(self.deadline))
+            out.update(drift_fields(self.drift, run["drift_events"]))
+            out["learning"] = self.learning.summary()
+            return out

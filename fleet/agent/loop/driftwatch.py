@@ -60,6 +60,30 @@ def rows_from_points(points: Sequence[Any]) -> List[Row]:
     return out
 
 
+def _watts(w: Optional[float]) -> str:
+    return "n/a" if w is None else "{:.3g} W".format(w)
+
+
+def drift_text(event: Dict[str, Any]) -> str:
+    """The loop's note for a drift event."""
+    return "drift at {}@{:g} MHz: step {:.4g} s (LUT {:.4g} s), peak {} (LUT {})".format(
+        event["batch_size"], event["freq_mhz"], event["measured_time_s"],
+        event["expected_time_s"], _watts(event["measured_peak_w"]),
+        _watts(event["expected_peak_w"]),
+    )  # fmt: skip
+
+
+def drift_fields(watch: Optional["DriftWatch"], events: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """The summary's drift keys: ``events`` (the run's drift events, earlier calls' first), the
+    refreshes and the refreshed profile (empty without a drift watch)."""
+    return {
+        "drift_events": events,
+        "refreshes": [dict(r) for r in watch.refreshes] if watch else [],
+        "refreshed_profile": watch.out_path if watch and watch.refreshes else None,
+        "refreshed_profile_csv": watch.refreshed_csv if watch else None,
+    }
+
+
 def render_profile(rows: Sequence[Row], comments: Sequence[str]) -> str:
     """The CSV text ``profile_io.write_rows`` writes for these rows (through a private temp dir,
     so the exact on-disk format is reused rather than re-implemented)."""
@@ -222,6 +246,18 @@ class DriftWatch(object):
             return self._probes[0]
         return None
 
+    def next_probe(self, table: Any, budget_w: Optional[float]) -> Optional[Any]:
+        """The re-probe point to run now among ``table``'s (a ``table.Table``), or None (no probe
+        left): probes the guard or a new budget ruled out since they were chosen are dropped."""
+        key = self.probe_point()
+        while key is not None:
+            p = table.runnable(key, budget_w)
+            if p is not None:
+                return p
+            self.skip_probe()
+            key = self.probe_point()
+        return None
+
     def ready(self) -> bool:
         """Probes (if any) are done: the table can be refreshed."""
         return self._due and self._probes is not None and not self._probes
@@ -252,6 +288,12 @@ class DriftWatch(object):
         )
         self._pending, self._due, self._probes, self._probe_rows = [], False, None, []
         return self.rows
+
+    def refreshed_text(self, batch: int, freq: float) -> str:
+        """The loop's note after a refresh, running (``batch``, ``freq``) on the new table."""
+        return "drift: profile refreshed ({} re-probe(s)); running {}@{:g} MHz".format(
+            len(self.refreshes[-1]["reprobed"]), batch, freq
+        )
 
     def finish(self, t: float) -> None:
         """End of the run: a refresh still due happens from what was measured so far."""

@@ -6,6 +6,7 @@ the power reader), sets up the drift watch from the request's settings and merge
 result with the loop's summary. The device is restored on every way out. Python 3.6 compatible.
 """
 
+import math
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from fleet.agent.devices.base import Backend
@@ -13,7 +14,7 @@ from fleet.agent.learning.efficiency_belief import trust_for
 from fleet.agent.learning.efficiency_learner import EfficiencyLearner
 from fleet.agent.loop.closedloop import ClosedLoop
 from fleet.agent.loop.driftwatch import DriftWatch, rows_from_points
-from fleet.agent.loop.segments import loop_progress
+from fleet.agent.loop.segments import finite
 from fleet.agent.measure.sampler import sensor_hz
 from fleet.method.budget import BudgetSource
 from fleet.method.selection import LutPoint
@@ -114,19 +115,69 @@ def train_under_budget(
             sampler_hz=sampler_hz,
             **train_options,
         )
-    if learner is not None and result.status == "reached":
-        with loop._mu:
-            learner.reached()  # the count at the running batch size is known now
+    if result.status == "reached":
+        loop.reached()  # a learner knows the count at the running batch size now
     summary = loop.summary()
     if summary["status"] is None or result.status == "reached":
         summary["status"] = result.status
     summary["batch_size"] = loop.batch_size
     summary["freq_mhz"] = loop.freq_mhz
-    summary["progress"] = loop_progress(
+    summary["progress"] = run_progress(
         loop, result.samples, result.train_time_s, result.energy_j, result.final_accuracy,
         result.sessions, result.status == "reached",
     )  # fmt: skip
     return result, summary
+
+
+def run_progress(
+    loop: ClosedLoop, samples: int, time_s: float, energy_j: Optional[float],
+    accuracy: Optional[float], segments: int, reached: bool,
+) -> Dict[str, Any]:  # fmt: skip
+    """Where the run is, in ``fleet.rounds.progress.Progress``'s fields (the coordinator's view
+    of a segmented round), from the stopped loop's parts: the point running at the end, the last
+    power sample, and how far along the target it is. ``done``: the learner's belief when it
+    has one, else the deadline objective's own count (each step adds b / N(b)), else the samples
+    over N(b) at the running batch size; ``eta_s``: the samples left at the running point times
+    its profiled time per sample (None when the point or N(b) is unknown)."""
+    b, f = loop.running.key()
+    n = loop.learning.efficiency.get(b)
+    table = loop.table()
+    learnt = {}  # type: Dict[str, Any]
+    if not reached:
+        learnt = loop.learning.progress_fields(
+            table, loop.follower.ahead, loop.budget_w, loop.now()
+        )
+    if reached:
+        done = 1.0
+    elif "done" in learnt:
+        done = learnt.pop("done")  # what the device believes, as the learner prices it
+        n = learnt.get("samples_to_target") or n
+    elif loop.deadline is not None:
+        done = loop.deadline.done
+    else:
+        done = samples / n if n else 0.0
+    done = min(1.0, max(0.0, done))
+    point = table.point(b, f)
+    eta = None  # type: Optional[float]
+    if reached:
+        eta = 0.0
+    elif n and point is not None and b > 0 and math.isfinite(point.time_per_batch_s):
+        eta = n * (1.0 - done) / b * point.time_per_batch_s
+    out = {
+        "time_s": time_s,
+        "samples": samples,
+        "energy_j": energy_j,
+        "accuracy": finite(accuracy),
+        "batch_size": b or None,
+        "freq_mhz": f or None,
+        "budget_w": finite(loop.budget_w),
+        "power_w": loop.log.last_power_w,
+        "done": done,
+        "eta_s": eta,
+        "segments": segments,
+    }  # type: Dict[str, Any]
+    out.update(learnt)
+    return out
 
 
 def _length(data: Any) -> Optional[int]:

@@ -137,9 +137,10 @@ class PowerSampler:
     ``errors`` (the last one kept in ``last_error``) and sampling goes on, since one failed i2c
     read must not lose a whole profiling point.
 
-    ``on_sample(t, watts_or_None)``, when given, is called in the sampler thread after every read:
-    the closed loop's runtime guard watches the rail there, so it reacts while a long training
-    step is still running. An exception from it is counted like a failed read.
+    ``on_sample(t, watts_or_None)`` (an attribute a watcher may wrap), when given, is called in
+    the sampler thread after every read: the closed loop's runtime guard watches the rail there,
+    so it reacts while a long training step is still running. An exception from it is counted
+    like a failed read.
     """
 
     def __init__(
@@ -154,7 +155,7 @@ class PowerSampler:
         self._read_fn = read_fn
         self.hz = float(hz)
         self._clock = clock
-        self._on_sample = on_sample
+        self.on_sample = on_sample
         self._lock = threading.Lock()
         self._times = []  # type: List[float]
         self._watts = []  # type: List[float]
@@ -225,9 +226,9 @@ class PowerSampler:
             else:
                 self._times.append(t)
                 self._watts.append(float(value))
-        if self._on_sample is not None:
+        if self.on_sample is not None:
             try:
-                self._on_sample(t, None if value is None else float(value))
+                self.on_sample(t, None if value is None else float(value))
             except Exception as exc:  # noqa: BLE001 - counted, never fatal
                 with self._lock:
                     self.errors += 1
