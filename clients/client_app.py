@@ -71,7 +71,7 @@ def learn_by_training(spec: DeviceSpec, received: Received) -> Learned:
     weights = None
     if records.has_weights(received.arrays):
         weights = records.state_dict_of(received.arrays)
-    data_dir = str(ins.run.extra.get("data_dir") or "") or None
+    data_dir = ins.run.data_dir or None
     row, trained = train_device(spec, ins.efficiency_for(spec.name), ins.run, weights, data_dir)
     return row.to_dict(), ArrayRecord(trained) if trained is not None else None
 

@@ -13,7 +13,9 @@ Instruction (server -> device), a ``RecordDict``:
                 ``efficiency-source``, and the fleet's run settings (``RunSettings``, one
                 key per field: ``run-name``, ``model``, ``efficiency`` (the fleet's path),
                 ``target-accuracy``, ``mode``, ``objective``, ``rounds``, ``optimizer``,
-                ``lr-ref-batch``, ``lr-ref``, ``seed``, ``extra`` as JSON), ``fleet-path``
+                ``lr-ref-batch``, ``lr-ref``, ``seed``, and ``run-settings``: the other
+                ``[run]`` keys that are set, as a JSON object by their fleet-file names,
+                read back through the same schema, ``RunSettings.more``), ``fleet-path``
                 (simulation: where the device finds its fleet entry) and ``server-round``.
 
 Reply (device -> server), a ``RecordDict``:
@@ -31,7 +33,7 @@ Planning (deadline objective without ``[run] deadline_s``, before each round's t
     reply   ``plan`` ConfigRecord: ``device``, ``fastest-finish-s`` (absent when the device
             cannot finish), ``energy-j`` (that fastest plan's predicted energy), ``message``.
     The coordinator sets the deadline (``fleet.planning.deadline_plan.plan_deadline``) and puts it
-    in the train instruction's run settings (``extra`` -> ``deadline_s``), where the device round
+    in the train instruction's run settings (``run-settings`` -> ``deadline_s``), where the device round
     reads the objective's context.
 
 Decoding a reply gives a dict with exactly the keys of ``fleet.rounds.device_round.row_fields()``,
@@ -72,6 +74,7 @@ from fleet.config.fleetfile import (
     Fleet,
     RunSettings,
     load_fleet,
+    read_more,
 )
 from fleet.core.efficiency import Efficiency
 from fleet.core.objectives import OBJECTIVES
@@ -162,7 +165,7 @@ def encode_instruction(ins: TrainInstruction) -> ConfigRecord:
             "lr-ref-batch": int(run.lr_ref_batch),
             "lr-ref": float(run.lr_ref),
             "seed": int(run.seed),
-            "extra": json.dumps(run.extra, default=str),
+            RUN_SETTINGS: json.dumps(run.more()),
             "fleet-path": ins.fleet_path,
             "server-round": int(ins.server_round),
             PROFILES: json.dumps(ins.profiles),
@@ -172,6 +175,7 @@ def encode_instruction(ins: TrainInstruction) -> ConfigRecord:
 
 
 MAX_EXTRA_CHARS = 64 * 1024
+RUN_SETTINGS = "run-settings"  # the [run] keys beyond _RUN_KEYS, as JSON (RunSettings.more)
 MAX_BATCH_SIZES = 4096
 _RUN_KEYS = {  # wire key -> the fleet file's [run] field, validated by the same functions
     "run-name": "name",
@@ -204,15 +208,15 @@ def _decode_run(cfg: ConfigRecord, source: str, where: str) -> RunSettings:
     lr_ref = float_field(t, "lr_ref", where, 5e-4, "a learning rate > 0")
     if lr_ref <= 0:
         raise InputError(f"{where}: field 'lr_ref' must be a learning rate > 0, got {lr_ref}")
-    raw_extra = cfg.get("extra", "{}")
-    if not isinstance(raw_extra, str) or len(raw_extra) > MAX_EXTRA_CHARS:
-        raise InputError(f"{where}: 'extra' must be JSON text of at most {MAX_EXTRA_CHARS} chars")
+    raw_more = cfg.get(RUN_SETTINGS, "{}")
+    if not isinstance(raw_more, str) or len(raw_more) > MAX_EXTRA_CHARS:
+        raise InputError(f"{where}: '{RUN_SETTINGS}' must be JSON of at most {MAX_EXTRA_CHARS} chars")
     try:
-        extra = json.loads(raw_extra)
-    except (ValueError, RecursionError):
-        raise InputError(f"{where}: 'extra' is not valid JSON (or nested too deeply)") from None
-    if not isinstance(extra, dict):
-        raise InputError(f"{where}: 'extra' is not a JSON object")
+        more = read_more(json.loads(raw_more), f"{where}: '{RUN_SETTINGS}'")
+    except (ValueError, RecursionError) as exc:
+        if isinstance(exc, InputError):
+            raise
+        raise InputError(f"{where}: '{RUN_SETTINGS}' is not valid JSON (or nested too deeply)") from None
     name = t.get("name", "")
     return RunSettings(
         name=check_name(where, "run name", name) if name != "" else "",
@@ -226,7 +230,7 @@ def _decode_run(cfg: ConfigRecord, source: str, where: str) -> RunSettings:
         lr_ref_batch=int_field(t, "lr_ref_batch", where, 128, 1, MAX_BATCH),
         lr_ref=lr_ref,
         seed=int_field(t, "seed", where, 0, 0, MAX_SEED),
-        extra=extra,
+        **more,  # type: ignore[arg-type]
     )
 
 

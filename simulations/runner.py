@@ -104,7 +104,7 @@ def run_direct(fleet: Fleet, run_dir: Path, progress: Progress | None = None) ->
     rows = []
     total = len(fleet.devices)
     weights = _shipped_weights(fleet)
-    data_dir = str(fleet.run.extra.get("data_dir") or "") or None
+    data_dir = fleet.run.data_dir or None
     state = StateWriter(fleet, run_dir)  # after the checks above: bad input writes nothing
     for k, spec in enumerate(fleet.devices, start=1):
         if spec.learning == "train":

@@ -60,12 +60,13 @@ def initial_arrays(model: str, seed: int = 0) -> ArrayRecord:
 
 def with_deadline(config: ConfigRecord, deadline_s: float | None) -> ConfigRecord:
     """A copy of the train config whose run settings carry the planned deadline
-    (``extra`` -> ``deadline_s``: the context the device round hands the deadline objective)."""
+    (``run-settings`` -> ``deadline_s``: the context the device round hands the deadline
+    objective)."""
     cfg = ConfigRecord(dict(config))
     if deadline_s is not None:
-        extra = json.loads(str(cfg.get("extra", "{}")))
-        extra["deadline_s"] = float(deadline_s)
-        cfg["extra"] = json.dumps(extra)
+        more = json.loads(str(cfg.get(records.RUN_SETTINGS, "{}")))
+        more["deadline_s"] = float(deadline_s)
+        cfg[records.RUN_SETTINGS] = json.dumps(more)
     return cfg
 
 

@@ -201,7 +201,7 @@ def run_fleet(grid: Grid, settings: ServerSettings) -> dict[str, Any]:
         base_meta["profile_store"] = str(keeper.store)
     total = n * run.rounds
     replies = {"done": 0}
-    plan = run.objective == "deadline" and "deadline_s" not in run.extra
+    plan = run.objective == "deadline" and run.deadline_s is None
     deadlines: dict[int, float | None] = {}  # the planned deadline per round
 
     def on_round(

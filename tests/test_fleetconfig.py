@@ -79,7 +79,7 @@ def test_bad_fleet_files(fleet_dir, devices, message):
 
 
 def test_bad_run_settings(fleet_dir):
-    with pytest.raises(InputError, match="mode must be one of local, federated"):
+    with pytest.raises(InputError, match="field 'mode' must be one of local, federated"):
         load_fleet(write(fleet_dir, dev(), 'mode = "gossip"'))
     (fleet_dir / "x.toml").write_text("[run\n")
     with pytest.raises(InputError, match="not valid TOML"):

@@ -57,6 +57,7 @@ from fleet.config.schema import (
     MODES,
     RUN_KEYS,
     check_keys,
+    check_value,
     locator,
     read_table,
 )
@@ -213,7 +214,9 @@ def read_run(path: Path, data: dict, text: str) -> RunSettings:
     run_t = data.get("run")
     if not isinstance(run_t, dict):
         raise InputError(f"{path}: missing [run] table")
-    values = read_table(run_t, RUN_KEYS, locator(path, text, "run", 0, "[run]"))
+    where = locator(path, text, "run", 0, "[run]")
+    check_keys(run_t, (k.name for k in RUN_KEYS), where)  # the name: the names' own check
+    values = read_table({k: v for k, v in run_t.items() if k != "name"}, RUN_KEYS, where)
     w = f"{path}: [run]"
     values["name"] = check_name(
         w,
@@ -224,12 +227,17 @@ def read_run(path: Path, data: dict, text: str) -> RunSettings:
     return RunSettings(**values)  # type: ignore[arg-type]
 
 
-def load_run(path: str | Path) -> RunSettings:
-    """Only the ``[run]`` table of a fleet file (a fleet whose devices are not ready yet still
-    names its stores)."""
+def run_value(path: str | Path, key: str) -> object:
+    """One ``[run]`` key of a fleet file, checked by its schema (None when absent): reads only
+    that key, so a fleet whose devices are not ready yet (first contact) still names its
+    stores."""
     path = Path(path)
     data, text = _read_toml(path)
-    return read_run(path, data, text)
+    run_t = data.get("run")
+    if not isinstance(run_t, dict) or run_t.get(key) is None:
+        return None
+    (decl,) = [k for k in RUN_KEYS if k.name == key]
+    return check_value(decl, run_t[key], locator(path, text, "run", 0, "[run]")(key))
 
 
 def load_fleet(path: str | Path) -> Fleet:
