@@ -33,8 +33,8 @@ Planning (deadline objective without ``[run] deadline_s``, before each round's t
     reply   ``plan`` ConfigRecord: ``device``, ``fastest-finish-s`` (absent when the device
             cannot finish), ``energy-j`` (that fastest plan's predicted energy), ``message``.
     The coordinator sets the deadline (``fleet.planning.deadline_plan.plan_deadline``) and puts it
-    in the train instruction's run settings (``run-settings`` -> ``deadline_s``), where the device round
-    reads the objective's context.
+    in the train instruction's run settings (``run-settings`` -> ``deadline_s``), where the device
+    round reads the objective's context.
 
 Decoding a reply gives a dict with exactly the keys of ``fleet.rounds.device_round.row_fields()``,
 so rows from Flower and from the direct engine are interchangeable in ``fleet.reports.report``.
@@ -210,13 +210,17 @@ def _decode_run(cfg: ConfigRecord, source: str, where: str) -> RunSettings:
         raise InputError(f"{where}: field 'lr_ref' must be a learning rate > 0, got {lr_ref}")
     raw_more = cfg.get(RUN_SETTINGS, "{}")
     if not isinstance(raw_more, str) or len(raw_more) > MAX_EXTRA_CHARS:
-        raise InputError(f"{where}: '{RUN_SETTINGS}' must be JSON of at most {MAX_EXTRA_CHARS} chars")
+        raise InputError(
+            f"{where}: '{RUN_SETTINGS}' must be JSON of at most {MAX_EXTRA_CHARS} chars"
+        )
     try:
         more = read_more(json.loads(raw_more), f"{where}: '{RUN_SETTINGS}'")
     except (ValueError, RecursionError) as exc:
         if isinstance(exc, InputError):
             raise
-        raise InputError(f"{where}: '{RUN_SETTINGS}' is not valid JSON (or nested too deeply)") from None
+        raise InputError(
+            f"{where}: '{RUN_SETTINGS}' is not valid JSON (or nested too deeply)"
+        ) from None
     name = t.get("name", "")
     return RunSettings(
         name=check_name(where, "run name", name) if name != "" else "",

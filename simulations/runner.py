@@ -168,9 +168,9 @@ def _shipped_weights(fleet: Fleet) -> dict | None:
     trains for real and the fleet ships weights; None: each device starts from its seeded model."""
     if not any(d.learning == "train" for d in fleet.devices):
         return None
-    from fleet.training.task import initial_weights, ships_weights
+    from fleet.training.task import initial_weights
 
-    return initial_weights(fleet) if ships_weights(fleet.run) else None
+    return initial_weights(fleet) if fleet.run.ship_weights else None
 
 
 def simulate(

@@ -42,9 +42,7 @@ def ship_weights(run: RunSettings, override: bool | None = None) -> bool:
     A trace-replay fleet of 1,000 devices sets it false: the replay never reads the weights and
     a ResNet18 copy per device would only cost memory and serialisation time.
     """
-    from fleet.training.task import ships_weights
-
-    return bool(override) if override is not None else ships_weights(run)
+    return bool(override) if override is not None else run.ship_weights
 
 
 def initial_arrays(model: str, seed: int = 0) -> ArrayRecord:

@@ -46,6 +46,7 @@ from flwr.supercore import log
 from fleet.common.errors import InputError
 from fleet.common.names import child_dir
 from fleet.config.fleetfile import Fleet, load_fleet
+from fleet.config.schema import check_run_config
 from fleet.reports.report import write_report
 from fleet.rounds.virtual_clock import cached_efficiency
 from fleet.trust.store import store_from_fleet
@@ -97,6 +98,7 @@ def _resolved(path: str) -> str:
 def settings_from_run_config(run_config: dict[str, Any]) -> ServerSettings | None:
     """Settings from the app's run config (``[tool.flwr.app.config]`` + ``flwr run -c``);
     None when it names no fleet."""
+    check_run_config(run_config)
     fleet_path = str(run_config.get("fleet-path", "") or "")
     if not fleet_path:
         return None

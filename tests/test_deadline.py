@@ -233,7 +233,9 @@ def test_explicit_deadline_in_run_table_makes_devices_late(tmp_path):
             assert (r["batch_size"], r["freq_mhz"]) == (ref["batch_size"], ref["freq_mhz"])
             assert r["time_s"] == pytest.approx(ref["time_s"])
     f.write_text(src.replace("deadline_s = 100", "deadline_s = -3"))
-    with pytest.raises(InputError, match=r"\[run\]: field 'deadline_s' must be a finite number > 0"):
+    with pytest.raises(
+        InputError, match=r"\[run\]: field 'deadline_s' must be a finite number > 0"
+    ):
         simulate_fleet(load_fleet(f))
 
 

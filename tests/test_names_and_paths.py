@@ -181,7 +181,11 @@ def test_node_config_and_instruction_refuse_bad_names_and_values(tmp_path: Path)
         ("run-name", "../../../x", "run name '../../../x' is not a safe name"),
         ("optimizer", "lion", "optimizer must be one of adam, adamw, sgd"),
         ("run-settings", "[" * 50000, "'run-settings' is not valid JSON"),
-        ("run-settings", '{"deadlin_s": 5}', "unknown key 'deadlin_s' (did you mean 'deadline_s'?)"),
+        (
+            "run-settings",
+            '{"deadlin_s": 5}',
+            "unknown key 'deadlin_s' (did you mean 'deadline_s'?)",
+        ),
         ("run-settings", '{"deadline_s": -1}', "'deadline_s' must be a finite number > 0"),
         ("run-settings", '{"ship_weights": "no"}', "'ship_weights' must be true or false"),
     ]:

@@ -317,6 +317,27 @@ RUN_CONFIG_KEYS: tuple[Key, ...] = (
 )
 
 
+def node_config_keys() -> list[str]:
+    """Every key a node config may hold: the declared ones, then each backend option's public
+    name (generated from the backend registry, fleet.agent.devices)."""
+    from fleet.agent.devices import all_options
+
+    return [*(k.name for k in NODE_KEYS), *(opt.public for opt, _ in all_options())]
+
+
+def check_node_config(nc: Mapping) -> None:
+    """A node config (``--node-config``, or Flower's simulation) with a key no reader knows is
+    refused in one line naming the key and the closest known one."""
+    known = node_config_keys()
+    check_keys(nc, known, lambda key: "node config")
+
+
+def check_run_config(run_config: Mapping) -> None:
+    """The app's run config (``[tool.flwr.app.config]`` + ``flwr run -c``): unknown keys refused."""
+    where = "run config ([tool.flwr.app.config] or flwr run -c)"
+    check_keys(run_config, (k.name for k in RUN_CONFIG_KEYS), lambda key: where)
+
+
 def closest(name: str, known: Iterable[str]) -> str:
     """`` (did you mean 'x'?)`` for the closest known key, or nothing when none is close."""
     match = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)

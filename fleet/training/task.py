@@ -93,11 +93,6 @@ def write_weights(state: dict[str, Any], path: str) -> None:
     tensorfile.save({k: v.detach().cpu() for k, v in state.items()}, path, "weights")
 
 
-def ships_weights(run: Any) -> bool:
-    """The fleet's ``[run] ship_weights`` (default true): whether round 1's model travels."""
-    return bool(run.ship_weights)
-
-
 def run_weights_path(run: Any, fleet_path: str) -> str | None:
     """The fleet's ``[run] weights`` file (``powerfleet pretrain``'s output), absolute.
 
