@@ -237,7 +237,7 @@ def run_value(path: str | Path, key: str) -> object:
     if not isinstance(run_t, dict) or run_t.get(key) is None:
         return None
     (decl,) = [k for k in RUN_KEYS if k.name == key]
-    return check_value(decl, run_t[key], locator(path, text, "run", 0, "[run]")(key))
+    return check_value(decl, run_t[key], lambda: locator(path, text, "run", 0, "[run]")(key))
 
 
 def load_fleet(path: str | Path) -> Fleet:

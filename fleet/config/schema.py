@@ -357,8 +357,9 @@ def check_keys(table: Mapping, known: Iterable[str], locate: Callable[[str], str
             raise InputError(unknown_key(locate(str(name)), name, names))
 
 
-def check_value(key: Key, value: object, where: str) -> object:
-    """``value`` as ``key`` declares it (a float key takes an integer too), else one line."""
+def check_value(key: Key, value: object, where: str | Callable[[], str]) -> object:
+    """``value`` as ``key`` declares it (a float key takes an integer too), else one line
+    naming ``where`` (a function is called only then: finding a line scans the file)."""
     t = key.type
     if t is bool:
         good = isinstance(value, bool)
@@ -379,6 +380,7 @@ def check_value(key: Key, value: object, where: str) -> object:
     if good and key.ok is not None:
         good = bool(key.ok(value))
     if not good:
+        where = where if isinstance(where, str) else where()
         raise InputError(
             f"{where}: field '{key.name}' must be {key.expectation()}, got {show_value(value)}"
         )
@@ -394,7 +396,8 @@ def read_table(
     out: dict[str, object] = {}
     for key in keys:
         if key.name in table:
-            out[key.name] = check_value(key, table[key.name], locate(key.name))
+            name = key.name
+            out[name] = check_value(key, table[name], lambda name=name: locate(name))
         elif key.required:
             raise InputError(f"{locate(key.name)}: missing field '{key.name}' "
                              f"({key.expectation()})")  # fmt: skip
