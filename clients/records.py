@@ -56,28 +56,20 @@ from fleet.budgets.codec import read_budget
 from fleet.common.errors import InputError
 from fleet.common.names import check_name
 from fleet.config.fields import (
-    MAX_BATCH,
-    MAX_ROUNDS,
-    MAX_SEED,
     MAX_TEXT,
-    OPTIMIZERS,
-    choice_field,
-    float_field,
-    int_field,
     text_field,
 )
 from fleet.config.fleetfile import (
     DEVICE_TYPES,
     LEARNING,
-    MODES,
     DeviceSpec,
     Fleet,
     RunSettings,
     load_fleet,
     read_more,
 )
+from fleet.config.schema import RUN_KEYS, read_table
 from fleet.core.efficiency import Efficiency
-from fleet.core.objectives import OBJECTIVES
 from fleet.rounds.device_round import LIST_FIELDS, TRAINED, DeviceResult, row_fields
 
 # RecordDict keys
@@ -177,7 +169,7 @@ def encode_instruction(ins: TrainInstruction) -> ConfigRecord:
 MAX_EXTRA_CHARS = 64 * 1024
 RUN_SETTINGS = "run-settings"  # the [run] keys beyond _RUN_KEYS, as JSON (RunSettings.more)
 MAX_BATCH_SIZES = 4096
-_RUN_KEYS = {  # wire key -> the fleet file's [run] field, validated by the same functions
+_RUN_KEYS = {  # wire key -> the fleet file's [run] field, read through the same schema
     "run-name": "name",
     "model": "model",
     "efficiency": "efficiency",
@@ -198,16 +190,14 @@ def _wire_text(t: dict, key: str, where: str, default: str) -> str:
 
 
 def _decode_run(cfg: ConfigRecord, source: str, where: str) -> RunSettings:
-    """The [run] settings from the wire with the fleet file's own field validators."""
+    """The [run] settings from the wire through the fleet file's own schema
+    (``fleet.config.schema.RUN_KEYS``)."""
     if "target-accuracy" not in cfg:
         raise InputError(f"{where}: missing key 'target-accuracy'")
     t = {field: cfg[key] for key, field in _RUN_KEYS.items() if key in cfg}
-    target = float_field(t, "target_accuracy", where, None, "an accuracy in (0, 1]")
-    if not 0 < target <= 1:
-        raise InputError(f"{where}: field 'target_accuracy' must be in (0, 1], got {target}")
-    lr_ref = float_field(t, "lr_ref", where, 5e-4, "a learning rate > 0")
-    if lr_ref <= 0:
-        raise InputError(f"{where}: field 'lr_ref' must be a learning rate > 0, got {lr_ref}")
+    texts = ("name", "model", "efficiency")  # "" on the wire: not given
+    scalars = [k for k in RUN_KEYS if k.name in _RUN_KEYS.values() and k.name not in texts]
+    typed = read_table({k: v for k, v in t.items() if k not in texts}, scalars, lambda _: where)
     raw_more = cfg.get(RUN_SETTINGS, "{}")
     if not isinstance(raw_more, str) or len(raw_more) > MAX_EXTRA_CHARS:
         raise InputError(
@@ -226,14 +216,7 @@ def _decode_run(cfg: ConfigRecord, source: str, where: str) -> RunSettings:
         name=check_name(where, "run name", name) if name != "" else "",
         model=_wire_text(t, "model", where, ""),
         efficiency=_wire_text(t, "efficiency", where, source) or source,
-        target_accuracy=target,
-        mode=choice_field(t, "mode", where, "local", MODES),
-        objective=choice_field(t, "objective", where, "time", tuple(OBJECTIVES)),
-        rounds=int_field(t, "rounds", where, 1, 1, MAX_ROUNDS),
-        optimizer=choice_field(t, "optimizer", where, "adam", OPTIMIZERS),
-        lr_ref_batch=int_field(t, "lr_ref_batch", where, 128, 1, MAX_BATCH),
-        lr_ref=lr_ref,
-        seed=int_field(t, "seed", where, 0, 0, MAX_SEED),
+        **typed,  # type: ignore[arg-type]
         **more,  # type: ignore[arg-type]
     )
 

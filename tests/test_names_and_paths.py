@@ -179,7 +179,7 @@ def test_node_config_and_instruction_refuse_bad_names_and_values(tmp_path: Path)
         ("rounds", "3", "'rounds' must be an integer"),
         ("lr-ref", float("nan"), "'lr_ref' must be a learning rate > 0"),
         ("run-name", "../../../x", "run name '../../../x' is not a safe name"),
-        ("optimizer", "lion", "optimizer must be one of adam, adamw, sgd"),
+        ("optimizer", "lion", "'optimizer' must be one of adam, adamw, sgd"),
         ("run-settings", "[" * 50000, "'run-settings' is not valid JSON"),
         (
             "run-settings",
