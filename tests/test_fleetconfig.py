@@ -63,7 +63,7 @@ def test_schedule_parsed_sorted(fleet_dir):
         (dev(budget="0"), "budget must be > 0 W"),
         (dev(budget='"lots"'), "expected watts"),
         (dev().replace('profile = "p.csv"', 'profile = "missing.csv"'), "file not found"),
-        (dev(extra="count = 0"), "count must be a positive integer"),
+        (dev(extra="count = 0"), "field 'count' must be a positive integer, got 0"),
         (
             dev(extra="budget_schedule = [[5, 7]]").replace("budget_w = 4.5\n", ""),
             "first step must start at 0",

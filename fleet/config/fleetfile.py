@@ -259,8 +259,11 @@ def load_fleet(path: str | Path) -> Fleet:
         w = f"{path}: device #{i}" + (f" ({shown})" if shown else "")
         if not isinstance(d, dict):
             raise InputError(f"{w}: expected a table")
-        label = w[len(f"{path}: ") :]
-        check_keys(d, (k.name for k in DEVICE_KEYS), locator(path, text, "devices", i - 1, label))
+        locate = locator(path, text, "devices", i - 1, w[len(f"{path}: ") :])
+        check_keys(d, (k.name for k in DEVICE_KEYS), locate)
+        for key in DEVICE_KEYS:  # types and ranges; the budget codec reads the budget keys
+            if key.name in d and key.name != "name" and not key.name.startswith("budget"):
+                check_value(key, d[key.name], lambda n=key.name, at=locate: at(n))
         name = check_name(w, "device name", require_field(d, "name", w, str))
         dtype = str(require_field(d, "type", w, str))
         if dtype not in DEVICE_TYPES:

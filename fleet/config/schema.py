@@ -263,7 +263,14 @@ DEVICE_KEYS: tuple[Key, ...] = (
         "replay: the virtual clock; hardware: a real board",
         choices=CLIENTS,
     ),
-    Key("count", int, 1, "this many identical devices", expect="a positive integer"),
+    Key(
+        "count",
+        int,
+        1,
+        "this many identical devices",
+        expect="a positive integer",
+        ok=_positive,
+    ),
 )
 
 FLEET_TABLES = ("run", "devices")
@@ -362,19 +369,19 @@ def check_value(key: Key, value: object, where: str | Callable[[], str]) -> obje
     naming ``where`` (a function is called only then: finding a line scans the file)."""
     t = key.type
     if t is bool:
-        good = isinstance(value, bool)
+        typed = isinstance(value, bool)
     elif t is int:
-        good = isinstance(value, int) and not isinstance(value, bool)
+        typed = isinstance(value, int) and not isinstance(value, bool)
     elif t is float:
-        good = (
-            isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-        )
+        typed = isinstance(value, (int, float)) and not isinstance(value, bool)
     else:
-        good = (
-            isinstance(value, str)
-            and 0 < len(value) <= MAX_TEXT
-            and not any(ord(c) < 32 or ord(c) == 127 for c in value)
-        )
+        typed = isinstance(value, str)
+    good = typed
+    if good and t is float:
+        good = math.isfinite(value)  # type: ignore[arg-type]
+    if good and t is str:
+        text = str(value)
+        good = 0 < len(text) <= MAX_TEXT and not any(ord(c) < 32 or ord(c) == 127 for c in text)
     if good and key.choices:
         good = value in key.choices
     if good and key.ok is not None:
@@ -383,6 +390,7 @@ def check_value(key: Key, value: object, where: str | Callable[[], str]) -> obje
         where = where if isinstance(where, str) else where()
         raise InputError(
             f"{where}: field '{key.name}' must be {key.expectation()}, got {show_value(value)}"
+            + ("" if typed else " (wrong type)")
         )
     return float(value) if t is float else value  # type: ignore[arg-type]
 
