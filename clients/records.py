@@ -166,7 +166,7 @@ def encode_instruction(ins: TrainInstruction) -> ConfigRecord:
     )
 
 
-MAX_EXTRA_CHARS = 64 * 1024
+MAX_RUN_SETTINGS_CHARS = 64 * 1024
 RUN_SETTINGS = "run-settings"  # the [run] keys beyond _RUN_KEYS, as JSON (RunSettings.more)
 MAX_BATCH_SIZES = 4096
 _RUN_KEYS = {  # wire key -> the fleet file's [run] field, read through the same schema
@@ -199,9 +199,9 @@ def _decode_run(cfg: ConfigRecord, source: str, where: str) -> RunSettings:
     scalars = [k for k in RUN_KEYS if k.name in _RUN_KEYS.values() and k.name not in texts]
     typed = read_table({k: v for k, v in t.items() if k not in texts}, scalars, lambda _: where)
     raw_more = cfg.get(RUN_SETTINGS, "{}")
-    if not isinstance(raw_more, str) or len(raw_more) > MAX_EXTRA_CHARS:
+    if not isinstance(raw_more, str) or len(raw_more) > MAX_RUN_SETTINGS_CHARS:
         raise InputError(
-            f"{where}: '{RUN_SETTINGS}' must be JSON of at most {MAX_EXTRA_CHARS} chars"
+            f"{where}: '{RUN_SETTINGS}' must be JSON of at most {MAX_RUN_SETTINGS_CHARS} chars"
         )
     try:
         more = read_more(json.loads(raw_more), f"{where}: '{RUN_SETTINGS}'")

@@ -20,7 +20,7 @@ MAX_FLEET_BYTES = 4 * 1024 * 1024
 MAX_DEVICES = 100_000  # after count expansion; a 1,000-device what-if is far below
 
 
-MAX_TEXT = 4096  # a path, a model name, an extra's text
+MAX_TEXT = 4096  # a path, a model name, a text setting
 
 
 MAX_ROUNDS = 100_000
