@@ -226,8 +226,7 @@ def calibrate_md(res: dict) -> str:
 
 def learning(fleet, mode: str):
     """The fleet with ``[run] learn_efficiency = mode``."""
-    extra = {**fleet.run.extra, "learn_efficiency": mode}
-    return dataclasses.replace(fleet, run=dataclasses.replace(fleet.run, extra=extra))
+    return dataclasses.replace(fleet, run=dataclasses.replace(fleet.run, learn_efficiency=mode))
 
 
 def deadline_table(rounds: int = 3, segment_s: float = 600.0) -> dict:

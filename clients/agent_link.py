@@ -30,6 +30,7 @@ from typing import Any
 import fleet
 from fleet.agent.devices import DeviceError, all_options, backend_argv, options_for
 from fleet.common.errors import InputError
+from fleet.config.schema import HARDWARE_NODE_KEYS
 
 # The directory that holds the ``fleet`` package: the agent's interpreter imports from here.
 PACKAGE_ROOT = str(Path(fleet.__file__).resolve().parent.parent)
@@ -71,17 +72,11 @@ def agent_command(
     return argv
 
 
-# Node-config keys the hardware client reads besides the backend's own options (which are the
-# backends' declared options under their public names: see ``node_config_keys``).
-AGENT_KEYS = (
-    "backend", "agent-python", "agent-timeout-s", "work-dir", "budget-file", "pace-to-profile",
-)  # fmt: skip
-
-
 def node_config_keys() -> list[str]:
-    """Every node-config key a hardware node may carry: the fixed ones, then each backend
-    option's public name (generated from the backend registry)."""
-    return [*AGENT_KEYS, *(opt.public for opt, _ in all_options())]
+    """Every node-config key a hardware node may carry: the agent's (declared with every other
+    node-config key in ``fleet.config.schema``), then each backend option's public name
+    (generated from the backend registry)."""
+    return [*HARDWARE_NODE_KEYS, *(opt.public for opt, _ in all_options())]
 
 
 def _flag(nc: Mapping[str, Any], key: str) -> bool:

@@ -36,6 +36,7 @@ from flwr.clientapp import ClientApp
 from clients import records, segments
 from fleet.common.errors import InputError
 from fleet.config.fleetfile import DeviceSpec
+from fleet.config.schema import check_node_config
 from fleet.rounds.device_round import TRAINED
 from fleet.rounds.virtual_clock import cached_profile, simulate_device
 
@@ -71,7 +72,7 @@ def learn_by_training(spec: DeviceSpec, received: Received) -> Learned:
     weights = None
     if records.has_weights(received.arrays):
         weights = records.state_dict_of(received.arrays)
-    data_dir = str(ins.run.extra.get("data_dir") or "") or None
+    data_dir = ins.run.data_dir or None
     row, trained = train_device(spec, ins.efficiency_for(spec.name), ins.run, weights, data_dir)
     return row.to_dict(), ArrayRecord(trained) if trained is not None else None
 
@@ -147,6 +148,16 @@ def simulated_plan(node_config: dict, content: RecordDict) -> RecordDict:
     return records.plan_content(label, plan.fastest_finish_s, plan.energy_j, plan.message)
 
 
+def _refused(node_config: dict) -> RecordDict | None:
+    """An ``error`` row when the node config holds a key no reader knows (a misspelt
+    ``--node-config`` key would otherwise be dropped silently), else None."""
+    try:
+        check_node_config(node_config)
+    except InputError as exc:
+        return records.reply_content(records.error_row(records.node_label(node_config), str(exc)))
+    return None
+
+
 def _answer(
     msg: Message,
     context: Context,
@@ -156,6 +167,9 @@ def _answer(
     """The reply from ``clients.hardware_client.<hardware>`` on a ``client = "hardware"`` node,
     else from ``simulated``; (node config, message content) -> reply content either way."""
     node_config = dict(context.node_config)
+    refused = _refused(node_config)
+    if refused is not None:
+        return Message(refused, reply_to=msg)
     handle = simulated
     if str(node_config.get("client", "simulated")) == "hardware":
         from clients import hardware_client  # only hardware nodes pay for the agent link
@@ -182,6 +196,9 @@ def segment_round(node_config: dict, content: RecordDict, sleep=time.sleep) -> R
     """One segment of this node's round (``clients.segments``): a board's through
     ``clients.hardware_client.hardware_segment`` when that client has one, else the virtual
     clock's (host training runs its whole round in one segment)."""
+    refused = _refused(node_config)
+    if refused is not None:
+        return refused
     if str(node_config.get("client", "simulated")) == "hardware":
         from clients import hardware_client
 

@@ -296,15 +296,15 @@ def _deadline_from_here(content: RecordDict, resume: Progress | None) -> RecordD
     if resume is None or resume.time_s <= 0 or cfg is None:
         return content
     try:
-        extra = json.loads(str(cfg.get("extra", "{}")))
+        more = json.loads(str(cfg.get(records.RUN_SETTINGS, "{}")))
     except ValueError:
         return content  # decode_instruction will name it
-    deadline = extra.get("deadline_s") if isinstance(extra, dict) else None
+    deadline = more.get("deadline_s") if isinstance(more, dict) else None
     if isinstance(deadline, bool) or not isinstance(deadline, (int, float)):
         return content
-    extra["deadline_s"] = max(1.0, float(deadline) - resume.time_s)
+    more["deadline_s"] = max(1.0, float(deadline) - resume.time_s)
     out = RecordDict(dict(content.items()))
-    out[records.CONFIG] = ConfigRecord(dict(cfg, extra=json.dumps(extra)))
+    out[records.CONFIG] = ConfigRecord({**cfg, records.RUN_SETTINGS: json.dumps(more)})
     return out
 
 

@@ -13,7 +13,9 @@ Instruction (server -> device), a ``RecordDict``:
                 ``efficiency-source``, and the fleet's run settings (``RunSettings``, one
                 key per field: ``run-name``, ``model``, ``efficiency`` (the fleet's path),
                 ``target-accuracy``, ``mode``, ``objective``, ``rounds``, ``optimizer``,
-                ``lr-ref-batch``, ``lr-ref``, ``seed``, ``extra`` as JSON), ``fleet-path``
+                ``lr-ref-batch``, ``lr-ref``, ``seed``, and ``run-settings``: the other
+                ``[run]`` keys that are set, as a JSON object by their fleet-file names,
+                read back through the same schema, ``RunSettings.more``), ``fleet-path``
                 (simulation: where the device finds its fleet entry) and ``server-round``.
 
 Reply (device -> server), a ``RecordDict``:
@@ -31,8 +33,8 @@ Planning (deadline objective without ``[run] deadline_s``, before each round's t
     reply   ``plan`` ConfigRecord: ``device``, ``fastest-finish-s`` (absent when the device
             cannot finish), ``energy-j`` (that fastest plan's predicted energy), ``message``.
     The coordinator sets the deadline (``fleet.planning.deadline_plan.plan_deadline``) and puts it
-    in the train instruction's run settings (``extra`` -> ``deadline_s``), where the device round
-    reads the objective's context.
+    in the train instruction's run settings (``run-settings`` -> ``deadline_s``), where the device
+    round reads the objective's context.
 
 Decoding a reply gives a dict with exactly the keys of ``fleet.rounds.device_round.row_fields()``,
 so rows from Flower and from the direct engine are interchangeable in ``fleet.reports.report``.
@@ -53,27 +55,20 @@ from clients.efficiency_wire import decode_efficiencies, learned_efficiency
 from fleet.common.errors import InputError
 from fleet.common.names import check_name
 from fleet.config.fields import (
-    MAX_BATCH,
-    MAX_ROUNDS,
-    MAX_SEED,
     MAX_TEXT,
-    OPTIMIZERS,
-    choice_field,
-    float_field,
-    int_field,
     text_field,
 )
 from fleet.config.fleetfile import (
     DEVICE_TYPES,
     LEARNING,
-    MODES,
     DeviceSpec,
     Fleet,
     RunSettings,
     load_fleet,
+    read_more,
 )
+from fleet.config.schema import RUN_KEYS, read_table
 from fleet.core.efficiency import Efficiency
-from fleet.core.objectives import OBJECTIVES
 from fleet.method.budget import read_budget
 from fleet.rounds.device_round import LIST_FIELDS, TRAINED, DeviceResult, row_fields
 
@@ -162,7 +157,7 @@ def encode_instruction(ins: TrainInstruction) -> ConfigRecord:
             "lr-ref-batch": int(run.lr_ref_batch),
             "lr-ref": float(run.lr_ref),
             "seed": int(run.seed),
-            "extra": json.dumps(run.extra, default=str),
+            RUN_SETTINGS: json.dumps(run.more()),
             "fleet-path": ins.fleet_path,
             "server-round": int(ins.server_round),
             PROFILES: json.dumps(ins.profiles),
@@ -171,9 +166,10 @@ def encode_instruction(ins: TrainInstruction) -> ConfigRecord:
     )
 
 
-MAX_EXTRA_CHARS = 64 * 1024
+MAX_RUN_SETTINGS_CHARS = 64 * 1024
+RUN_SETTINGS = "run-settings"  # the [run] keys beyond _RUN_KEYS, as JSON (RunSettings.more)
 MAX_BATCH_SIZES = 4096
-_RUN_KEYS = {  # wire key -> the fleet file's [run] field, validated by the same functions
+_RUN_KEYS = {  # wire key -> the fleet file's [run] field, read through the same schema
     "run-name": "name",
     "model": "model",
     "efficiency": "efficiency",
@@ -194,39 +190,34 @@ def _wire_text(t: dict, key: str, where: str, default: str) -> str:
 
 
 def _decode_run(cfg: ConfigRecord, source: str, where: str) -> RunSettings:
-    """The [run] settings from the wire with the fleet file's own field validators."""
+    """The [run] settings from the wire through the fleet file's own schema
+    (``fleet.config.schema.RUN_KEYS``)."""
     if "target-accuracy" not in cfg:
         raise InputError(f"{where}: missing key 'target-accuracy'")
     t = {field: cfg[key] for key, field in _RUN_KEYS.items() if key in cfg}
-    target = float_field(t, "target_accuracy", where, None, "an accuracy in (0, 1]")
-    if not 0 < target <= 1:
-        raise InputError(f"{where}: field 'target_accuracy' must be in (0, 1], got {target}")
-    lr_ref = float_field(t, "lr_ref", where, 5e-4, "a learning rate > 0")
-    if lr_ref <= 0:
-        raise InputError(f"{where}: field 'lr_ref' must be a learning rate > 0, got {lr_ref}")
-    raw_extra = cfg.get("extra", "{}")
-    if not isinstance(raw_extra, str) or len(raw_extra) > MAX_EXTRA_CHARS:
-        raise InputError(f"{where}: 'extra' must be JSON text of at most {MAX_EXTRA_CHARS} chars")
+    texts = ("name", "model", "efficiency")  # "" on the wire: not given
+    scalars = [k for k in RUN_KEYS if k.name in _RUN_KEYS.values() and k.name not in texts]
+    typed = read_table({k: v for k, v in t.items() if k not in texts}, scalars, lambda _: where)
+    raw_more = cfg.get(RUN_SETTINGS, "{}")
+    if not isinstance(raw_more, str) or len(raw_more) > MAX_RUN_SETTINGS_CHARS:
+        raise InputError(
+            f"{where}: '{RUN_SETTINGS}' must be JSON of at most {MAX_RUN_SETTINGS_CHARS} chars"
+        )
     try:
-        extra = json.loads(raw_extra)
-    except (ValueError, RecursionError):
-        raise InputError(f"{where}: 'extra' is not valid JSON (or nested too deeply)") from None
-    if not isinstance(extra, dict):
-        raise InputError(f"{where}: 'extra' is not a JSON object")
+        more = read_more(json.loads(raw_more), f"{where}: '{RUN_SETTINGS}'")
+    except (ValueError, RecursionError) as exc:
+        if isinstance(exc, InputError):
+            raise
+        raise InputError(
+            f"{where}: '{RUN_SETTINGS}' is not valid JSON (or nested too deeply)"
+        ) from None
     name = t.get("name", "")
     return RunSettings(
         name=check_name(where, "run name", name) if name != "" else "",
         model=_wire_text(t, "model", where, ""),
         efficiency=_wire_text(t, "efficiency", where, source) or source,
-        target_accuracy=target,
-        mode=choice_field(t, "mode", where, "local", MODES),
-        objective=choice_field(t, "objective", where, "time", tuple(OBJECTIVES)),
-        rounds=int_field(t, "rounds", where, 1, 1, MAX_ROUNDS),
-        optimizer=choice_field(t, "optimizer", where, "adam", OPTIMIZERS),
-        lr_ref_batch=int_field(t, "lr_ref_batch", where, 128, 1, MAX_BATCH),
-        lr_ref=lr_ref,
-        seed=int_field(t, "seed", where, 0, 0, MAX_SEED),
-        extra=extra,
+        **typed,  # type: ignore[arg-type]
+        **more,  # type: ignore[arg-type]
     )
 
 

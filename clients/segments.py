@@ -148,8 +148,8 @@ class NodeSettings:
 def instruction_key(cfg: ConfigRecord) -> str:
     """What makes two segment messages the same round of the same run (a checkpoint of another
     run or round is not ours): the run's id, the round and the work. Not the whole instruction:
-    the coordinator re-plans the deadline (``extra``) and refreshes shipped profiles mid-round,
-    and neither makes the samples already trained any less this round's."""
+    the coordinator re-plans the deadline (``run-settings``) and refreshes shipped profiles
+    mid-round, and neither makes the samples already trained any less this round's."""
     keep = (RUN_TOKEN, "run-name", "server-round", "fleet-path", "model", "target-accuracy")
     keep += ("batch-sizes", "samples-to-accuracy", "efficiency-source")
     items = {k: cfg.get(k) for k in keep}

@@ -118,7 +118,7 @@ TRAIN_STATUSES = ("reached", "not reached", "over-budget", "paused")
 def train_extras(run: RunSettings) -> dict[str, Any]:
     """``[run]`` keys the agent's trainer takes as they are (``max_samples``...)."""
     keys = ("max_samples", "eval_every_samples", "guard_window_s")
-    return {k: run.extra[k] for k in keys if run.extra.get(k) is not None}
+    return {k: getattr(run, k) for k in keys if getattr(run, k) is not None}
 
 
 def fill_from_train(res: DeviceResult, out: dict[str, Any], target: float) -> None:

@@ -140,7 +140,7 @@ def run_cell(
     out["oracle"] = [oracle.batch_size, oracle.freq_mhz]
     base_time = statistics.fmean(oracle_times)
     for name, mode in METHODS.items():
-        run = replace(base, extra={"learn_efficiency": mode})
+        run = replace(base, learn_efficiency=mode)
         times, switches, firsts = [], 0, []
         for s in tgt.seeds:
             ns = tgt.per_seed[s]

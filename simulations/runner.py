@@ -104,7 +104,7 @@ def run_direct(fleet: Fleet, run_dir: Path, progress: Progress | None = None) ->
     rows = []
     total = len(fleet.devices)
     weights = _shipped_weights(fleet)
-    data_dir = str(fleet.run.extra.get("data_dir") or "") or None
+    data_dir = fleet.run.data_dir or None
     state = StateWriter(fleet, run_dir)  # after the checks above: bad input writes nothing
     for k, spec in enumerate(fleet.devices, start=1):
         if spec.learning == "train":
@@ -168,9 +168,9 @@ def _shipped_weights(fleet: Fleet) -> dict | None:
     trains for real and the fleet ships weights; None: each device starts from its seeded model."""
     if not any(d.learning == "train" for d in fleet.devices):
         return None
-    from fleet.training.task import initial_weights, ships_weights
+    from fleet.training.task import initial_weights
 
-    return initial_weights(fleet) if ships_weights(fleet.run) else None
+    return initial_weights(fleet) if fleet.run.ship_weights else None
 
 
 def simulate(

@@ -42,9 +42,7 @@ def ship_weights(run: RunSettings, override: bool | None = None) -> bool:
     A trace-replay fleet of 1,000 devices sets it false: the replay never reads the weights and
     a ResNet18 copy per device would only cost memory and serialisation time.
     """
-    from fleet.training.task import ships_weights
-
-    return bool(override) if override is not None else ships_weights(run)
+    return bool(override) if override is not None else run.ship_weights
 
 
 def initial_arrays(model: str, seed: int = 0) -> ArrayRecord:
@@ -60,12 +58,13 @@ def initial_arrays(model: str, seed: int = 0) -> ArrayRecord:
 
 def with_deadline(config: ConfigRecord, deadline_s: float | None) -> ConfigRecord:
     """A copy of the train config whose run settings carry the planned deadline
-    (``extra`` -> ``deadline_s``: the context the device round hands the deadline objective)."""
+    (``run-settings`` -> ``deadline_s``: the context the device round hands the deadline
+    objective)."""
     cfg = ConfigRecord(dict(config))
     if deadline_s is not None:
-        extra = json.loads(str(cfg.get("extra", "{}")))
-        extra["deadline_s"] = float(deadline_s)
-        cfg["extra"] = json.dumps(extra)
+        more = json.loads(str(cfg.get(records.RUN_SETTINGS, "{}")))
+        more["deadline_s"] = float(deadline_s)
+        cfg[records.RUN_SETTINGS] = json.dumps(more)
     return cfg
 
 

@@ -29,7 +29,7 @@ from fleet.trust.store import Workload, default_store, put_from_device, starting
 
 def workload_of(fleet: Fleet) -> Workload:
     """The store key of this run's profiles: the model and ``[run] input_shape`` (or default)."""
-    return Workload.of(fleet.run.model, str(fleet.run.extra.get("input_shape") or "default"))
+    return Workload.of(fleet.run.model, fleet.run.input_shape or "default")
 
 
 class ProfileKeeper:

@@ -46,6 +46,7 @@ from flwr.supercore import log
 from fleet.common.errors import InputError
 from fleet.common.names import child_dir
 from fleet.config.fleetfile import Fleet, load_fleet
+from fleet.config.schema import check_run_config
 from fleet.reports.report import write_report
 from fleet.rounds.virtual_clock import cached_efficiency
 from fleet.trust.store import store_from_fleet
@@ -97,6 +98,7 @@ def _resolved(path: str) -> str:
 def settings_from_run_config(run_config: dict[str, Any]) -> ServerSettings | None:
     """Settings from the app's run config (``[tool.flwr.app.config]`` + ``flwr run -c``);
     None when it names no fleet."""
+    check_run_config(run_config)
     fleet_path = str(run_config.get("fleet-path", "") or "")
     if not fleet_path:
         return None
@@ -201,7 +203,7 @@ def run_fleet(grid: Grid, settings: ServerSettings) -> dict[str, Any]:
         base_meta["profile_store"] = str(keeper.store)
     total = n * run.rounds
     replies = {"done": 0}
-    plan = run.objective == "deadline" and "deadline_s" not in run.extra
+    plan = run.objective == "deadline" and run.deadline_s is None
     deadlines: dict[int, float | None] = {}  # the planned deadline per round
 
     def on_round(

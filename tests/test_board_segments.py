@@ -231,7 +231,7 @@ def test_hardware_segment_runs_a_round_in_segments_through_the_agent(tmp_path):
     }
     run = RunSettings(
         "hw", "small_cnn", "eff.csv", 1.0, lr_ref_batch=BATCH, lr_ref=1e-3,
-        extra={"max_samples": 640, "eval_every_samples": EVERY},
+        max_samples=640, eval_every_samples=EVERY,
     )  # fmt: skip
     ins = records.TrainInstruction(Efficiency({BATCH: N_TARGET}, source="eff.csv"), run)
     rows, progress = [], []

@@ -98,7 +98,7 @@ def test_instruction_errors_are_one_line(fleet, shipped) -> None:
         records.decode_instruction(cfg)
     cfg = records.encode_instruction(coordinator.instruction_for(fleet, shipped))
     cfg["objective"] = "speed"
-    with pytest.raises(InputError, match="objective must be one of time, energy.*, got 'speed'"):
+    with pytest.raises(InputError, match="'objective' must be one of time, energy.*, got 'speed'"):
         records.decode_instruction(cfg)
     cfg = records.encode_instruction(coordinator.instruction_for(fleet, shipped))
     cfg["samples-to-accuracy"] = [1.0, 2.0]

@@ -159,7 +159,7 @@ def test_replay_with_deadline_never_exceeds_any_budget(pe, steps, deadline, trut
     profile, eff = pe
     truth = Efficiency({b: n * truth_factor for b, n in eff.samples.items()}, source="t.csv")
     spec = DeviceSpec("d", "jetson-nano", steps[0].budget_w, "rand.csv", "t.csv", steps)
-    run = RunSettings("r", "m", "e.csv", 0.9, objective="deadline", extra={"deadline_s": deadline})
+    run = RunSettings("r", "m", "e.csv", 0.9, objective="deadline", deadline_s=deadline)
     res = run_device(spec, profile, eff, run, VirtualClock(truth))
     planned = DeadlineChooser(profile.points, eff, steps, deadline)
     first = planned(0, 0.0, 0.0)
@@ -233,7 +233,9 @@ def test_explicit_deadline_in_run_table_makes_devices_late(tmp_path):
             assert (r["batch_size"], r["freq_mhz"]) == (ref["batch_size"], ref["freq_mhz"])
             assert r["time_s"] == pytest.approx(ref["time_s"])
     f.write_text(src.replace("deadline_s = 100", "deadline_s = -3"))
-    with pytest.raises(InputError, match=r"\[run\] deadline_s"):
+    with pytest.raises(
+        InputError, match=r"\[run\]: field 'deadline_s' must be a finite number > 0"
+    ):
         simulate_fleet(load_fleet(f))
 
 
@@ -292,4 +294,4 @@ def test_planning_wire_and_device_plan_match_the_direct_planner():
     assert deadline == simulate_fleet(fleet, "deadline").deadline_s
     cfg = coordinator.with_deadline(coordinator.train_config(fleet, shipped), deadline)
     ins = records.decode_instruction(cfg)
-    assert ins.run.extra["deadline_s"] == deadline and ins.run.objective == fleet.run.objective
+    assert ins.run.deadline_s == deadline and ins.run.objective == fleet.run.objective

@@ -153,10 +153,10 @@ def test_an_objective_with_context_picks_among_candidates() -> None:
         assert "ours-by-deadline" not in {r["method"] for r in compare(PROFILE, eff, [None])}
         # in a round, the context comes from the fleet's [run] table
         spec = DeviceSpec("d", "jetson-nano", None, "hand.csv", "t.csv")
-        run = RunSettings("t", "m", "e.csv", 0.9, objective="by-deadline", extra={"deadline_s": 7})
+        run = RunSettings("t", "m", "e.csv", 0.9, objective="by-deadline", deadline_s=7)
         row = run_device(spec, PROFILE, eff, run, VirtualClock(eff))
         assert (row.status, row.batch_size, row.freq_mhz) == ("ok", 32, 460.8)
-        late = RunSettings("t", "m", "e.csv", 0.9, objective="by-deadline", extra={"deadline_s": 1})
+        late = RunSettings("t", "m", "e.csv", 0.9, objective="by-deadline", deadline_s=1)
         assert run_device(spec, PROFILE, eff, late, VirtualClock(eff)).status == "infeasible"
         bare = RunSettings("t", "m", "e.csv", 0.9, objective="by-deadline")
         row = run_device(spec, PROFILE, eff, bare, VirtualClock(eff))

@@ -65,10 +65,10 @@ def device(prof: Path, trace: Path) -> DeviceSpec:
     return DeviceSpec("d", "jetson-nano", 5.0, str(prof), str(trace))
 
 
-def run_of(mode: str, objective: str = "time", **extra: object) -> RunSettings:
+def run_of(mode: str, objective: str = "time", **settings: object) -> RunSettings:
     return RunSettings(
         "r", "small_cnn", "shipped.csv", TARGET, objective=objective,
-        extra={"learn_efficiency": mode, **extra},
+        learn_efficiency=mode, **settings,  # type: ignore[arg-type]
     )  # fmt: skip
 
 

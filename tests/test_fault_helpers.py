@@ -66,7 +66,7 @@ def test_replay_fleet_has_the_reference_devices(tmp_path: Path) -> None:
     extra = {"name": "x", "type": "jetson-nano", "budget_w": 5.0, "profile": "/p.csv"}
     fleet = load_fleet(fleet_of_replay_devices(tmp_path, 9, run={"rounds": 2}, extra_devices=[]))
     assert [d.name for d in fleet.devices] == [f"dev-{i}" for i in range(1, 10)]
-    assert fleet.run.rounds == 2 and fleet.run.extra["ship_weights"] is False
+    assert fleet.run.rounds == 2 and fleet.run.ship_weights is False
     assert all(Path(d.profile).is_file() and Path(str(d.data)).is_file() for d in fleet.devices)
     # the reference fleet's schedule device keeps its schedule; the starved one is left out
     assert any(len(d.schedule) == 2 for d in fleet.devices)

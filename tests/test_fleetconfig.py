@@ -67,7 +67,7 @@ def test_schedule_in_order_read_and_unsorted_refused(fleet_dir):
         (dev(budget="0"), "is not a budget"),
         (dev(budget='"lots"'), "expected watts"),
         (dev().replace('profile = "p.csv"', 'profile = "missing.csv"'), "file not found"),
-        (dev(extra="count = 0"), "count must be a positive integer"),
+        (dev(extra="count = 0"), "field 'count' must be a positive integer, got 0"),
         (
             dev(extra="budget_schedule = [[5, 7]]").replace("budget_w = 4.5\n", ""),
             "first step must start at 0",
@@ -83,7 +83,7 @@ def test_bad_fleet_files(fleet_dir, devices, message):
 
 
 def test_bad_run_settings(fleet_dir):
-    with pytest.raises(InputError, match="mode must be one of local, federated"):
+    with pytest.raises(InputError, match="field 'mode' must be one of local, federated"):
         load_fleet(write(fleet_dir, dev(), 'mode = "gossip"'))
     (fleet_dir / "x.toml").write_text("[run\n")
     with pytest.raises(InputError, match="not valid TOML"):

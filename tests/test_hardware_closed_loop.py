@@ -43,7 +43,7 @@ def instruction(
     objective = str(run_keys.pop("objective", "time"))
     run = RunSettings(
         "hw", "small_cnn", "eff.csv", 1.0, objective=objective, lr_ref_batch=BATCH, lr_ref=1e-3,
-        extra={"max_samples": max_samples, "eval_every_samples": eval_every, **run_keys},
+        max_samples=max_samples, eval_every_samples=eval_every, **run_keys,  # type: ignore[arg-type]
     )  # fmt: skip
     return records.TrainInstruction(Efficiency({BATCH: samples}, source="eff.csv"), run)
 

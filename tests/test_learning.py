@@ -26,7 +26,8 @@ def setup(tmp_path):
         0.9,
         lr_ref_batch=32,
         lr_ref=2e-3,
-        extra={"eval_every_samples": 64, "max_samples": 4000},
+        eval_every_samples=64,
+        max_samples=4000,
     )
     return data, prof, shipped, run
 

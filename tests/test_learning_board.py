@@ -56,7 +56,7 @@ def profile(board, path):
 def instruction(learn: str) -> records.TrainInstruction:
     run = RunSettings(
         "hw", "small_cnn", "eff.csv", 0.9, lr_ref_batch=16, lr_ref=1e-3,
-        extra={"max_samples": 6000, "eval_every_samples": 64, "learn_efficiency": learn},
+        max_samples=6000, eval_every_samples=64, learn_efficiency=learn,
     )  # fmt: skip
     shipped = Efficiency(
         {b: SHIPPED for b in STEP}, {b: 0.3 * SHIPPED for b in STEP}, source="eff.csv",

@@ -102,7 +102,10 @@ def test_huge_count_is_refused_before_any_device_is_built(
         ("target_accuracy = inf", "target_accuracy", "an accuracy in (0, 1]"),
         ('optimizer = "rmsprop"', "optimizer", "one of adam, adamw, sgd"),
         ("deadline_s = nan", "deadline_s", "a finite number"),
-        ("deadline_s = [[[1]]]", "deadline_s", "a number, a boolean or a string"),
+        ("deadline_s = [[[1]]]", "deadline_s", "a finite number > 0"),
+        ("deadline_s = 0", "deadline_s", "a positive number of seconds"),
+        ("ship_weights = 1", "ship_weights", "true or false"),
+        ('learn_efficiency = "sometimes"', "learn_efficiency", "one of none, online"),
     ],
 )
 def test_run_field_refused_naming_file_run_and_field(tmp_path, line, field, expected) -> None:
@@ -118,7 +121,7 @@ def test_run_field_refused_naming_file_run_and_field(tmp_path, line, field, expe
     "line,field,expected",
     [
         ("learning = 3", "learning", "one of trace, train"),
-        ("budget_schedule = [[0, nan]]\nbudget_w_x = 1", "budget", "expected watts > 0"),
+        ("budget_schedule = [[0, nan]]", "budget", "expected watts > 0"),
         ("count = 2.5", "count", "positive integer"),
     ],
 )
@@ -176,8 +179,15 @@ def test_node_config_and_instruction_refuse_bad_names_and_values(tmp_path: Path)
         ("rounds", "3", "'rounds' must be an integer"),
         ("lr-ref", float("nan"), "'lr_ref' must be a learning rate > 0"),
         ("run-name", "../../../x", "run name '../../../x' is not a safe name"),
-        ("optimizer", "lion", "optimizer must be one of adam, adamw, sgd"),
-        ("extra", "[" * 50000, "'extra' is not valid JSON"),
+        ("optimizer", "lion", "'optimizer' must be one of adam, adamw, sgd"),
+        ("run-settings", "[" * 50000, "'run-settings' is not valid JSON"),
+        (
+            "run-settings",
+            '{"deadlin_s": 5}',
+            "unknown key 'deadlin_s' (did you mean 'deadline_s'?)",
+        ),
+        ("run-settings", '{"deadline_s": -1}', "'deadline_s' must be a finite number > 0"),
+        ("run-settings", '{"ship_weights": "no"}', "'ship_weights' must be true or false"),
     ]:
         cfg = records.encode_instruction(coordinator.instruction_for(fleet, shipped))
         cfg[key] = value

@@ -66,7 +66,7 @@ def test_loader_lets_a_hardware_device_come_without_a_profile(tmp_path: Path) ->
     with pytest.raises(InputError, match="profile: file not found"):
         load_fleet(f)  # a replayed device still needs its profile
     f.write_text(fleet_text(tmp_path / "store").replace('"hardware"', '"board"'))
-    with pytest.raises(InputError, match="client must be one of replay, hardware"):
+    with pytest.raises(InputError, match="'client' must be one of replay, hardware"):
         load_fleet(f)
 
 

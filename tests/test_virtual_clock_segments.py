@@ -90,7 +90,7 @@ def fleet_cases(path, objective=None, deadline_s=None):
     fleet = load_fleet(path)
     run = fleet.run
     if objective is not None:
-        run = dataclasses.replace(run, objective=objective, extra={"deadline_s": deadline_s})
+        run = dataclasses.replace(run, objective=objective, deadline_s=deadline_s)
     return [(d, cached_efficiency(run.efficiency), run) for d in fleet.devices]
 
 

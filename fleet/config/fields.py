@@ -1,16 +1,15 @@
-"""Bounded field readers for untrusted tables: the fleet TOML's and the train instruction's.
+"""Bounds and small field readers for untrusted tables: the fleet TOML's and the wire's.
 
 A hostile or mistyped file must fail in milliseconds with one line naming the file, the table
 and the field, instead of exhausting memory or falling back to a silent default. The bounds
-(file size, devices after ``count`` expansion, string lengths, the [run] numbers' ranges) and
-the readers live here so that the fleet loader (``fleet.config.fleetfile``) and the
-instruction decoder (``clients/records.py``) refuse exactly the same values. Names go through
-``fleet.common.names`` (one alphabet everywhere).
+(file size, devices after ``count`` expansion, string lengths, the [run] numbers' ranges) live
+here; the keys and their types are declared in ``fleet.config.schema``, which the fleet loader
+(``fleet.config.fleetfile``) and the instruction decoder (``clients/records.py``) both read
+through, so they refuse exactly the same values. Names go through ``fleet.common.names`` (one
+alphabet everywhere).
 """
 
 from __future__ import annotations
-
-import math
 
 from fleet.common.errors import InputError
 from fleet.core.efficiency import LINEAR_OPTIMIZERS, SQRT_OPTIMIZERS
@@ -21,7 +20,7 @@ MAX_FLEET_BYTES = 4 * 1024 * 1024
 MAX_DEVICES = 100_000  # after count expansion; a 1,000-device what-if is far below
 
 
-MAX_TEXT = 4096  # a path, a model name, an extra's text
+MAX_TEXT = 4096  # a path, a model name, a text setting
 
 
 MAX_ROUNDS = 100_000
@@ -65,25 +64,6 @@ def text_field(table: dict, key: str, where: str, default: str | None = None) ->
             f"got {show_value(value)}"
         )
     return value
-
-
-def int_field(table: dict, key: str, where: str, default: int, lo: int, hi: int) -> int:
-    """An integer field in [lo, hi] (booleans, floats and strings refused)."""
-    value = table.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise InputError(f"{where}: field '{key}' must be an integer in [{lo}, {hi}], got "
-                         f"{show_value(value)}")  # fmt: skip
-    return value
-
-
-def float_field(table: dict, key: str, where: str, default: float | None, what: str) -> float:
-    """A finite number (int or float, not a boolean or a string); ``default`` None: required."""
-    if key not in table and default is None:
-        raise InputError(f"{where}: missing field '{key}' ({what})")
-    value = table.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise InputError(f"{where}: field '{key}' must be {what}, got {show_value(value)}")
-    return float(value)
 
 
 def choice_field(table: dict, key: str, where: str, default: str, allowed) -> str:  # noqa: ANN001

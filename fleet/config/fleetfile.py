@@ -33,34 +33,36 @@ default: the run directory's ``profile-store``; fleet/trust/store.py).
 
 from __future__ import annotations
 
-import math
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from fleet.common.errors import InputError
 from fleet.common.names import check_name, is_safe
 from fleet.config.device_types import DEVICE_TYPES
 from fleet.config.fields import (
-    MAX_BATCH,
     MAX_DEVICES,
     MAX_FLEET_BYTES,
-    MAX_ROUNDS,
-    MAX_SEED,
-    OPTIMIZERS,
     choice_field,
-    float_field,
-    int_field,
     require_field,
     show_value,
     text_field,
 )
-from fleet.core.objectives import OBJECTIVES
+from fleet.config.schema import (
+    CLIENTS,
+    DEVICE_KEYS,
+    FLEET_TABLES,
+    LEARNING,
+    MODES,
+    RUN_KEYS,
+    check_keys,
+    check_value,
+    locator,
+    read_table,
+)
 from fleet.method.budget import BudgetStep, format_budget, format_schedule, read_budget
 
-MODES = ("local", "federated")
-LEARNING = ("trace", "train")
-CLIENTS = ("replay", "hardware")  # a device entry's ``client``: hardware may lack a profile
+__all__ = ["CLIENTS", "LEARNING", "MODES", "DeviceSpec", "Fleet", "RunSettings", "load_fleet"]
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,9 @@ class DeviceSpec:
 
 @dataclass(frozen=True)
 class RunSettings:
+    """The ``[run]`` table, typed: exactly the keys of ``fleet.config.schema.RUN_KEYS``, in
+    their order, with their defaults (a test keeps the two equal)."""
+
     name: str
     model: str
     efficiency: str
@@ -110,7 +115,38 @@ class RunSettings:
     lr_ref_batch: int = 128
     lr_ref: float = 5e-4
     seed: int = 0
-    extra: dict[str, object] = field(default_factory=dict)
+    deadline_s: float | None = None
+    ship_weights: bool = True
+    weights: str | None = None
+    data_dir: str | None = None
+    learn_efficiency: str = "online"
+    eval_every_samples: int | None = None
+    max_samples: int | None = None
+    guard_window_s: float | None = None
+    efficiency_store: str | None = None
+    profile_store: str | None = None
+    input_shape: str | None = None
+
+    def more(self) -> dict[str, object]:
+        """The settings beyond the first eleven that are set (not None), by their [run] names:
+        what the train instruction carries as one JSON object (``clients/records.py``)."""
+        return {k.name: getattr(self, k.name) for k in MORE_KEYS
+                if getattr(self, k.name) is not None}  # fmt: skip
+
+
+# The keys the train instruction carries one wire key each (clients/records.py); the others
+# travel together as ``RunSettings.more()`` and come back through ``read_more``.
+MORE_KEYS = RUN_KEYS[11:]
+
+
+def read_more(table: object, where: str) -> dict[str, object]:
+    """``RunSettings.more()`` read back (a JSON object off the wire) through the schema: an
+    unknown key, a wrong type or a value out of range is one ``InputError`` naming ``where``."""
+    if not isinstance(table, dict):
+        raise InputError(f"{where}: the run settings must be a JSON object")
+    given = {k: v for k, v in table.items() if v is not None}
+    values = read_table(given, MORE_KEYS, lambda key: where)
+    return {k.name: values[k.name] for k in MORE_KEYS}
 
 
 @dataclass(frozen=True)
@@ -118,24 +154,6 @@ class Fleet:
     path: str
     run: RunSettings
     devices: tuple[DeviceSpec, ...]
-
-
-def _extra(run_t: dict, known: set[str], where: str) -> dict[str, object]:
-    """[run] keys the loader does not know (read by objectives, learning...): scalars only."""
-    extra: dict[str, object] = {}
-    for k, v in run_t.items():
-        if k in known:
-            continue
-        if isinstance(v, float) and not math.isfinite(v):
-            raise InputError(f"{where}: field '{k}' must be a finite number, got {v!r}")
-        if isinstance(v, str):
-            text_field(run_t, k, where)
-        elif not isinstance(v, (bool, int, float)):
-            raise InputError(
-                f"{where}: field '{k}' must be a number, a boolean or a string, got {show_value(v)}"
-            )
-        extra[k] = v
-    return extra
 
 
 def _data_entry(base: Path, raw: str, where: str, learning: str) -> str:
@@ -166,8 +184,9 @@ def _trace_schedule(base: Path, d: dict, where: str) -> tuple[BudgetStep, ...]:
     return schedule_from_trace(trace, dwell, f"{where} budget_trace", start)
 
 
-def _read_toml(path: Path) -> dict:
-    """The parsed file, bounded in size; every failure one line naming the file."""
+def _read_toml(path: Path) -> tuple[dict, str]:
+    """The parsed file and its text (where an error finds a key's line), bounded in size;
+    every failure one line naming the file."""
     try:
         with open(path, "rb") as fh:
             raw = fh.read(MAX_FLEET_BYTES + 1)
@@ -182,60 +201,52 @@ def _read_toml(path: Path) -> dict:
     except UnicodeDecodeError as exc:
         raise InputError(f"{path}: not UTF-8 text (byte {exc.start})") from None
     try:
-        return tomllib.loads(text)
+        return tomllib.loads(text), text
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{path}: not valid TOML: {exc}") from None
     except RecursionError:
         raise InputError(f"{path}: not valid TOML: arrays or tables nested too deeply") from None
 
 
-def load_fleet(path: str | Path) -> Fleet:
-    path = Path(path)
-    data = _read_toml(path)
-    base = path.parent
+def read_run(path: Path, data: dict, text: str) -> RunSettings:
+    """The ``[run]`` table through its schema (``fleet.config.schema.RUN_KEYS``): every key
+    declared, typed and bounded; the name defaults to the file's stem and ``efficiency`` is
+    resolved against the file (it must exist)."""
     run_t = data.get("run")
     if not isinstance(run_t, dict):
         raise InputError(f"{path}: missing [run] table")
+    where = locator(path, text, "run", 0, "[run]")
+    check_keys(run_t, (k.name for k in RUN_KEYS), where)  # the name: the names' own check
+    values = read_table({k: v for k, v in run_t.items() if k != "name"}, RUN_KEYS, where)
     w = f"{path}: [run]"
-    known_run = {
-        "name",
-        "model",
-        "efficiency",
-        "target_accuracy",
-        "mode",
-        "objective",
-        "rounds",
-        "optimizer",
-        "lr_ref_batch",
-        "lr_ref",
-        "seed",
-    }
-    mode = choice_field(run_t, "mode", w, "local", MODES)
-    objective = choice_field(run_t, "objective", w, "time", tuple(OBJECTIVES))
-    target = float_field(run_t, "target_accuracy", w, None, "an accuracy in (0, 1]")
-    if not 0 < target <= 1:
-        raise InputError(f"{w}: field 'target_accuracy' must be in (0, 1], got {target}")
-    lr_ref = float_field(run_t, "lr_ref", w, 5e-4, "a learning rate > 0")
-    if lr_ref <= 0:
-        raise InputError(f"{w}: field 'lr_ref' must be a learning rate > 0, got {lr_ref}")
-    run = RunSettings(
-        name=check_name(
-            w,
-            "run name" if "name" in run_t else "run name (the file's)",
-            run_t.get("name", path.stem),
-        ),
-        model=text_field(run_t, "model", w),
-        efficiency=_resolve(base, text_field(run_t, "efficiency", w), f"{w} efficiency"),
-        target_accuracy=target,
-        mode=mode,
-        objective=objective,
-        rounds=int_field(run_t, "rounds", w, 1, 1, MAX_ROUNDS),
-        optimizer=choice_field(run_t, "optimizer", w, "adam", OPTIMIZERS),
-        lr_ref_batch=int_field(run_t, "lr_ref_batch", w, 128, 1, MAX_BATCH),
-        lr_ref=lr_ref,
-        seed=int_field(run_t, "seed", w, 0, 0, MAX_SEED),
-        extra=_extra(run_t, known_run, w),
+    values["name"] = check_name(
+        w,
+        "run name" if "name" in run_t else "run name (the file's)",
+        run_t.get("name", path.stem),
     )
+    values["efficiency"] = _resolve(path.parent, str(values["efficiency"]), f"{w} efficiency")
+    return RunSettings(**values)  # type: ignore[arg-type]
+
+
+def run_value(path: str | Path, key: str) -> object:
+    """One ``[run]`` key of a fleet file, checked by its schema (None when absent): reads only
+    that key, so a fleet whose devices are not ready yet (first contact) still names its
+    stores."""
+    path = Path(path)
+    data, text = _read_toml(path)
+    run_t = data.get("run")
+    if not isinstance(run_t, dict) or run_t.get(key) is None:
+        return None
+    (decl,) = [k for k in RUN_KEYS if k.name == key]
+    return check_value(decl, run_t[key], lambda: locator(path, text, "run", 0, "[run]")(key))
+
+
+def load_fleet(path: str | Path) -> Fleet:
+    path = Path(path)
+    data, text = _read_toml(path)
+    base = path.parent
+    check_keys(data, FLEET_TABLES, locator(path, text, None, 0, ""))
+    run = read_run(path, data, text)
     dev_list = data.get("devices")
     if not isinstance(dev_list, list) or not dev_list:
         raise InputError(f"{path}: no [[devices]] entries")
@@ -249,6 +260,11 @@ def load_fleet(path: str | Path) -> Fleet:
         w = f"{path}: device #{i}" + (f" ({shown})" if shown else "")
         if not isinstance(d, dict):
             raise InputError(f"{w}: expected a table")
+        locate = locator(path, text, "devices", i - 1, w[len(f"{path}: ") :])
+        check_keys(d, (k.name for k in DEVICE_KEYS), locate)
+        for key in DEVICE_KEYS:  # types, ranges; the budget grammar reads budget_*
+            if key.name in d and key.name != "name" and not key.name.startswith("budget"):
+                check_value(key, d[key.name], lambda n=key.name, at=locate: at(n))
         name = check_name(w, "device name", require_field(d, "name", w, str))
         dtype = str(require_field(d, "type", w, str))
         if dtype not in DEVICE_TYPES:

@@ -55,7 +55,7 @@ Shipped = dict[str, Efficiency]  # a device's own efficiency, by name (learnt by
 
 def run_deadline(fleet: Fleet) -> float | None:
     """``[run] deadline_s`` if the fleet file sets one (validated), else None (plan it)."""
-    raw = fleet.run.extra.get("deadline_s")
+    raw = fleet.run.deadline_s
     if raw is None:
         return None
     return check_deadline(raw, f"{fleet.path}: [run] deadline_s")
@@ -132,12 +132,9 @@ def _finite(v: object) -> bool:
 
 
 def run_for(run: RunSettings, objective: str, deadline_s: float | None) -> RunSettings:
-    """The run settings a device gets: this objective, and the planned deadline in ``extra``
-    (where the device round reads an objective's context, as from a train instruction)."""
-    extra = {k: v for k, v in run.extra.items() if k != "deadline_s"}
-    if deadline_s is not None:
-        extra["deadline_s"] = deadline_s
-    return replace(run, objective=objective, extra=extra)
+    """The run settings a device gets: this objective, and the planned deadline (where the
+    device round reads an objective's context, as from a train instruction)."""
+    return replace(run, objective=objective, deadline_s=deadline_s)
 
 
 def simulate_fleet(

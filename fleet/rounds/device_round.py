@@ -237,13 +237,13 @@ def run_device(
     ``index`` may be a prebuilt ``SelectionIndex`` of ``profile`` (thousands of simulated
     devices share a reference profile); ``context`` is the objective's extra keywords (e.g. a
     deadline); by default each keyword the objective names (``Objective.context``) is taken
-    from the fleet's ``[run]`` table (``run.extra``). Never raises ``InputError``: an
+    from the fleet's ``[run]`` table (``RunSettings``). Never raises ``InputError``: an
     ``error`` / ``infeasible`` row says what went wrong, so one device cannot stop the round.
     """
     res = DeviceResult.for_device(spec, shipped.source)
     if context is None:
         wanted = OBJECTIVES[run.objective].context if run.objective in OBJECTIVES else ()
-        context = {k: run.extra[k] for k in wanted if k in run.extra}
+        context = {k: getattr(run, k) for k in wanted if getattr(run, k, None) is not None}
     if runner.learning is not None:
         res.learning = runner.learning
     try:

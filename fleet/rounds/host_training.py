@@ -82,8 +82,8 @@ class HostTraining:
             out = train_to_target(
                 model, task.train, task.test, b, lr, run.target_accuracy,
                 optimizer=run.optimizer,
-                eval_every_samples=_opt_int(run.extra.get("eval_every_samples")),
-                max_samples=_opt_int(run.extra.get("max_samples")),
+                eval_every_samples=run.eval_every_samples,
+                max_samples=run.max_samples,
                 seed=run.seed, task=task.kind, controller=control,
             )  # fmt: skip
         except TrainerError as exc:
@@ -132,7 +132,3 @@ def train_device(
         ), None
     row = run_device(spec, profile, shipped, run, runner, index=index)
     return row, runner.trained
-
-
-def _opt_int(v: object) -> int | None:
-    return None if v is None else int(v)  # type: ignore[call-overload]

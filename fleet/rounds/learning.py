@@ -43,7 +43,7 @@ from fleet.rounds.progress import Progress
 def mode_of(rnd: Round) -> str:
     """The run's ``learn_efficiency`` (checked: an unknown value is an input error)."""
     try:
-        return learning_mode(rnd.run.extra.get("learn_efficiency"))
+        return learning_mode(rnd.run.learn_efficiency)
     except ValueError as exc:
         raise InputError(f"[run] learn_efficiency: {exc}") from None
 

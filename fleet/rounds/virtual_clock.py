@@ -334,7 +334,7 @@ def _device_files(spec: DeviceSpec) -> tuple[Profile, SelectionIndex, Efficiency
 
 def device_curves(spec: DeviceSpec, trace: Efficiency, run: RunSettings) -> TraceCurves | None:
     """The learning curves a replay device reads (None: it has none, or it does not learn)."""
-    if spec.data is None or run.extra.get("learn_efficiency") == "none":
+    if spec.data is None or run.learn_efficiency == "none":
         return None
     return cached_curves(spec.data, run.target_accuracy, run.seed, trace)
 

@@ -93,24 +93,14 @@ def write_weights(state: dict[str, Any], path: str) -> None:
     tensorfile.save({k: v.detach().cpu() for k, v in state.items()}, path, "weights")
 
 
-def ships_weights(run: Any) -> bool:
-    """The fleet's ``[run] ship_weights`` (default true): whether round 1's model travels."""
-    value = run.extra.get("ship_weights", True)
-    if not isinstance(value, bool):
-        raise InputError(f"[run] ship_weights must be true or false, got {value!r}")
-    return value
-
-
 def run_weights_path(run: Any, fleet_path: str) -> str | None:
     """The fleet's ``[run] weights`` file (``powerfleet pretrain``'s output), absolute.
 
     A relative name is relative to the fleet file, as every other path in it is.
     """
-    raw = run.extra.get("weights")
-    if raw in (None, ""):
+    raw = run.weights
+    if not raw:
         return None
-    if not isinstance(raw, str):
-        raise InputError(f"{fleet_path}: [run] weights must be a file path, got {raw!r}")
     path = Path(raw).expanduser()
     if not path.is_absolute():
         path = Path(fleet_path).resolve().parent / path
@@ -134,7 +124,7 @@ def initial_weights(fleet: Any) -> dict[str, Any]:
     path = run_weights_path(run, fleet.path)
     if path is not None:
         return read_weights(path)
-    data_dir = str(run.extra.get("data_dir") or "") or None
+    data_dir = run.data_dir or None
     for spec in fleet.devices:
         if spec.learning == "train" and spec.data:
             task = load_task(spec.data, data_dir, seed=run.seed)  # all of it: classes from labels

@@ -213,10 +213,8 @@ def default_store(state_dir: str | Path) -> Path:
 
 def store_path(run: Any, fleet_path: str, run_dir: str | Path) -> Path:
     """``[run] efficiency_store`` (relative to the fleet file) or the run directory's."""
-    raw = run.extra.get("efficiency_store")
-    if raw in (None, ""):
+    raw = run.efficiency_store
+    if not raw:
         return default_store(run_dir)
-    if not isinstance(raw, str):
-        raise InputError(f"{fleet_path}: [run] efficiency_store must be a folder path, got {raw!r}")
     path = Path(raw).expanduser()
     return path if path.is_absolute() else Path(fleet_path).resolve().parent / path

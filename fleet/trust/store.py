@@ -379,21 +379,10 @@ def store_from_fleet(fleet_path: str | Path) -> Path | None:
     Reads only the ``[run]`` table, so a fleet whose devices have no profiles yet (first
     contact) still names its store.
     """
-    import tomllib
+    from fleet.config.fleetfile import run_value
 
-    path = Path(fleet_path)
-    try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError(f"{path}: fleet file not found") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: not valid TOML: {exc}") from None
-    raw = (data.get("run") or {}).get("profile_store") if isinstance(data, dict) else None
-    if raw is None:
-        return None
-    if not isinstance(raw, str) or not raw:
-        raise InputError(f"{path}: [run] profile_store must be a directory path, got {raw!r}")
-    return (path.parent / raw).resolve()
+    raw = run_value(fleet_path, "profile_store")
+    return None if raw is None else (Path(fleet_path).parent / str(raw)).resolve()
 
 
 def unverified(rows: Sequence[Row]) -> list[Row]:

@@ -1,0 +1,456 @@
+"""Every key a fleet file, a node config and a run config may hold: one declaration each.
+
+Why one place: a key the reader does not know used to be kept silently (``objectve =
+"deadline"`` ran the time objective and exited 0), and its type, default and range lived in the
+reader of each layer. Here each key is declared once, with its type, default, bounds and a
+line of help; the readers (``fleet.config.fleetfile``, the train instruction's run settings,
+the ClientApp's node config, the ServerApp's run config) refuse any other key, naming the file,
+the line, the key and the closest known one, and ``fleet.config.reference`` writes the tables
+of ``docs/fleet-file.md`` from the same declarations.
+
+TOML parsers give no line numbers: :func:`key_line` finds ``key =`` inside its table by
+scanning the text, which is good enough to point at a misspelling.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from fleet.agent.learning.efficiency_learner import MODES as LEARN_MODES
+from fleet.common.errors import InputError
+from fleet.config.fields import MAX_BATCH, MAX_ROUNDS, MAX_SEED, MAX_TEXT, OPTIMIZERS, show_value
+from fleet.core.objectives import OBJECTIVES
+
+MODES = ("local", "federated")
+LEARNING = ("trace", "train")
+CLIENTS = ("replay", "hardware")  # a device entry's ``client``: hardware may lack a profile
+
+_TYPE_NAMES = {str: "text", int: "integer", float: "number", bool: "true/false"}
+
+
+@dataclass(frozen=True)
+class Key:
+    """One key of a table: its type, its default (None: absent unless given), what a value
+    must be (``expect``, the words of the error line and of the docs) and one line of help."""
+
+    name: str
+    type: type
+    default: object
+    help: str
+    expect: str = ""
+    ok: Callable[[object], bool] | None = None
+    choices: tuple[str, ...] = ()
+    required: bool = False
+
+    def expectation(self) -> str:
+        if self.expect:
+            return self.expect
+        if self.choices:
+            return "one of " + ", ".join(self.choices)
+        return {
+            bool: "true or false",
+            int: "an integer",
+            float: "a finite number",
+            str: f"1-{MAX_TEXT} printable characters",
+        }[self.type]
+
+    def type_name(self) -> str:
+        return "choice" if self.choices else _TYPE_NAMES[self.type]
+
+
+def _in(lo: float, hi: float) -> Callable[[object], bool]:
+    return lambda v: lo <= v <= hi  # type: ignore[operator]
+
+
+def _positive(v: object) -> bool:
+    return v > 0  # type: ignore[operator]
+
+
+# [run]: the settings of the whole run. RunSettings (fleet.config.fleetfile) has exactly these
+# fields, in this order (a test keeps them equal).
+RUN_KEYS: tuple[Key, ...] = (
+    Key("name", str, None, "the run's name (default: the file's stem); safe-name alphabet"),
+    Key(
+        "model",
+        str,
+        None,
+        "the model every device fine-tunes (resnet18, small_cnn...)",
+        required=True,
+    ),
+    Key(
+        "efficiency",
+        str,
+        None,
+        "the proxy's efficiency CSV the coordinator ships (relative to the file)",
+        required=True,
+    ),
+    Key(
+        "target_accuracy",
+        float,
+        None,
+        "the accuracy a device trains to",
+        expect="an accuracy in (0, 1]",
+        ok=lambda v: 0 < v <= 1,
+        required=True,
+    ),  # type: ignore[operator]
+    Key(
+        "mode", str, "local", "local: devices keep their weights; federated: FedAvg", choices=MODES
+    ),
+    Key(
+        "objective",
+        str,
+        "time",
+        "what a device minimises (deadline: energy within the round's deadline)",
+        choices=tuple(OBJECTIVES),
+    ),
+    Key(
+        "rounds",
+        int,
+        1,
+        "rounds of the run",
+        expect=f"an integer in [1, {MAX_ROUNDS}]",
+        ok=_in(1, MAX_ROUNDS),
+    ),
+    Key(
+        "optimizer",
+        str,
+        "adam",
+        "the optimizer (it picks the learning-rate rule)",
+        choices=OPTIMIZERS,
+    ),
+    Key(
+        "lr_ref_batch",
+        int,
+        128,
+        "the batch size of the reference learning rate",
+        expect=f"an integer in [1, {MAX_BATCH}]",
+        ok=_in(1, MAX_BATCH),
+    ),
+    Key(
+        "lr_ref",
+        float,
+        5e-4,
+        "the learning rate at lr_ref_batch (scaled to the chosen batch)",
+        expect="a learning rate > 0",
+        ok=_positive,
+    ),
+    Key(
+        "seed",
+        int,
+        0,
+        "the seed of models and data order",
+        expect=f"an integer in [0, {MAX_SEED}]",
+        ok=_in(0, MAX_SEED),
+    ),
+    Key(
+        "deadline_s",
+        float,
+        None,
+        "the round's deadline on the device clock (objective "
+        "deadline); absent: planned from the devices' fastest finishes",
+        expect="a finite number > 0 (a positive number of seconds)",
+        ok=_positive,
+    ),
+    Key("ship_weights", bool, True, "whether round 1's model travels to the devices"),
+    Key(
+        "weights",
+        str,
+        None,
+        "the starting weights (powerfleet pretrain's output), relative "
+        "to the file; absent: a seeded fresh model",
+    ),
+    Key("data_dir", str, None, "where prepared datasets are looked up (default: the data cache)"),
+    Key(
+        "learn_efficiency",
+        str,
+        "online",
+        "how a device learns its samples-to-target: none "
+        "(the shipped vector), online (its curve), device (noise scale), all",
+        choices=LEARN_MODES,
+    ),
+    Key(
+        "eval_every_samples",
+        int,
+        None,
+        "host training: evaluate every this many samples",
+        expect="an integer in [1, 2**40]",
+        ok=_in(1, 2**40),
+    ),
+    Key(
+        "max_samples",
+        int,
+        None,
+        "training stops after this many samples, target or not",
+        expect="an integer in [1, 2**40]",
+        ok=_in(1, 2**40),
+    ),
+    Key(
+        "guard_window_s",
+        float,
+        None,
+        "a board's power guard window (seconds; the agent's default 0.2)",
+        expect="a finite number > 0",
+        ok=_positive,
+    ),
+    Key(
+        "efficiency_store",
+        str,
+        None,
+        "the efficiency store's folder, relative to the file (default: the run directory's)",
+    ),
+    Key(
+        "profile_store",
+        str,
+        None,
+        "the profile store's folder, relative to the file "
+        "(default: the run directory's profile-store)",
+    ),
+    Key(
+        "input_shape",
+        str,
+        None,
+        "the input shape the profiles are keyed by (3x32x32...; default: the model's)",
+    ),
+)
+
+# [[devices]]: one entry (``count = N``: N identical devices). The budget keys are read by the
+# budget grammar (fleet.method.budget.read_budget) and the path keys resolved by the loader; this
+# declaration is what an entry may hold and what the docs say of it.
+DEVICE_KEYS: tuple[Key, ...] = (
+    Key("name", str, None, "the device's name (name-0001... with count)", required=True),
+    Key("type", str, None, "the device type (fleet.config.device_types)", required=True),
+    Key(
+        "budget_w",
+        float,
+        None,
+        'the power budget: watts, or "none" for no limit',
+        expect='watts > 0, or "none"',
+    ),
+    Key(
+        "budget_schedule",
+        str,
+        None,
+        '[[seconds, watts], ...] or "0:7,600:4.5": the budget changing during training',
+        expect="a budget schedule",
+    ),
+    Key(
+        "budget_trace", str, None, "a power trace CSV (time_s, available_w) played as the schedule"
+    ),
+    Key("budget_dwell_s", float, None, "budget_trace: the shortest step kept (seconds)"),
+    Key("budget_trace_start_s", float, None, "budget_trace: the trace second training starts"),
+    Key("profile", str, None, "the device's profile CSV (a hardware device may lack it)"),
+    Key(
+        "data",
+        str,
+        None,
+        "the convergence trace CSV (learning trace), or the dataset to train on (learning train)",
+    ),
+    Key(
+        "learning",
+        str,
+        "trace",
+        "trace: replay the recorded curve; train: train on the host",
+        choices=LEARNING,
+    ),
+    Key(
+        "client",
+        str,
+        "replay",
+        "replay: the virtual clock; hardware: a real board",
+        choices=CLIENTS,
+    ),
+    Key(
+        "count",
+        int,
+        1,
+        "this many identical devices",
+        expect="a positive integer",
+        ok=_positive,
+    ),
+)
+
+FLEET_TABLES = ("run", "devices")
+
+# A SuperNode's --node-config (deployment; Flower's simulation gives partition-id and
+# num-partitions). A hardware node also takes each backend option under its public name.
+NODE_KEYS: tuple[Key, ...] = (
+    Key("partition-id", int, None, "simulation: which device of the fleet file this node is"),
+    Key("num-partitions", int, None, "simulation: how many nodes Flower started"),
+    Key("device-name", str, None, "deployment: the device's name"),
+    Key("device-type", str, None, "deployment: the device type"),
+    Key("budget-w", str, None, 'deployment: watts, or "none"'),
+    Key("budget-schedule", str, None, 'deployment: "0:7,600:4.5"'),
+    Key("profile", str, None, "deployment: the profile CSV on this node"),
+    Key("data", str, None, "deployment: the trace CSV or dataset on this node"),
+    Key("learning", str, "trace", "trace or train", choices=LEARNING),
+    Key("client", str, "simulated", '"hardware": drive a board through the agent'),
+    Key("pace", float, 0.0, "device seconds per wall second (0: no wait)"),
+    Key("work-dir", str, None, "the node's own folder (checkpoints, the agent's files)"),
+    Key("backend", str, "jetson", "hardware: the agent's backend"),
+    Key("agent-python", str, None, "hardware: the interpreter that runs the agent"),
+    Key("agent-timeout-s", float, 3600.0, "hardware: the agent's longest call (seconds)"),
+    Key("budget-file", str, None, "hardware: a live budget file on the board"),
+    Key("pace-to-profile", bool, False, "hardware rehearsal: steps last the profile's time"),
+)
+HARDWARE_NODE_KEYS = ("backend", "agent-python", "agent-timeout-s", "work-dir", "budget-file",
+                      "pace-to-profile")  # fmt: skip
+
+# [tool.flwr.app.config] (and flwr run -c): the ServerApp's settings (strategies/server_app.py).
+RUN_CONFIG_KEYS: tuple[Key, ...] = (
+    Key("fleet-path", str, "simulations/fleets/default.toml", "the fleet TOML"),
+    Key("run-dir", str, "", "empty: runs/<run name>-<UTC time>"),
+    Key("num-nodes", int, 0, "devices to wait for; 0 = every device in the fleet file"),
+    Key("ship-weights", str, "fleet", '"fleet" = the fleet\'s [run] ship_weights, or true/false'),
+    Key(
+        "round-timeout-s",
+        float,
+        600.0,
+        "one-request rounds: the wait for replies; segments: the first allowance",
+    ),
+    Key(
+        "segment-s",
+        float,
+        600.0,
+        "device-clock seconds per segment (0: one request per device and round)",
+    ),
+    Key("node-wait-s", float, 300.0, "how long the first round waits for devices to connect"),
+    Key("engine", str, "flower", "the report's engine name (deployment: flower-deployment)"),
+    Key("run-token", str, "", "echoed into report.json so a launcher knows the report is its own"),
+    Key("progress-file", str, "", "a launcher in another process follows progress there"),
+)
+
+
+def node_config_keys() -> list[str]:
+    """Every key a node config may hold: the declared ones, then each backend option's public
+    name (generated from the backend registry, fleet.agent.devices)."""
+    from fleet.agent.devices import all_options
+
+    return [*(k.name for k in NODE_KEYS), *(opt.public for opt, _ in all_options())]
+
+
+def check_node_config(nc: Mapping) -> None:
+    """A node config (``--node-config``, or Flower's simulation) with a key no reader knows is
+    refused in one line naming the key and the closest known one."""
+    known = node_config_keys()
+    check_keys(nc, known, lambda key: "node config")
+
+
+def check_run_config(run_config: Mapping) -> None:
+    """The app's run config (``[tool.flwr.app.config]`` + ``flwr run -c``): unknown keys refused."""
+    where = "run config ([tool.flwr.app.config] or flwr run -c)"
+    check_keys(run_config, (k.name for k in RUN_CONFIG_KEYS), lambda key: where)
+
+
+def closest(name: str, known: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the closest known key, or nothing when none is close."""
+    match = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    return f" (did you mean '{match[0]}'?)" if match else ""
+
+
+def unknown_key(where: str, name: object, known: Iterable[str], what: str = "key") -> str:
+    shown = name if isinstance(name, str) and len(name) <= 80 else show_value(name)
+    return f"{where}: unknown {what} '{shown}'" + closest(str(name), known)
+
+
+def check_keys(table: Mapping, known: Iterable[str], locate: Callable[[str], str]) -> None:
+    """Refuse the first key of ``table`` not in ``known``, naming its place and the closest."""
+    names = list(known)
+    for name in table:
+        if name not in names:
+            raise InputError(unknown_key(locate(str(name)), name, names))
+
+
+def check_value(key: Key, value: object, where: str | Callable[[], str]) -> object:
+    """``value`` as ``key`` declares it (a float key takes an integer too), else one line
+    naming ``where`` (a function is called only then: finding a line scans the file)."""
+    t = key.type
+    if t is bool:
+        typed = isinstance(value, bool)
+    elif t is int:
+        typed = isinstance(value, int) and not isinstance(value, bool)
+    elif t is float:
+        typed = isinstance(value, (int, float)) and not isinstance(value, bool)
+    else:
+        typed = isinstance(value, str)
+    good = typed
+    if good and t is float:
+        good = math.isfinite(value)  # type: ignore[arg-type]
+    if good and t is str:
+        text = str(value)
+        good = 0 < len(text) <= MAX_TEXT and not any(ord(c) < 32 or ord(c) == 127 for c in text)
+    if good and key.choices:
+        good = value in key.choices
+    if good and key.ok is not None:
+        good = bool(key.ok(value))
+    if not good:
+        where = where if isinstance(where, str) else where()
+        raise InputError(
+            f"{where}: field '{key.name}' must be {key.expectation()}, got {show_value(value)}"
+            + ("" if typed else " (wrong type)")
+        )
+    return float(value) if t is float else value  # type: ignore[arg-type]
+
+
+def read_table(
+    table: Mapping, keys: Sequence[Key], locate: Callable[[str], str]
+) -> dict[str, object]:
+    """Every declared key's value (its default when absent); an unknown key, a missing
+    required one, a wrong type or an out-of-range value is one ``InputError``."""
+    check_keys(table, (k.name for k in keys), locate)
+    out: dict[str, object] = {}
+    for key in keys:
+        if key.name in table:
+            name = key.name
+            out[name] = check_value(key, table[name], lambda name=name: locate(name))
+        elif key.required:
+            raise InputError(f"{locate(key.name)}: missing field '{key.name}' "
+                             f"({key.expectation()})")  # fmt: skip
+        else:
+            out[key.name] = key.default
+    return out
+
+
+_HEADER = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
+
+
+def key_line(text: str, table: str | None, index: int, key: str) -> int | None:
+    """The 1-based line of ``key = ...`` in the ``index``-th (0-based) ``[table]`` or
+    ``[[table]]`` of ``text`` (``table`` None: the top level, where a table's own header
+    counts as its key), or None when it cannot be found (an inline table, say)."""
+    assign = re.compile(r"^\s*[\"']?" + re.escape(key) + r"[\"']?\s*=")
+    inside, seen = table is None, -1
+    for n, line in enumerate(text.splitlines(), start=1):
+        head = _HEADER.match(line)
+        if head:
+            name = head.group(1).strip("\"'")
+            if table is None:
+                if name == key or name.startswith(key + "."):
+                    return n
+                inside = False
+                continue
+            if name == table:
+                seen += 1
+                inside = seen == index
+            elif inside:
+                inside = False
+                if seen >= index:
+                    return None
+            continue
+        if inside and assign.match(line):
+            return n
+    return None
+
+
+def locator(path: object, text: str, table: str | None, index: int, label: str):  # noqa: ANN201
+    """A ``key -> "FILE:LINE: label"`` function for the errors of one table."""
+
+    def where(key: str) -> str:
+        line = key_line(text, table, index, key)
+        place = f"{path}:{line}" if line is not None else f"{path}"
+        return f"{place}: {label}" if label else place
+
+    return where
