@@ -17,6 +17,7 @@ from clients import segment_wire as wire
 from clients.reply_check import check_row
 from fleet.common.errors import InputError
 from fleet.planning import replan
+from fleet.planning import round_logic as logic
 from fleet.rounds.device_round import DeviceResult
 from fleet.rounds.progress import Progress, later
 from strategies import round_book as book
@@ -51,7 +52,7 @@ def test_progress_replaces_never_adds_across_replayed_segments() -> None:
     assert book.apply_segment(state, "nano-1", _row(), p1) is False
     p2 = Progress(time_s=1200, samples=19200, energy_j=6000, done=0.5, segments=2)
     book.apply_segment(state, "nano-1", _row(), p2)
-    assert book.progress(state["devices"]["nano-1"]).samples == 19200
+    assert logic.progress(state["devices"]["nano-1"]).samples == 19200
     final = _row(status="ok", time_s=2400.0, samples=38400.0, energy_j=12000.0)
     assert book.apply_segment(state, "nano-1", final, p2) is True
     rows = book.round_rows(state)
@@ -75,7 +76,7 @@ def test_lost_device_reported_with_last_progress_and_back_within_the_round() -> 
     book.mark_lost(state, "tx2-1", "node 3 went offline")
     e = state["devices"]["tx2-1"]
     assert e["status"] == "lost" and e["lost_at_utc"]
-    assert book.active(state) == []
+    assert logic.active(state["devices"]) == []
     row = book.round_rows(state)[0]
     assert row["status"] == "lost"
     assert (row["samples"], row["time_s"], row["energy_j"]) == (27000, 1800, 9100)
@@ -84,7 +85,7 @@ def test_lost_device_reported_with_last_progress_and_back_within_the_round() -> 
     # a restarted SuperNode identifies under a new node id: the device runs again
     book.assign(state, "tx2-1", 11)
     assert e["status"] == "running" and e["node_id"] == 11
-    assert book.progress(e).samples == 27000  # resumes, keeping every sample
+    assert logic.progress(e).samples == 27000  # resumes, keeping every sample
 
 
 def test_coordinator_restart_keeps_finished_devices_and_resumes_the_rest() -> None:
