@@ -57,7 +57,9 @@ class StateWriter:
     (plus the first and the last write): a 1,000-device fleet finishes devices far faster than
     anyone reads them, and each write re-serialises every device."""
 
-    def __init__(self, fleet: Fleet, run_dir: Path, segment_s: float, every_s: float = 1.0) -> None:
+    def __init__(
+        self, fleet: Fleet, run_dir: Path, every_s: float = 1.0, segment_s: float = SEGMENT_S
+    ) -> None:
         self.run_dir, self.every_s = run_dir, every_s
         devices = [(d.name, d.device_type, d.budget_w) for d in fleet.devices]
         digest = roundstate.fleet_sha256(fleet.path)
@@ -112,7 +114,9 @@ def run_direct(
     total = len(fleet.devices)
     weights = _shipped_weights(fleet)
     data_dir = str(fleet.run.extra.get("data_dir") or "") or None
-    state = StateWriter(fleet, run_dir, 0.0)  # after the checks above: bad input writes nothing
+    state = StateWriter(
+        fleet, run_dir, segment_s=0.0
+    )  # after the checks above: bad input writes nothing
     for k, spec in enumerate(fleet.devices, start=1):
         if spec.learning == "train":
             from fleet.rounds.host_training import train_device  # torch only when a device trains
@@ -139,7 +143,7 @@ def _replay_rounds(
     from fleet.planning.whatif import deadline_vs_time
     from fleet.trust.efficiency_store import EfficiencyStore, store_path
 
-    state = StateWriter(fleet, run_dir, segment_s)
+    state = StateWriter(fleet, run_dir, segment_s=segment_s)
     store = store_path(fleet.run, str(fleet.path), run_dir)
     rounds = simulate_rounds(fleet, None, fleet.run.rounds, store, segment_s, progress)
     last = rounds[-1]

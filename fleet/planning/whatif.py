@@ -318,11 +318,13 @@ def sweep(
     scale: bool = False,
     objective: str | None = None,
     progress: Progress | None = None,
+    segment_s: float | None = None,
 ) -> list[WhatIfStep]:
-    """One fleet round per budget (or scale); the deadline objective re-plans at every step."""
+    """One fleet round per budget (or scale), in segments of ``segment_s`` as
+    ``simulate_fleet`` runs it; the deadline objective plans (and re-plans) at every step."""
     out = []
     for k, v in enumerate(values, start=1):
-        got = simulate_fleet(with_budget(fleet, v, scale), objective)
+        got = simulate_fleet(with_budget(fleet, v, scale), objective, segment_s=segment_s)
         t = got.totals
         out.append(
             WhatIfStep(
