@@ -3,9 +3,11 @@
 Both engines call the same device code (``fleet.rounds.virtual_clock.simulate_device``, the device
 round on the virtual clock, or ``fleet.rounds.host_training.train_device`` for a device whose fleet
 entry says ``learning = "train"``, fine-tuning the weights the coordinator would ship) and write
-the same round report (``fleet.reports.report.write_report``), so a 1,000-device direct run answers
-the same question a Flower run does, minus Flower's per-message cost. Flower is imported only when
-the ``flower`` engine is asked for.
+the same round report (``fleet.reports.report.write_report``), and both run the round itself
+(segments of ``segment-s`` device seconds, the deadline re-planned, the statuses) through one
+implementation (``fleet.planning.round_logic``), so a 1,000-device direct run answers the same
+question a Flower run does, minus Flower's per-message cost. Flower is imported only when the
+``flower`` engine is asked for.
 """
 
 from __future__ import annotations
