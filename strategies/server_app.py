@@ -73,6 +73,7 @@ class ServerSettings:
     engine: str = "flower"
     run_token: str = ""
     progress: ProgressFn | None = None  # simulation only: called from the ServerApp thread
+    poll_s: float = 0.25  # the segmented loop's pause between polls of the grid
 
 
 def _as_bool(key: str, value: object) -> bool | None:
@@ -247,6 +248,7 @@ def run_fleet(grid: Grid, settings: ServerSettings) -> dict[str, Any]:
             node_wait_s=settings.node_wait_s,
             first_allowance_s=settings.round_timeout_s,
             lockstep=settings.engine == "flower",  # Flower's simulation: one virtual clock
+            poll_s=settings.poll_s,
         )
         done_rows = segmented_run.run_rounds(
             ReportingGrid(grid),

@@ -56,7 +56,8 @@ def coordinator_report(fleet_file: Path, run_dir: Path) -> dict:
     simulation) over the in-process grid."""
     nodes = len(load_fleet(fleet_file).devices)
     with app_identity():
-        return run_fleet(InProcessGrid(nodes), ServerSettings(str(fleet_file), str(run_dir)))
+        settings = ServerSettings(str(fleet_file), str(run_dir), poll_s=0.0)  # replies are here
+        return run_fleet(InProcessGrid(nodes), settings)
 
 
 def revisions(report: dict) -> list[tuple]:
