@@ -281,7 +281,7 @@ def _unseen(spec, ins: records.TrainInstruction, resume: Progress, start: Progre
     """The stretches from the coordinator's ``resume`` to this device's checkpoint ``start``:
     work done in a segment whose reply never arrived (the coordinator restarted, the reply was
     lost). The counters are cumulative and already hold it, but the round's record of stretches
-    (joined by the coordinator, ``strategies.round_book.join_segments``) would keep a hole
+    (joined by the coordinator, ``fleet.planning.round_logic.join_segments``) would keep a hole
     there; the replay is deterministic, so the device replays that stretch without waiting."""
     gap, _ = simulate_segment(
         spec, ins.efficiency_for(spec.name), ins.run, resume, start.time_s - resume.time_s

@@ -3,9 +3,11 @@
 Both engines call the same device code (``fleet.rounds.virtual_clock.simulate_device``, the device
 round on the virtual clock, or ``fleet.rounds.host_training.train_device`` for a device whose fleet
 entry says ``learning = "train"``, fine-tuning the weights the coordinator would ship) and write
-the same round report (``fleet.reports.report.write_report``), so a 1,000-device direct run answers
-the same question a Flower run does, minus Flower's per-message cost. Flower is imported only when
-the ``flower`` engine is asked for.
+the same round report (``fleet.reports.report.write_report``), and both run the round itself
+(segments of ``segment-s`` device seconds, the deadline re-planned, the statuses) through one
+implementation (``fleet.planning.round_logic``), so a 1,000-device direct run answers the same
+question a Flower run does, minus Flower's per-message cost. Flower is imported only when the
+``flower`` engine is asked for.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 import simulations
 from fleet.common.names import child_dir
 from fleet.config.fleetfile import Fleet, load_fleet
+from fleet.planning.round_logic import SEGMENT_S
 from fleet.reports import roundstate
 from fleet.reports.report import write_report
 from fleet.rounds.virtual_clock import cached_efficiency, simulate_device
@@ -56,13 +59,14 @@ class StateWriter:
     (plus the first and the last write): a 1,000-device fleet finishes devices far faster than
     anyone reads them, and each write re-serialises every device."""
 
-    def __init__(self, fleet: Fleet, run_dir: Path, every_s: float = 1.0) -> None:
+    def __init__(
+        self, fleet: Fleet, run_dir: Path, every_s: float = 1.0, segment_s: float = SEGMENT_S
+    ) -> None:
         self.run_dir, self.every_s = run_dir, every_s
         devices = [(d.name, d.device_type, d.budget_w) for d in fleet.devices]
         digest = roundstate.fleet_sha256(fleet.path)
-        # the direct engine runs one round, each device in one piece (segment_s 0)
         self.state = roundstate.new_state(
-            fleet.run.name, fleet.path, digest, "direct", "", 1, 0.0, devices
+            fleet.run.name, fleet.path, digest, "direct", "", 1, segment_s, devices
         )
         self.waiting: list[tuple[dict, str]] = []  # (row, when) finished since the last write
         self._write()
@@ -92,20 +96,29 @@ class StateWriter:
         self._write()
 
 
-def run_direct(fleet: Fleet, run_dir: Path, progress: Progress | None = None) -> dict:
-    """Every device in this process, one after the other: no Flower, no Ray, same rows.
+def run_direct(
+    fleet: Fleet, run_dir: Path, progress: Progress | None = None, segment_s: float | None = None
+) -> dict:
+    """Every device in this process: no Flower, no Ray, same rows.
 
     A replay fleet runs ``[run] rounds`` rounds, each shipped what the devices taught the
     efficiency store in the rounds before (``fleet.planning.learning_rounds``), as the Flower
-    coordinator does; the report holds the last round's rows."""
+    coordinator does; each round runs in segments of ``segment_s`` device seconds (None: the
+    coordinator's default, 0: each device in one piece) through the round logic the Flower
+    coordinator drives (``fleet.planning.round_logic``); the report holds the last round's
+    rows. A fleet with a device that trains for real runs each device in one piece (host
+    training cannot stop mid-round: Flower runs it in one segment too)."""
+    seconds = SEGMENT_S if segment_s is None else float(segment_s)
     if all(d.learning == "trace" for d in fleet.devices):
-        return _replay_rounds(fleet, run_dir, progress)
+        return _replay_rounds(fleet, run_dir, progress, seconds)
     shipped = cached_efficiency(fleet.run.efficiency)
     rows = []
     total = len(fleet.devices)
     weights = _shipped_weights(fleet)
     data_dir = fleet.run.data_dir or None
-    state = StateWriter(fleet, run_dir)  # after the checks above: bad input writes nothing
+    state = StateWriter(
+        fleet, run_dir, segment_s=0.0
+    )  # after the checks above: bad input writes nothing
     for k, spec in enumerate(fleet.devices, start=1):
         if spec.learning == "train":
             from fleet.rounds.host_training import train_device  # torch only when a device trains
@@ -122,26 +135,32 @@ def run_direct(fleet: Fleet, run_dir: Path, progress: Progress | None = None) ->
     return report
 
 
-def _replay_rounds(fleet: Fleet, run_dir: Path, progress: Progress | None) -> dict:
-    """The direct engine's rounds of a replay fleet (every round re-plans its deadline)."""
+def _replay_rounds(
+    fleet: Fleet, run_dir: Path, progress: Progress | None, segment_s: float
+) -> dict:
+    """The direct engine's rounds of a replay fleet (every round plans its deadline)."""
     import tempfile
 
     from fleet.planning.learning_rounds import simulate_rounds
     from fleet.planning.whatif import deadline_vs_time
     from fleet.trust.efficiency_store import EfficiencyStore, store_path
 
-    state = StateWriter(fleet, run_dir)
+    state = StateWriter(fleet, run_dir, segment_s=segment_s)
     store = store_path(fleet.run, str(fleet.path), run_dir)
-    rounds = simulate_rounds(fleet, None, fleet.run.rounds, store, progress=progress)
+    rounds = simulate_rounds(fleet, None, fleet.run.rounds, store, segment_s, progress)
     last = rounds[-1]
     for row in last.rows:
         state.finished_device(row)
     meta = run_meta(fleet, "direct")
+    if segment_s > 0:  # as the Flower coordinator's report says it
+        meta["segment_s"] = segment_s
+    if last.plan is not None:
+        meta["plan"] = last.plan
     if fleet.run.rounds > 1:
         meta["round_totals"] = [{"round": k, **r.totals} for k, r in enumerate(rounds, 1)]
     if fleet.run.objective == "deadline":
         with tempfile.TemporaryDirectory() as tmp:  # the time objective's rounds, for comparison
-            ref = simulate_rounds(fleet, "time", fleet.run.rounds, tmp)[-1]
+            ref = simulate_rounds(fleet, "time", fleet.run.rounds, tmp, segment_s)[-1]
         meta["deadline_s"] = last.deadline_s
         meta["deadline_vs_time"] = deadline_vs_time(ref.rows, last.rows)
     if EfficiencyStore(store).observations():
@@ -151,14 +170,16 @@ def _replay_rounds(fleet: Fleet, run_dir: Path, progress: Progress | None) -> di
     return report
 
 
-def with_deadline_comparison(fleet: Fleet, run_dir: Path, report: dict) -> dict:
+def with_deadline_comparison(
+    fleet: Fleet, run_dir: Path, report: dict, segment_s: float | None = None
+) -> dict:
     """A Flower run's report with the direct engine's comparison (``deadline_vs_time``): what
     the time objective would have given on the same fleet, rewritten into report.json."""
     from fleet.planning.whatif import deadline_vs_time, simulate_fleet
 
     meta = {k: v for k, v in report.items() if k not in ("devices", "fleet")}
     meta["deadline_vs_time"] = deadline_vs_time(
-        simulate_fleet(fleet, "time").rows, report["devices"]
+        simulate_fleet(fleet, "time", segment_s=segment_s).rows, report["devices"]
     )
     return write_report(run_dir, report["devices"], meta)
 
@@ -182,19 +203,20 @@ def simulate(
 ) -> dict:
     """Load the fleet, run one round on the chosen engine, return the report (also on disk).
 
-    ``segment_s`` (flower engine): device seconds per segment, None for the app's default, 0
-    for one request per device and round (docs/architecture.md, "Segmented rounds")."""
+    ``segment_s`` (either engine): device seconds per segment, None for the default
+    (``round_logic.SEGMENT_S``), 0 for one request per device and round
+    (docs/architecture.md, "Segmented rounds")."""
     fleet = load_fleet(fleet_path or DEFAULT_FLEET)
     out = Path(run_dir) if run_dir else default_run_dir(fleet)
     t0 = time.perf_counter()
     if engine == "direct":
-        report = run_direct(fleet, out, progress)
+        report = run_direct(fleet, out, progress, segment_s)
     elif engine == "flower":
         from simulations.flower_engine import run_flower
 
         report = run_flower(fleet.path, str(out), progress, segment_s=segment_s)
         if fleet.run.objective == "deadline":
-            report = with_deadline_comparison(fleet, out, report)
+            report = with_deadline_comparison(fleet, out, report, segment_s)
     else:
         raise ValueError(f"unknown engine {engine!r}; expected one of {', '.join(ENGINES)}")
     report["wall_s"] = time.perf_counter() - t0

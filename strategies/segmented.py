@@ -40,7 +40,7 @@ from clients import records
 from clients import segment_wire as wire
 from clients.reply_check import check_row
 from fleet.common.errors import InputError
-from fleet.planning import replan
+from fleet.planning import round_logic as logic
 from fleet.reports import roundstate
 from fleet.rounds.device_round import TRAINED
 from fleet.rounds.progress import Progress
@@ -53,7 +53,7 @@ ReplyHook = Callable[[Message], None]
 
 @dataclass(frozen=True)
 class SegmentSettings:
-    segment_s: float = 600.0  # device-clock seconds per segment
+    segment_s: float = logic.SEGMENT_S  # device-clock seconds per segment
     poll_s: float = 0.25
     node_wait_s: float = 300.0  # for the expected devices to identify
     first_allowance_s: float = 900.0  # a device's first segment: agent start, profiling
@@ -113,7 +113,8 @@ class SegmentedRound:
         self.weights: dict[str, tuple[ArrayRecord, float]] = {}
         self.dirty, self.last_write = True, 0.0
         self.t0 = time.monotonic()
-        self._shipped_cache: dict[int, float] | None = None
+        self._shipped_cache: dict[str, dict[int, float]] | None = None
+        self._instruction: records.TrainInstruction | None = None
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> tuple[list[dict], list[tuple[ArrayRecord, float]]]:
@@ -128,11 +129,11 @@ class SegmentedRound:
             self._pull()
             self._check_overdue()
             self._persist()
-            if self._ready() and not book.active(self.state):
+            if self._ready() and not logic.active(self.state["devices"]):
                 break
             time.sleep(self.s.poll_s)
         if self.plan:
-            book.settle_deadline(self.state)
+            logic.settle(self.state["devices"].values(), self.state.get("plan"))
         self._persist(force=True)
         rows = book.round_rows(self.state)
         self._persist(force=True)
@@ -233,7 +234,7 @@ class SegmentedRound:
             return
         self.identified[node] = name
         e = self.state["devices"].get(name)
-        if e is not None and e["status"] not in book.ACTIVE + ("lost",):
+        if e is not None and e["status"] not in logic.ACTIVE + ("lost",):
             return  # finished this round (e.g. before a coordinator restart): not again
         self._take(name, node)
 
@@ -259,28 +260,21 @@ class SegmentedRound:
     def _send(self, online: set[int]) -> None:
         if self.plan and self.state["plan"].get("deadline_s") is None:
             return  # the deadline objective trains only once the round has its deadline
-        frontier = None
+        step = None
         if self.s.lockstep:
             if any(lk.msg_id is not None for lk in self.links.values()):
                 return  # a step still running: nobody starts the next one
-            times = [
-                book.progress(e).time_s
-                for e in self.state["devices"].values()
-                if e["status"] in book.ACTIVE
-            ]
-            frontier = min(times, default=0.0)
+            step = set(logic.due(self.state["devices"]))  # a device ahead waits for the next
             if self.plan:
                 self._replan()  # between steps: every device's progress at the same time
         for name, e in self.state["devices"].items():
             lk = self.links.get(name)
-            if e["status"] not in book.ACTIVE or lk is None or lk.node not in online:
+            if e["status"] not in logic.ACTIVE or lk is None or lk.node not in online:
                 continue
-            if lk.msg_id is not None:
+            if lk.msg_id is not None or (step is not None and name not in step):
                 continue
-            prog = book.progress(e)
-            if frontier is not None and prog.time_s > frontier + 1e-6:
-                continue  # ahead of the slowest device's clock: waits for the next step
-            cfg = wire.segment_config(self._round_config(prog), self.s.segment_s, prog)
+            prog = logic.progress(e)
+            cfg = wire.segment_config(self._round_config(name, prog), self.s.segment_s, prog)
             content = RecordDict({records.CONFIG: cfg})
             # the weights: once per node and round (a board keeps them in its checkpoint); in
             # federated mode with every segment, since a replay device keeps nothing between
@@ -334,7 +328,7 @@ class SegmentedRound:
                 wall / ran if lk.wall_per_s is None else 0.5 * (lk.wall_per_s + wall / ran)
             )
         before = (
-            book.progress(self.state["devices"][name]) if name in self.state["devices"] else None
+            logic.progress(self.state["devices"][name]) if name in self.state["devices"] else None
         )
         if row.get("status") == "running" and before is not None and prog.time_s <= before.time_s:
             lk.stalls += 1  # a segment that trained nothing (its agent died, its data broke)
@@ -380,7 +374,7 @@ class SegmentedRound:
     def _check_lost(self, online: set[int]) -> None:
         for name, lk in self.links.items():
             e = self.state["devices"].get(name, {})
-            if e.get("status") in book.ACTIVE and lk.node is not None and lk.node not in online:
+            if e.get("status") in logic.ACTIVE and lk.node is not None and lk.node not in online:
                 book.mark_lost(self.state, name, f"node {lk.node} went offline")
                 lk.node, lk.msg_id, self.dirty = None, None, True
 
@@ -396,16 +390,14 @@ class SegmentedRound:
                 self.dirty = True
 
     # ------------------------------------------------------------------ plan
-    def _round_config(self, prog: Progress | None = None) -> ConfigRecord:
+    def _round_config(self, name: str, prog: Progress) -> ConfigRecord:
         """The round's instruction with the deadline as this device must read it
-        (``fleet.planning.replan.deadline_for``: scaled to its units when it prices its work
-        with the shipped efficiency; the deadline itself stays the fleet's)."""
+        (``round_logic.deadline_for``: scaled to its units when it prices its work with the
+        shipped efficiency; the deadline itself stays the fleet's)."""
         if not self.plan:
             return self.config
-        deadline = self.state.get("plan", {}).get("deadline_s")
-        return coordinator.with_deadline(
-            self.config, replan.deadline_for(deadline, prog, self._shipped())
-        )
+        deadline = logic.deadline_for(self.state.get("plan"), name, prog, self._shipped)
+        return coordinator.with_deadline(self.config, deadline)
 
     def _plan_deadline(self) -> None:
         """The planning exchange (before anyone trains): the slowest fastest finish."""
@@ -428,55 +420,31 @@ class SegmentedRound:
         deadline, notes = coordinator.deadline_from_plans(replies)
         for note in notes:
             log(WARNING, "planning: %s", note)
-        plan = self.state.setdefault("plan", {"deadline_s": None, "revisions": []})
-        plan["deadline_s"], plan["fastest_s"] = deadline, fastest
-        plan.setdefault("revisions", []).append(
-            {
-                "at_utc": book.utc_now(),
-                "round_time_s": 0.0,
-                "deadline_s": deadline,
-                "previous_s": None,
-                "reason": "planned: the slowest device's fastest predicted finish",
-            }
-        )
+        self.state["plan"] = logic.new_plan(deadline, fastest, book.utc_now)
         log(INFO, "planning: deadline %s s", deadline)
         self.dirty = True
 
-    def _shipped(self) -> dict[int, float]:
-        """The shipped samples-to-target per batch size (what the plan priced the work with)."""
+    def _shipped(self, name: str) -> dict[int, float]:
+        """The samples-to-target per batch size this device was shipped (what the plan priced
+        its work with): its own learnt efficiency when the round sends one, else the fleet's."""
         if self._shipped_cache is None:
             try:
-                eff = records.decode_instruction(self.config).efficiency
-                self._shipped_cache = {int(b): float(n) for b, n in eff.samples.items()}
+                self._instruction = records.decode_instruction(self.config)
             except InputError:
-                self._shipped_cache = {}
-        return self._shipped_cache
+                self._instruction = None
+            self._shipped_cache = {}
+        if name not in self._shipped_cache:
+            ins = self._instruction
+            self._shipped_cache[name] = (
+                {} if ins is None else dict(ins.efficiency_for(name).reached)
+            )
+        return self._shipped_cache[name]
 
     def _replan(self) -> None:
-        plan = self.state.get("plan") or {}
-        fastest = plan.get("fastest_s") or {}
-        shipped = self._shipped()
-        standings = [
-            replan.standing(name, book.progress(e), fastest[name], shipped)
-            for name, e in self.state["devices"].items()
-            if e["status"] in book.ACTIVE and name in fastest
-        ]
-        old = plan.get("deadline_s")
-        new, why = replan.revise(old, standings)
-        if not why:
-            return
-        plan["deadline_s"] = new
-        clock = max((s.time_s for s in standings), default=0.0)
-        plan["revisions"].append(
-            {
-                "at_utc": book.utc_now(),
-                "round_time_s": clock,
-                "deadline_s": new,
-                "previous_s": old,
-                "reason": why,
-            }
-        )
-        log(INFO, "re-plan: %s", why)
+        why = logic.replan(self.state.get("plan") or {}, self.state["devices"], self._shipped,
+                           book.utc_now)  # fmt: skip
+        if why:
+            log(INFO, "re-plan: %s", why)
 
     # ------------------------------------------------------------------ disk
     def _persist(self, force: bool = False) -> None:

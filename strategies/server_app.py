@@ -47,6 +47,7 @@ from fleet.common.errors import InputError
 from fleet.common.names import child_dir
 from fleet.config.fleetfile import Fleet, load_fleet
 from fleet.config.schema import check_run_config
+from fleet.planning.round_logic import SEGMENT_S
 from fleet.reports.report import write_report
 from fleet.rounds.virtual_clock import cached_efficiency
 from fleet.trust.store import store_from_fleet
@@ -69,10 +70,11 @@ class ServerSettings:
     ship_weights: bool | None = None  # None: the fleet file's [run] ship_weights (default true)
     round_timeout_s: float = 600.0
     node_wait_s: float = 300.0
-    segment_s: float = 600.0  # 0: one request per device and round
+    segment_s: float = SEGMENT_S  # 0: one request per device and round
     engine: str = "flower"
     run_token: str = ""
     progress: ProgressFn | None = None  # simulation only: called from the ServerApp thread
+    poll_s: float = 0.25  # the segmented loop's pause between polls of the grid
 
 
 def _as_bool(key: str, value: object) -> bool | None:
@@ -110,7 +112,7 @@ def settings_from_run_config(run_config: dict[str, Any]) -> ServerSettings | Non
             ship_weights=_as_bool("ship-weights", run_config.get("ship-weights", "fleet")),
             round_timeout_s=float(run_config.get("round-timeout-s", 600.0)),
             node_wait_s=float(run_config.get("node-wait-s", 300.0)),
-            segment_s=_segment_s(run_config.get("segment-s", 600.0)),
+            segment_s=_segment_s(run_config.get("segment-s", SEGMENT_S)),
             engine=str(run_config.get("engine", "") or "flower-deployment"),
             run_token=str(run_config.get("run-token", "") or ""),
             progress=_progress_file(_resolved(str(run_config.get("progress-file", "") or ""))),
@@ -248,6 +250,7 @@ def run_fleet(grid: Grid, settings: ServerSettings) -> dict[str, Any]:
             node_wait_s=settings.node_wait_s,
             first_allowance_s=settings.round_timeout_s,
             lockstep=settings.engine == "flower",  # Flower's simulation: one virtual clock
+            poll_s=settings.poll_s,
         )
         done_rows = segmented_run.run_rounds(
             ReportingGrid(grid),

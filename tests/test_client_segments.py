@@ -212,7 +212,7 @@ def test_replies_the_coordinator_never_saw_leave_no_hole_in_the_stretches(tmp_pa
     """The coordinator restarted and missed two replies: the device resumes from its own
     checkpoint, and its reply also carries the stretches since the coordinator's ``resume``,
     so the joined record is the one-go replay's (a hole would split it in two)."""
-    from strategies.round_book import join_segments
+    from fleet.planning.round_logic import join_segments
 
     node = deployed(tmp_path)
     first = segment_round(node, instruction(500.0))

@@ -291,7 +291,8 @@ def test_planning_wire_and_device_plan_match_the_direct_planner():
     assert got == fastest_finishes(fleet.devices, shipped)
     assert got[-1] is None  # nano-starved cannot train: it does not set the deadline
     deadline = plan_deadline(got)
-    assert deadline == simulate_fleet(fleet, "deadline").deadline_s
+    assert deadline == simulate_fleet(fleet, "deadline", segment_s=0).deadline_s  # as planned
+    assert deadline == simulate_fleet(fleet, "deadline").plan["revisions"][0]["deadline_s"]
     cfg = coordinator.with_deadline(coordinator.train_config(fleet, shipped), deadline)
     ins = records.decode_instruction(cfg)
     assert ins.run.deadline_s == deadline and ins.run.objective == fleet.run.objective

@@ -21,6 +21,7 @@ from fleet.reports.report import json_safe, read_report, runner_row
 from fleet.reports.roundstate import read_state
 from simulations.runner import DEFAULT_FLEET, simulate
 from tests.deploy_helpers import run_loopback_round, stopped_at_exit
+from tests.row_compare import diff
 from tests.test_flower_deploy import FLEET as DEPLOY_FLEET
 from tests.test_flower_deploy import node_configs
 
@@ -46,9 +47,9 @@ def deadline_fleet(tmp_path: Path, text: str, learn: str = "none") -> Path:
 
 @pytest.mark.timeout(420)
 def test_flower_simulation_plans_the_deadline_like_the_direct_engine(tmp_path: Path) -> None:
-    # one request per device (segment-s = 0): the plan is never revised, as in the direct engine
+    # one request per device (segment-s = 0) in both engines: the plan is never revised
     fleet_file = deadline_fleet(tmp_path, DEFAULT_FLEET.read_text())
-    direct = simulate(fleet_file, "direct", tmp_path / "direct")
+    direct = simulate(fleet_file, "direct", tmp_path / "direct", segment_s=0)
     flower = simulate(fleet_file, "flower", tmp_path / "flower", segment_s=0)
     assert flower["deadline_s"] == pytest.approx(direct["deadline_s"])
     assert [r["device"] for r in flower["devices"]] == [r["device"] for r in direct["devices"]]
@@ -57,7 +58,7 @@ def test_flower_simulation_plans_the_deadline_like_the_direct_engine(tmp_path: P
     assert flower["deadline_vs_time"] == direct["deadline_vs_time"]  # the report's section
     assert read_report(tmp_path / "flower")["deadline_vs_time"] == direct["deadline_vs_time"]
     # the deadline changed somebody's choice (else this test would not tell the two apart)
-    time_rows = simulate_fleet(load_fleet(fleet_file), "time").rows
+    time_rows = simulate_fleet(load_fleet(fleet_file), "time", segment_s=0).rows
     assert any(
         (d["batch_size"], d["freq_mhz"]) != (t["batch_size"], t["freq_mhz"])
         for d, t in zip(direct["devices"], time_rows, strict=True)
@@ -73,8 +74,15 @@ def test_segmented_round_replans_the_deadline_from_progress(tmp_path: Path) -> N
     spending no more energy than under the broken plan."""
     fleet_file = deadline_fleet(tmp_path, DEFAULT_FLEET.read_text())
     fleet = load_fleet(fleet_file)
-    direct = simulate(fleet_file, "direct", tmp_path / "direct")
+    direct = simulate(fleet_file, "direct", tmp_path / "direct", segment_s=0)  # never re-planned
     seg = simulate(fleet_file, "flower", tmp_path / "seg", segment_s=600.0)
+    # the direct engine runs the same segments through the same round logic: the same round
+    same = simulate(fleet_file, "direct", tmp_path / "direct-seg", segment_s=600.0)
+    for got, want in zip(seg["devices"], same["devices"], strict=True):
+        assert diff(got, want, got["device"]) == []
+    assert same["plan"]["revisions"] == [
+        {k: v for k, v in r.items() if k != "at_utc"} for r in seg["plan"]["revisions"]
+    ]
     revisions = seg["plan"]["revisions"]
     assert revisions[0]["deadline_s"] == pytest.approx(direct["deadline_s"])  # planned as before
     names = {d.name for d in fleet.devices}
@@ -136,7 +144,7 @@ def test_deployment_planning_exchange_matches_the_direct_engine(tmp_path: Path) 
     assert status == "finished:completed", details
     report = deploy.read_report(run_dir, "d-1")
     assert report is not None
-    want = simulate_fleet(fleet, "deadline")
+    want = simulate_fleet(fleet, "deadline", segment_s=0)
     assert report["deadline_s"] == pytest.approx(want.deadline_s)
     rows = {r["device"]: r for r in report["devices"]}
     expect = {r["device"]: r for r in want.rows}
@@ -166,7 +174,7 @@ def test_federated_rounds_each_plan_their_deadline(tmp_path: Path) -> None:
 
     fleet_file = deadline_fleet(tmp_path, SIM_FLEET)
     report = simulate(fleet_file, "flower", tmp_path / "run", segment_s=0)  # never re-planned
-    want = simulate_fleet(load_fleet(fleet_file), "deadline")
+    want = simulate_fleet(load_fleet(fleet_file), "deadline", segment_s=0)
     for k in (1, 2):
         rnd = read_report(tmp_path / "run" / "rounds" / f"round-{k:03d}")
         assert rnd["deadline_s"] == pytest.approx(want.deadline_s)

@@ -17,6 +17,7 @@ from clients import segment_wire as wire
 from clients.reply_check import check_row
 from fleet.common.errors import InputError
 from fleet.planning import replan
+from fleet.planning import round_logic as logic
 from fleet.rounds.device_round import DeviceResult
 from fleet.rounds.progress import Progress, later
 from strategies import round_book as book
@@ -51,7 +52,7 @@ def test_progress_replaces_never_adds_across_replayed_segments() -> None:
     assert book.apply_segment(state, "nano-1", _row(), p1) is False
     p2 = Progress(time_s=1200, samples=19200, energy_j=6000, done=0.5, segments=2)
     book.apply_segment(state, "nano-1", _row(), p2)
-    assert book.progress(state["devices"]["nano-1"]).samples == 19200
+    assert logic.progress(state["devices"]["nano-1"]).samples == 19200
     final = _row(status="ok", time_s=2400.0, samples=38400.0, energy_j=12000.0)
     assert book.apply_segment(state, "nano-1", final, p2) is True
     rows = book.round_rows(state)
@@ -75,7 +76,7 @@ def test_lost_device_reported_with_last_progress_and_back_within_the_round() -> 
     book.mark_lost(state, "tx2-1", "node 3 went offline")
     e = state["devices"]["tx2-1"]
     assert e["status"] == "lost" and e["lost_at_utc"]
-    assert book.active(state) == []
+    assert logic.active(state["devices"]) == []
     row = book.round_rows(state)[0]
     assert row["status"] == "lost"
     assert (row["samples"], row["time_s"], row["energy_j"]) == (27000, 1800, 9100)
@@ -84,7 +85,7 @@ def test_lost_device_reported_with_last_progress_and_back_within_the_round() -> 
     # a restarted SuperNode identifies under a new node id: the device runs again
     book.assign(state, "tx2-1", 11)
     assert e["status"] == "running" and e["node_id"] == 11
-    assert book.progress(e).samples == 27000  # resumes, keeping every sample
+    assert logic.progress(e).samples == 27000  # resumes, keeping every sample
 
 
 def test_coordinator_restart_keeps_finished_devices_and_resumes_the_rest() -> None:
@@ -184,3 +185,41 @@ def test_replan_moves_the_deadline_only_when_the_slowest_falls_behind() -> None:
     assert replan.revise(1000.0, [replan.Standing("a", 520.0, 0.5, 1000.0)]) == (1000.0, "")
     assert replan.revise(1000.0, [replan.Standing("a", 100.0, 0.9, 1000.0)]) == (1000.0, "")
     assert replan.revise(None, s) == (None, "")
+
+
+def test_round_logic_steps_in_lock_step_replans_and_settles() -> None:
+    """The round's logic every engine drives (fleet.planning.round_logic), by hand: three
+    devices at 0 s all train; one ahead waits; a device half-way at 600 s whose planned
+    fastest finish is 1000 s can end at 600 + 0.5 x 1000 = 1100 s, so the deadline 1000 s
+    moves there (over the 5 % hysteresis); a row that ended at 1150 s is then late."""
+    devices = {n: logic.device_entry(n) for n in ("a", "b", "c")}
+    assert logic.due(devices) == ["a", "b", "c"]
+    half = Progress(time_s=600.0, samples=9600.0, done=0.5, batch_size=32, segments=1)
+    assert logic.apply_segment(devices["a"], _row("a"), half) is False
+    assert logic.due(devices) == ["b", "c"]  # a is ahead of the slowest clock
+    for n in ("b", "c"):
+        logic.apply_segment(devices[n], _row(n), half)
+    assert logic.due(devices) == ["a", "b", "c"]
+    plan = logic.new_plan(1000.0, {"a": 1000.0, "b": 500.0, "c": None}, lambda: "T")
+    assert plan["revisions"] == [
+        {"at_utc": "T", "round_time_s": 0.0, "deadline_s": 1000.0, "previous_s": None,
+         "reason": logic.PLANNED}
+    ]  # fmt: skip
+
+    def shipped(name: str) -> dict[int, float]:
+        return {32: 19200.0}  # 9600 samples at half-way: exactly the shipped pace
+
+    assert logic.replan(plan, devices, shipped).startswith("a fell behind")
+    rev = plan["revisions"][-1]
+    assert plan["deadline_s"] == pytest.approx(1100.0) == rev["deadline_s"]
+    assert (rev["previous_s"], rev["round_time_s"], "at_utc" in rev) == (1000.0, 600.0, False)
+    assert logic.replan(plan, devices, shipped) == ""  # no news, no revision
+    assert logic.deadline_for(plan, "a", half, shipped) == pytest.approx(1100.0)
+    assert logic.deadline_for(None, "a", half, shipped) is None  # the run's own
+    done = _row("a", status="ok", time_s=1150.0)
+    assert logic.apply_segment(devices["a"], done, half) is True
+    logic.apply_segment(devices["b"], _row("b", status="ok", time_s=900.0), half)
+    logic.settle(devices.values(), plan)
+    assert (devices["a"]["status"], devices["a"]["row"]["status"]) == ("late", "late")
+    assert "after the round's deadline 1100 s" in devices["a"]["row"]["message"]
+    assert devices["b"]["row"]["status"] == "ok" and logic.active(devices) == ["c"]

@@ -26,12 +26,12 @@ from fleet.core.choice import align
 from fleet.core.deadline import RateTable, check_deadline, rates
 from fleet.core.efficiency import Efficiency
 from fleet.method.budget import BudgetStep
-from fleet.planning import replan
 from fleet.planning.deadline_plan import (
     fastest_finish_rates,
     plan_deadline,
     planning_efficiency,
 )
+from fleet.planning.round_logic import SEGMENT_S, new_plan
 from fleet.planning.roundenergy import round_energy, round_totals
 from fleet.planning.segmented_round import expand, run_segmented
 from fleet.rounds.device_round import TRAINED
@@ -148,74 +148,47 @@ def simulate_fleet(
     """One round of every device on the virtual clock; rows as the round report holds them.
 
     Under the deadline objective the deadline is ``deadline_s``, else ``[run] deadline_s``,
-    else planned from every device's fastest predicted finish. With ``segment_s`` the round
-    runs in segments of that many device seconds (``fleet.planning.segmented_round``) and a
-    planned deadline is re-planned from the devices' progress after every segment, as the
-    coordinator does; ``plan`` then holds the deadline's history. ``own``: the efficiency each
-    device is shipped when it has its own (``fleet.trust.efficiency_store``: a later round of
-    a fleet that learns), else the fleet's ``[run] efficiency``.
+    else planned from every device's fastest predicted finish. The round runs in segments of
+    ``segment_s`` device seconds (None: ``round_logic.SEGMENT_S``, the coordinator's default)
+    through the round logic every engine shares (``fleet.planning.segmented_round``): a planned
+    deadline is re-planned from the devices' progress after every segment, and ``plan`` holds
+    its history. ``segment_s`` 0 is the paper's one request per device: each device in one
+    piece, the plan never revised. ``own``: the efficiency each device is shipped when it has
+    its own (``fleet.trust.efficiency_store``: a later round of a fleet that learns), else the
+    fleet's ``[run] efficiency``.
     """
     objective = objective or fleet.run.objective
+    seconds = SEGMENT_S if segment_s is None else float(segment_s)
     shipped = cached_efficiency(fleet.run.efficiency)
     deadline = None
     planned = False
     if objective == "deadline":
         deadline = deadline_s if deadline_s is not None else run_deadline(fleet)
-        if deadline is None:
-            planned = True
-            finishes = fastest_finishes(fleet.devices, shipped, own)
-            deadline = plan_deadline(finishes)
+        planned = deadline is None
     key_of = lambda spec: _kind(spec, (own or {}).get(spec.name))  # noqa: E731
     ship = lambda spec: (own or {}).get(spec.name) or shipped  # noqa: E731
-    if segment_s:
-        return _segmented(
-            fleet, objective, deadline, planned, ship, key_of, float(segment_s), progress, own
-        )
-    run = run_for(fleet.run, objective, deadline)
-    memo: dict[tuple, dict[str, object]] = {}
-    total = len(fleet.devices)
-    for k, spec in enumerate(fleet.devices, start=1):
-        key = key_of(spec)
-        if key not in memo:
-            memo[key] = simulate_device(spec, ship(spec), run).to_dict()
-        if progress:
-            progress(k, total, spec.name)
-    rows = expand(fleet.devices, key_of, memo)
-    return FleetRound(objective, deadline, rows, totals(rows))
-
-
-def _segmented(
-    fleet: Fleet,
-    objective: str,
-    deadline: float | None,
-    planned: bool,
-    ship: Callable[[DeviceSpec], Efficiency],
-    key_of: Callable[[DeviceSpec], tuple],
-    segment_s: float,
-    progress: Progress | None,
-    own: Shipped | None,
-) -> FleetRound:
     kinds: dict[tuple, DeviceSpec] = {}
     for spec in fleet.devices:
         kinds.setdefault(key_of(spec), spec)
-    fastest: dict[tuple, float | None] = {}
-    if objective == "deadline":
-        got = fastest_finishes(list(kinds.values()), cached_efficiency(fleet.run.efficiency), own)
-        fastest = dict(zip(kinds, got, strict=True))
-    rows_by_kind, plan = run_segmented(
-        kinds, ship, lambda d: run_for(fleet.run, objective, d), deadline, fastest,
-        segment_s, planned,
-    )  # fmt: skip
-    rows = expand(fleet.devices, key_of, rows_by_kind)
-    if objective == "deadline":
-        for row in rows:
-            got = replan.settle(row, plan.deadline_s)
-            if got is not None:
-                row["status"], note = got
-                row["message"] = f"{note}; {row['message']}" if row.get("message") else note
+    plan = None
+    if planned:
+        got = fastest_finishes(list(kinds.values()), shipped, own)
+        deadline = plan_deadline(got)
+        fastest = {spec.name: f for spec, f in zip(kinds.values(), got, strict=True)}
+        plan = new_plan(deadline, fastest) if seconds > 0 else None
+    if seconds > 0:
+        sent = lambda d: run_for(fleet.run, objective, deadline if d is None else d)  # noqa: E731
+        by_kind, plan = run_segmented(kinds, ship, sent, plan, seconds)
+        deadline = plan["deadline_s"] if plan is not None else deadline
+    else:
+        run = run_for(fleet.run, objective, deadline)
+        by_kind = {
+            key: simulate_device(spec, ship(spec), run).to_dict() for key, spec in kinds.items()
+        }
+    rows = expand(fleet.devices, key_of, by_kind)
     if progress:
         progress(len(rows), len(rows), "done")
-    return FleetRound(objective, plan.deadline_s, rows, totals(rows), plan.to_dict())
+    return FleetRound(objective, deadline, rows, totals(rows), plan)
 
 
 # ------------------------------------------------------------------------------ deadline vs time
@@ -342,11 +315,13 @@ def sweep(
     scale: bool = False,
     objective: str | None = None,
     progress: Progress | None = None,
+    segment_s: float | None = None,
 ) -> list[WhatIfStep]:
-    """One fleet round per budget (or scale); the deadline objective re-plans at every step."""
+    """One fleet round per budget (or scale), in segments of ``segment_s`` as
+    ``simulate_fleet`` runs it; the deadline objective plans (and re-plans) at every step."""
     out = []
     for k, v in enumerate(values, start=1):
-        got = simulate_fleet(with_budget(fleet, v, scale), objective)
+        got = simulate_fleet(with_budget(fleet, v, scale), objective, segment_s=segment_s)
         t = got.totals
         out.append(
             WhatIfStep(
