@@ -207,7 +207,7 @@ def _set(path: str, value):
         (_set("devices/nano-1/device", "other"), "devices.nano-1.device"),
         (_set("devices/nano-1/status", "asleep"), "devices.nano-1.status"),
         (_set("devices/nano-1/node_id", 1.5), "devices.nano-1.node_id"),
-        (_set("devices/nano-1/progress/samples", -5), "devices.nano-1.progress: progress field .samples."),
+        (_set("devices/nano-1/progress/samples", -5), "nano-1.progress: progress field .samples."),
         (_set("devices/nano-1/progress/bogus", 1), "devices.nano-1.progress"),
         (_set("devices/orin-1/lost_at_utc", 5), "devices.orin-1.lost_at_utc"),
         (_set("devices/tx2-1/row", []), "devices.tx2-1.row"),
