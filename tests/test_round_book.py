@@ -115,11 +115,12 @@ def test_hostile_reply_refused_naming_device_and_field() -> None:
         "accuracy": 7.0,
         "time_s": 1e30,
         "batch_size": 0,
+        "end_batch_size": 2.5,  # the end point is bounded like the start point
     }
     for key, bad in cases.items():
         row = _row()
         row[key] = bad
-        with pytest.raises(InputError, match=rf"device nano-1: field '{key}'"):
+        with pytest.raises(InputError, match=rf"device nano-1: row field '{key}'"):
             check_row(row, "nano-1")
     for key, bad in (
         ("status", "pwned"),

@@ -90,6 +90,30 @@ class Segment(Record):
         return f.check(value, cls.NAME)
 
 
+#: The report row's numbers as a device's reply carries them (``clients/reply_check.py``
+#: checks a row with these): the start point (``batch_size``/``freq_mhz``, with the
+#: ``predicted_time_s`` it was chosen on), the end point (``end_*``) and the measured totals,
+#: each within what no real board exceeds.
+ROW_NUMBERS = (
+    _num("budget_w", 0.0, MAX_POWER_W),
+    _int("batch_size", 1, MAX_BATCH),
+    _num("freq_mhz", 0.0, MAX_FREQ),
+    _num("predicted_time_s", 0.0, MAX_SECONDS),
+    _int("end_batch_size", 1, MAX_BATCH),
+    _num("end_freq_mhz", 0.0, MAX_FREQ),
+    _num("time_s", 0.0, MAX_SECONDS),
+    _num("energy_j", 0.0, MAX_ENERGY_J),
+    _num("peak_power_w", 0.0, MAX_POWER_W),
+    _num("mean_power_w", 0.0, MAX_POWER_W),
+    _num("accuracy", 0.0, 1.0),
+    _num("samples", 0.0, MAX_SAMPLES),
+    _num("idle_power_w", 0.0, MAX_POWER_W),
+    _int("learned_batch_size", 1, MAX_BATCH),
+    _num("learned_samples", 0.0, MAX_SAMPLES),
+    _num("learned_log_sd", 0.0, 100.0),
+)
+
+
 def segments_from(items: Any, where: str) -> list:
     """A list of segment dicts as ``Segment`` records (one line naming the bad one)."""
     if not isinstance(items, (list, tuple)):
