@@ -247,6 +247,51 @@ class TrainRequest(Record):
         return dict((k, v) for k, v in self.to_dict().items() if v is not None)
 
 
+# ------------------------------------------------------------------------------- other requests
+
+
+class ProfileRequest(Record):
+    """The agent's ``profile`` arguments (``fleet/agent/protocol/device_commands.py``)."""
+
+    NAME = "profile request"
+    FIELDS = (
+        _text("model", required=True),
+        Field("input_shape", "list"),
+        Field("batch_sizes", "any"),  # a list, or "8,16,32"
+        Field("freqs", "any"),
+        Field("budget_w", "any"),
+        Field("steps", "int"),
+        Field("warmup", "int"),
+        Field("sampler_hz", "float"),
+        Field("num_classes", "int"),
+        _text("device"),
+        _text("out"),
+        Field("rows", "bool"),
+        Field("predict", "bool"),
+        Field("max_probes", "int"),
+        Field("adapt_budgets", "list"),
+        Field("adapt_efficiency", "any"),
+        Field("adapt_probes", "int"),
+    )
+    __slots__ = tuple(f.name for f in FIELDS)
+
+
+class LockRequest(Record):
+    """The agent's ``lock``: the clock to pin (one of the backend's frequencies)."""
+
+    NAME = "lock request"
+    FIELDS = (Field("freq_mhz", "float", required=True, null=False),)
+    __slots__ = tuple(f.name for f in FIELDS)
+
+
+class BareRequest(Record):
+    """A command that takes no argument (``restore``, ``power``, ``shutdown``)."""
+
+    NAME = "bare request"
+    FIELDS = ()
+    __slots__ = ()
+
+
 # ------------------------------------------------------------------------------- train reply
 
 
@@ -344,4 +389,13 @@ class TrainReply(Record):
         return f.check(value, cls.NAME)
 
 
-RECORDS = (Segment, Progress, TrainRequest, TrainReply)
+RECORDS = (Segment, Progress, TrainRequest, ProfileRequest, LockRequest, BareRequest, TrainReply)
+#: Each agent command's request record (``hello`` is the one lenient command: none).
+REQUESTS = {
+    "train": TrainRequest,
+    "profile": ProfileRequest,
+    "lock": LockRequest,
+    "restore": BareRequest,
+    "power": BareRequest,
+    "shutdown": BareRequest,
+}

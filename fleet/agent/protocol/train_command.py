@@ -16,11 +16,12 @@ from fleet.agent.protocol.handler_api import (
     int_arg,
     number,
     path_arg,
+    request_of,
     torch_device,
 )
 from fleet.agent.protocol.train_args import closed_loop_args, load_train_data, segment_arg
 from fleet.agent.protocol.wire import ProtocolError, error_line
-from fleet.method.records import Progress, RecordError, TrainReply, TrainRequest
+from fleet.method.records import Progress, TrainReply, TrainRequest
 
 log = logging.getLogger("fleet.agent")
 
@@ -65,7 +66,7 @@ def handle_train(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
     from fleet.agent.training.train_state import TrainerError
     from fleet.agent.training.trainer import train_to_target
 
-    request = train_request(req)
+    request = request_of(req, TrainRequest)
     model_arg = req.get("model")
     if not isinstance(model_arg, str) or not model_arg:
         raise ProtocolError("train needs 'model' (a model name)")
@@ -277,16 +278,6 @@ def _train_closed_loop(
         }
     )
     return TrainReply(**response).to_dict()
-
-
-def train_request(req: Dict[str, Any]) -> TrainRequest:
-    """The request's arguments as the kernel's ``TrainRequest`` (names and kinds checked):
-    an unknown argument is refused in one line naming the closest known one."""
-    args = dict((k, v) for k, v in req.items() if k not in ("id", "cmd"))
-    try:
-        return TrainRequest.from_dict(args, "train")
-    except RecordError as exc:
-        raise ProtocolError(str(exc)) from None
 
 
 def reference_pair(request: TrainRequest, closed_loop: bool) -> Tuple[int, float]:
