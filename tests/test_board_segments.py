@@ -280,7 +280,7 @@ def test_segment_keys_are_read_and_bad_ones_named():
         with pytest.raises(InputError, match=word):
             read_segment(_segment_content(ins, bad, None).config_records[records.CONFIG])
     broken = _segment_content(ins, 1.0, '{"samples": -5}').config_records[records.CONFIG]
-    with pytest.raises(InputError, match="resume.samples"):
+    with pytest.raises(InputError, match="resume: progress field .samples."):
         read_segment(broken)
     # a bad key is the reply's error row, never an exception in the ClientApp
     reply = hardware_segment({"device-name": "nano-9"}, _segment_content(ins, -1.0, None))
