@@ -225,7 +225,8 @@ def test_a_real_agent_answers_through_the_records_and_the_row_names_both_points(
     assert (got.end_batch_size, got.end_freq_mhz) == (16, 400.0) == (
         got.progress.end_batch_size, got.progress.end_freq_mhz,
     )  # fmt: skip
-    assert got.batch_size is None and got.lr_ref_batch == 16  # no third meaning on the wire
+    assert got.batch_size is None and got.lr is None  # no third meaning on the wire
+    assert (got.lr_ref_batch, got.lr_ref) == (16, 1e-3)
     assert row["status"] == "not reached", row["message"]
     segs = row["segments"]
     assert [(s["batch_size"], s["freq_mhz"], s["budget_w"]) for s in segs] == [

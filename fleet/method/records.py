@@ -298,13 +298,14 @@ class BareRequest(Record):
 class TrainReply(Record):
     """The agent's ``train`` reply, without the line's ``id`` and ``ok``.
 
-    A fixed-point run names its one point ``batch_size``/``freq_mhz``. A closed-loop run names
-    the point it chose at the start (``start_batch_size``/``start_freq_mhz``), the point
-    running at the end (``end_batch_size``/``end_freq_mhz``), the ``segments`` in between and
-    the reference pair its learning rate scaled from (``lr_ref_batch``, ``lr``); its
-    ``predicted_finish_s``/``predicted_energy_j`` are the deadline plan's for the end point.
-    Counters are the run's, cumulative across the calls of a segmented run; ``progress`` is a
-    ``Progress``.
+        A fixed-point run names its one point ``batch_size``/``freq_mhz``. A closed-loop run names
+        the point it chose at the start (``start_batch_size``/``start_freq_mhz``), the point
+        running at the end (``end_batch_size``/``end_freq_mhz``), the ``segments`` in between and
+        the reference pair its learning rate scaled from (``lr_ref_batch``, ``lr_ref``; its
+    ``batch_size``/``lr`` are absent); its
+        ``predicted_finish_s``/``predicted_energy_j`` are the deadline plan's for the end point.
+        Counters are the run's, cumulative across the calls of a segmented run; ``progress`` is a
+        ``Progress``.
     """
 
     NAME = "train reply"
@@ -354,6 +355,7 @@ class TrainReply(Record):
         Field("progress", "dict"),
         # the closed loop's (fleet/agent/loop/segments.loop_summary)
         _int("lr_ref_batch", 1, MAX_BATCH),
+        Field("lr_ref", "float"),
         _int("start_batch_size", 1, MAX_BATCH),
         _num("start_freq_mhz", 0.0, MAX_FREQ),
         _int("end_batch_size", 1, MAX_BATCH),

@@ -238,7 +238,9 @@ def _train_closed_loop(
     if out_weights is not None:
         atomic_torch_save({k: v.detach().cpu() for k, v in model.state_dict().items()}, out_weights)
     response = result.to_dict()
-    del response["batch_size"]  # the trainer's is the reference batch: lr_ref_batch below
+    # the trainer's batch and lr are the reference pair here: named so (lr_ref_batch, lr_ref)
+    del response["batch_size"]
+    response["lr_ref"] = response.pop("lr")
     start = next((s for s in summary["segments"] if s.get("batch_size") is not None), {})
     response.update(
         {
