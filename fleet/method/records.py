@@ -242,6 +242,12 @@ class TrainRequest(Record):
     )
     __slots__ = tuple(f.name for f in FIELDS)
 
+    def budgeted(self) -> bool:
+        """Whether it asks for the closed loop (any budget argument turns it on)."""
+        return any(
+            getattr(self, k) is not None for k in ("budget_w", "budget_schedule", "budget_file")
+        )
+
     def args(self) -> Dict[str, Any]:
         """The request's arguments without the nulls (what goes on the line after ``cmd``)."""
         return dict((k, v) for k, v in self.to_dict().items() if v is not None)

@@ -82,8 +82,8 @@ def handle_train(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
     if not isinstance(model_options, dict):
         raise ProtocolError("'model_options' must be an object, got {!r}".format(model_options))
     task = req.get("task") or ("char" if MODELS[name].kind == "text" else "classification")
+    batch_size, lr = reference_pair(request, request.budgeted())
     loop_args = closed_loop_args(req)
-    batch_size, lr = reference_pair(request, loop_args is not None)
     notes = []  # type: List[str]
     device = torch_device(ctx, req, notes)
     seed = int_arg(req, "seed") or 0
