@@ -198,7 +198,7 @@ class TrainRequest(Record):
     NAME = "train request"
     FIELDS = (
         _text("model", required=True),
-        Field("input_shape", "list"),
+        Field("input_shape", "any"),  # [3, 32, 32] or "3x32x32"
         _int("num_classes", 1, 1 << 24),
         _int("vocab_size", 1, 1 << 24),
         Field("model_options", "dict"),
@@ -262,7 +262,7 @@ class ProfileRequest(Record):
     NAME = "profile request"
     FIELDS = (
         _text("model", required=True),
-        Field("input_shape", "list"),
+        Field("input_shape", "any"),  # [3, 32, 32] or "3x32x32"
         Field("batch_sizes", "any"),  # a list, or "8,16,32"
         Field("freqs", "any"),
         Field("budget_w", "any"),
