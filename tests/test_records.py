@@ -311,3 +311,37 @@ data = "{sim / "efficiency" / "resnet18_svhn.csv"}"
     assert metrics["powerfleet_device_gpu_frequency_hertz"] == pytest.approx(844.8e6)
     assert metrics["powerfleet_device_end_batch_size"] == 16
     assert metrics["powerfleet_device_end_gpu_frequency_hertz"] == pytest.approx(537.6e6)
+
+
+def test_the_prediction_follows_the_start_point_the_row_names(tmp_path) -> None:
+    """A board whose closed loop starts elsewhere than the host chose (here 16 @ 400 where the
+    host chose 16 @ 800 under 7 W): the row's ``predicted_time_s`` is its start point's,
+    step time / batch x the shipped samples, never the other point's."""
+    from clients.train_exchange import predict_start
+    from fleet.config.fleetfile import DeviceSpec, RunSettings
+    from fleet.core.efficiency import Efficiency
+    from fleet.core.profile import load_profile
+    from fleet.rounds.device_round import run_device
+
+    prof = tmp_path / "profile.csv"
+    prof.write_text(
+        "batch_size,freq_mhz,time_per_batch_s,peak_power_w,mean_power_w\n"
+        "16,400,0.1,3.5,3.2\n16,800,0.05,6.0,5.5\n"
+    )
+
+    class BoardStartsLow:
+        learning = None
+        truth = None  # no true efficiency: no baselines costed
+
+        def run(self, rnd, res) -> None:
+            assert (rnd.first.batch_size, rnd.first.freq_mhz) == (16, 800.0)
+            res.batch_size, res.freq_mhz, res.status = 16, 400.0, "selected"
+            predict_start(res, rnd)
+
+    spec = DeviceSpec("nano-1", "jetson-nano", 7.0, str(prof), None)
+    run = RunSettings("rec", "small_cnn", "eff.csv", 0.9)
+    res = run_device(
+        spec, load_profile(str(prof)), Efficiency({16: 3000.0}, source="e"), run, BoardStartsLow()
+    )
+    assert res.predicted_time_s == pytest.approx(0.1 / 16 * 3000)
+    assert res.to_dict()["end_batch_size"] == 16 and res.to_dict()["end_freq_mhz"] == 400.0
