@@ -60,12 +60,13 @@ from clients.agent_link import AgentError, AgentLink, AgentSettings, ProgressCal
 from clients.board_profile import merge_refreshed, obtain_profile, profile_path_for
 from clients.reply_check import check_row
 from clients.segment_args import attach_progress, behind_note, progress_of, read_segment
-from clients.train_exchange import budget_args, fill_from_train, train_extras
+from clients.train_exchange import budget_args, fill_from_train, predict_start, train_extras
 from clients.work_dir import TrainFiles, work_dir_for
 from fleet.common.errors import InputError
 from fleet.config.fleetfile import DeviceSpec, RunSettings
 from fleet.core.efficiency import Efficiency, scaled_lr
 from fleet.core.profile import load_profile
+from fleet.method.records import TrainRequest
 from fleet.rounds.device_round import TRAINED, DeviceResult, Round, run_device
 from fleet.rounds.progress import Progress
 
@@ -145,24 +146,28 @@ class AgentRunner:
     def _train(self, rnd: Round, res: DeviceResult) -> None:
         """The agent's closed-loop ``train``; its reply fills the row (``fill_from_train``)."""
         run = rnd.run
-        out = self.link.request(
-            "train",
-            timeout_s=self.settings.long_timeout_s,
-            on_progress=self.on_progress,
+        request = TrainRequest(
             model=run.model,
-            batch_size=run.lr_ref_batch,  # the learning-rate reference pair: the agent scales
-            lr=run.lr_ref,
+            lr_ref_batch=run.lr_ref_batch,  # the learning-rate reference pair: the agent scales
+            lr_ref=run.lr_ref,
             optimizer=run.optimizer,
             target_accuracy=run.target_accuracy,
             data=rnd.spec.data,
             seed=run.seed,
+            segment_s=self.segment_s or None,
             **budget_args(rnd, self.settings),
             **train_extras(run),
             **(self.files.agent_args() if self.files else {}),
-            **({"segment_s": self.segment_s} if self.segment_s else {}),
+        )
+        out = self.link.request(
+            "train",
+            timeout_s=self.settings.long_timeout_s,
+            on_progress=self.on_progress,
+            **request.args(),
         )
         self.reply = out
         fill_from_train(res, out, run.target_accuracy)
+        predict_start(res, rnd)
         refreshed = out.get("refreshed_profile_csv")
         if isinstance(refreshed, str) and refreshed.strip() and rnd.spec.profile:
             merge_refreshed(rnd.spec.profile, refreshed)

@@ -5,7 +5,8 @@ energy, a sample count as text, a status nobody knows, a megabyte of message, or
 device's name. ``records.decode_reply`` turns records into a row as they are; this module
 refuses a row that is not a plausible report, with one line naming the device and the field,
 so the coordinator can report that device as ``error`` and keep every other number clean.
-Bounds are generous (what no real board can produce), not tight guesses.
+Bounds are generous (what no real board can produce), not tight guesses, and they are the
+kernel's (``fleet.method.records.ROW_NUMBERS``, ``Segment``): the board's records hold the same.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import math
 
 from fleet.common.errors import InputError
 from fleet.common.names import is_safe
-from fleet.rounds.progress import MAX_BATCH, MAX_ENERGY_J, MAX_FREQ, MAX_POWER_W, MAX_SECONDS
+from fleet.method.records import MAX_ENERGY_J, ROW_NUMBERS, RecordError, segments_from
 
 # Every status a device may report (a segment reply's "running" included); "lost" is the
 # coordinator's to give, never a device's.
@@ -24,22 +25,6 @@ DEVICE_STATUSES = frozenset(
 MAX_MESSAGE = 4096
 MAX_EVENTS = 10_000  # segments or guard events in one row
 
-_NUMBERS: dict[str, tuple[float, float]] = {  # field -> [lowest, highest]
-    "budget_w": (0.0, MAX_POWER_W),
-    "freq_mhz": (0.0, MAX_FREQ),
-    "predicted_time_s": (0.0, MAX_SECONDS),
-    "time_s": (0.0, MAX_SECONDS),
-    "energy_j": (0.0, MAX_ENERGY_J),
-    "peak_power_w": (0.0, MAX_POWER_W),
-    "mean_power_w": (0.0, MAX_POWER_W),
-    "accuracy": (0.0, 1.0),
-    "samples": (0.0, 1e15),
-    "idle_power_w": (0.0, MAX_POWER_W),
-    "batch_size": (1.0, float(MAX_BATCH)),
-    "learned_batch_size": (1.0, float(MAX_BATCH)),
-    "learned_samples": (0.0, 1e15),
-    "learned_log_sd": (0.0, 100.0),
-}
 _TEXTS = ("device_type", "profile", "efficiency", "learning", "trace")
 
 
@@ -54,8 +39,11 @@ def check_row(row: dict[str, object], device: str) -> dict[str, object]:
     status = row.get("status")
     if status not in DEVICE_STATUSES:
         raise InputError(f"{where}: field 'status': {str(status)[:80]!r} is not a device status")
-    for key, (lo, hi) in _NUMBERS.items():
-        _number(row.get(key), f"{where}: field '{key}'", lo, hi)
+    for f in ROW_NUMBERS:  # the kernel's bounds, as the board's records hold them
+        try:
+            f.check(row.get(f.name), f"{where}: row")
+        except RecordError as exc:
+            raise InputError(str(exc)) from None
     if status in ("ok", "late"):  # a device that trained says how long and how much
         for key in ("time_s", "samples"):
             if row.get(key) is None:
@@ -67,18 +55,17 @@ def check_row(row: dict[str, object], device: str) -> dict[str, object]:
         value = row.get(key)
         if value is not None and (not isinstance(value, str) or len(value) > MAX_MESSAGE):
             raise InputError(f"{where}: field '{key}': expected text of at most {MAX_MESSAGE}")
-    for key in ("segments", "guard_events", "efficiency_fits"):
+    segs = row.get("segments")
+    if segs is not None:  # the kernel's Segment record, one line naming the bad one
+        if not isinstance(segs, list) or len(segs) > MAX_EVENTS:
+            raise InputError(f"{where}: field 'segments': expected at most {MAX_EVENTS} entries")
+        try:
+            segments_from(segs, f"{where}: field 'segments'")
+        except RecordError as exc:
+            raise InputError(str(exc)) from None
+    for key in ("guard_events", "efficiency_fits"):
         _events(row.get(key), f"{where}: field '{key}'")
     return row
-
-
-def _number(value: object, where: str, lo: float, hi: float) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InputError(f"{where}: expected a number, got {type(value).__name__}")
-    if not math.isfinite(value) or not lo <= value <= hi:
-        raise InputError(f"{where}: {value!r} is outside [{lo:g}, {hi:g}]")
 
 
 def _events(value: object, where: str) -> None:

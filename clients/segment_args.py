@@ -13,14 +13,14 @@ are small enough to keep apart from the round itself (``hardware_client.py``):
   optimizer); ``resume`` ahead of it means the board lost work, which the reply says.
 
 The reply carries a ConfigRecord ``progress`` whose ``progress`` key is the JSON of the
-device's ``Progress`` (cumulative since the round began), read back with ``Progress.from_dict``
+device's ``Progress`` (cumulative since the round began), read back with ``read_progress``
 so a broken agent cannot hand the coordinator an unbounded number.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from flwr.app import ConfigRecord
 
@@ -32,9 +32,7 @@ from clients.segment_wire import (  # noqa: F401 - attach_progress is this modul
     parse_progress,
 )
 from fleet.common.errors import InputError
-from fleet.rounds.progress import MAX_SECONDS, Progress
-
-_OPTIONAL = ("accuracy", "batch_size", "freq_mhz", "budget_w", "power_w", "eta_s")
+from fleet.rounds.progress import MAX_SECONDS, Progress, read_progress
 
 
 @dataclass(frozen=True)
@@ -67,25 +65,22 @@ def progress_of(reply: dict | None, row: dict) -> Progress:
     """Where the device stands: the agent's own ``progress`` (checked), else the row's counters
     (a board that did not train this call: an error, or a lock-only agent)."""
     got = (reply or {}).get(PROGRESS)
-    if isinstance(got, dict):
-        known = {f.name for f in fields(Progress)}
-        data = {k: v for k, v in got.items() if k in known}
-        data = {k: v for k, v in data.items() if v is not None or k in _OPTIONAL}
+    if isinstance(got, dict):  # the board built it as the kernel's record: read it as one
         try:
-            return Progress.from_dict(data, "the agent's progress")
+            return read_progress(got, "the agent's progress")
         except InputError:
             pass  # fall back on the row, which fill_from_train checked
     out = Progress()
-    for name in ("time_s", "samples", "energy_j", "accuracy", "freq_mhz", "budget_w"):
+    for name in ("time_s", "samples", "energy_j", "accuracy", "end_freq_mhz", "budget_w"):
         value = row.get(name)
         if isinstance(value, (int, float)) and math.isfinite(value) and value >= 0:
             setattr(out, name, float(value))
-    batch = row.get("batch_size")
+    batch = row.get("end_batch_size")
     if isinstance(batch, (int, float)) and math.isfinite(batch) and batch >= 1:
-        out.batch_size = int(batch)
+        out.end_batch_size = int(batch)
     if row.get("status") in ("ok", "late"):
         out.done, out.eta_s = 1.0, 0.0
-    return Progress.from_dict(out.to_dict(), "the row's progress")  # bounded like the agent's
+    return read_progress(out.to_dict(), "the row's progress")  # bounded like the agent's
 
 
 def behind_note(resume: Progress | None, reply: dict | None) -> str:

@@ -27,7 +27,7 @@ from flwr.app import ConfigRecord, RecordDict
 
 from fleet.common.errors import InputError
 from fleet.common.names import check_name
-from fleet.rounds.progress import MAX_SECONDS, Progress
+from fleet.rounds.progress import MAX_SECONDS, Progress, read_progress
 
 SEGMENT = "segment"  # the train action: message type "train.segment"
 IDENTIFY = "identify"  # the query action: message type "query.identify"
@@ -71,7 +71,7 @@ def parse_progress(text: object, where: str) -> Progress:
         data = json.loads(text)
     except (ValueError, RecursionError):
         raise InputError(f"{where}: not valid JSON") from None
-    return Progress.from_dict(data, where)
+    return read_progress(data, where)
 
 
 def attach_progress(content: RecordDict, progress: Progress | None) -> RecordDict:

@@ -26,7 +26,7 @@ import os
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
@@ -48,7 +48,7 @@ from fleet.common.names import check_name
 from fleet.config.fields import MAX_TEXT
 from fleet.config.fleetfile import DEVICE_TYPES
 from fleet.rounds.device_round import TRAINED
-from fleet.rounds.progress import MAX_SECONDS, Progress, later
+from fleet.rounds.progress import MAX_SECONDS, Progress, later, read_progress
 from fleet.rounds.virtual_clock import simulate_segment
 
 MAX_CHECKPOINT_BYTES = 64 * 1024
@@ -192,7 +192,7 @@ class Checkpoint:
                 raise InputError(f"{self.path}: not a {CHECKPOINT_FORMAT} file")
             if data.get("key") != self.key:
                 return None, ""  # another run's (or instruction's) round: not ours
-            return Progress.from_dict(data.get("progress"), str(self.path)), ""
+            return read_progress(data.get("progress"), str(self.path)), ""
         except (InputError, ValueError, RecursionError) as exc:
             return None, f"checkpoint ignored: {' '.join(str(exc).split())[:200]}"
 
@@ -303,14 +303,13 @@ def _whole_round(
         return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else default
 
     trained = row.get("status") in TRAINED
-    progress = replace(
-        resume,
+    progress = resume.replace(
         time_s=min(num("time_s", resume.time_s), MAX_SECONDS),
         samples=num("samples", resume.samples),
         energy_j=num("energy_j", resume.energy_j),
         accuracy=row["accuracy"] if trained else resume.accuracy,  # type: ignore[arg-type]
-        batch_size=row.get("batch_size"),  # type: ignore[arg-type]
-        freq_mhz=row.get("freq_mhz"),  # type: ignore[arg-type]
+        end_batch_size=row.get("end_batch_size"),
+        end_freq_mhz=row.get("end_freq_mhz"),
         budget_w=row.get("budget_w"),  # type: ignore[arg-type]
         power_w=row.get("mean_power_w"),  # type: ignore[arg-type]
         done=1.0 if trained else resume.done,
@@ -318,7 +317,7 @@ def _whole_round(
         segments=resume.segments + 1,
     )
     try:
-        checked = Progress.from_dict(progress.to_dict(), "host training row")
+        checked = read_progress(progress.to_dict(), "host training row")
     except InputError:  # a row out of bounds: the row says what happened, the progress stays
-        checked = replace(resume, segments=resume.segments + 1)
+        checked = resume.replace(segments=resume.segments + 1)
     return attach_progress(reply, checked)

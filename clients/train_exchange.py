@@ -18,8 +18,10 @@ from typing import Any
 from clients.agent_link import AgentSettings
 from fleet.common.errors import InputError
 from fleet.config.fleetfile import RunSettings
+from fleet.core.choice import make_choice
 from fleet.method.budget import format_budget, format_schedule
-from fleet.rounds.device_round import DeviceResult, Round, Segment
+from fleet.method.records import RecordError, TrainReply
+from fleet.rounds.device_round import DeviceResult, Round
 
 
 def budget_args(rnd: Round, settings: AgentSettings) -> dict[str, Any]:
@@ -122,8 +124,11 @@ def train_extras(run: RunSettings) -> dict[str, Any]:
 
 
 def fill_from_train(res: DeviceResult, out: dict[str, Any], target: float) -> None:
-    """The agent's closed-loop reply -> the row: measured time, energy and power, the first
-    segment's (b, f), every segment and guard event, and the status.
+    """The agent's closed-loop reply (``fleet.method.records.TrainReply``, checked: an unknown
+    field, a wrong type or an implausible number is refused in one line) -> the row: measured
+    time, energy and power, the point the board chose at the start (``batch_size``/
+    ``freq_mhz``), the point running at the end (``end_batch_size``/``end_freq_mhz``), every
+    segment and guard event, and the status.
 
     Measured power replaces the profile's, so a board that ran over its budget shows up in the
     report's budget violations. ``over-budget``: the guard ran out of clocks and stopped
@@ -131,68 +136,56 @@ def fill_from_train(res: DeviceResult, out: dict[str, Any], target: float) -> No
     (``segment_s``) before the target: the row says ``running``, its counters cumulative since
     the round began, and the next segment resumes from the board's checkpoint.
     """
-    where = f"device {res.device}: agent train reply: field"
-    status = out.get("status")
-    if status is not None and status not in TRAIN_STATUSES:
-        raise InputError(f"{where} 'status': {str(status)[:80]!r} is not a train status")
-    numbers = {}
-    for key in ("time_s", "energy_j", "peak_power_w", "mean_power_w", "accuracy", "samples"):
-        value = out.get(key)
-        if value is None:
-            continue
-        # NaN or text is a broken board, not a missing sensor: dropping it would let a row
-        # with no energy pass as trained (the row checks bound what is there, not what is not);
-        # checked before any is kept, so a refused reply leaves none of its numbers in the row
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise InputError(f"{where} '{key}': expected a number, got {type(value).__name__}")
-        if not math.isfinite(value):
-            raise InputError(f"{where} '{key}': {value!r} is not a finite number")
-        numbers[key] = float(value)
-    for key, value in numbers.items():
-        setattr(res, key, value)
-    segments = [s for s in out.get("segments") or [] if isinstance(s, dict)]
-    res.segments = [segment_of(s) for s in segments]
-    res.guard_events = [dict(e) for e in out.get("guard_events") or [] if isinstance(e, dict)]
-    first = next((s for s in res.segments if s.batch_size is not None), None)
-    if first is not None:
-        res.batch_size, res.freq_mhz = first.batch_size, first.freq_mhz
-    late = out.get("late") is True  # the board's deadline plan missed from the start
+    where = f"device {res.device}: agent train reply"
+    try:
+        reply = TrainReply.from_dict({k: v for k, v in out.items() if k not in ("id", "ok")}, where)
+    except RecordError as exc:
+        raise InputError(str(exc)) from None
+    status = reply.status
+    if status not in TRAIN_STATUSES:
+        raise InputError(f"{where}: field 'status': {str(status)[:80]!r} is not a train status")
+    for key in ("time_s", "energy_j", "peak_power_w", "mean_power_w", "accuracy"):
+        if getattr(reply, key) is not None:
+            setattr(res, key, getattr(reply, key))
+    res.samples = reply.samples
+    res.segments = list(reply.segments)
+    res.guard_events = [dict(e) for e in reply.guard_events if isinstance(e, dict)]
+    if reply.start_batch_size is not None:
+        res.batch_size, res.freq_mhz = reply.start_batch_size, reply.start_freq_mhz
+    res.end_batch_size, res.end_freq_mhz = reply.end_batch_size, reply.end_freq_mhz
+    late = reply.late is True  # the board's deadline plan missed from the start
     if status == "paused":
         res.status = "running"
         res.message = f"segment ended at {out.get('samples')} samples; resumes from the checkpoint"
     elif status == "over-budget":
         res.status = "over-budget"
-        res.message = str(out.get("stop_reason") or "the guard ran out of clocks under the budget")
-    elif status == "reached" or (status is None and out.get("reached")):
+        res.message = str(reply.stop_reason or "the guard ran out of clocks under the budget")
+    elif status == "reached":
         res.status, res.message = ("late" if late else "ok"), ""
     else:
         res.status = "not reached"
         res.message = f"target {target:g} not reached within {out.get('samples')} samples"
-    fill_learning(res, out.get("learning"))
-    notes = [str(n) for n in out.get("notes") or []]
+    fill_learning(res, reply.learning)
+    notes = [str(n) for n in reply.notes]
     if notes:
         res.message = "; ".join(([res.message] if res.message else []) + notes)
 
 
-def segment_of(s: dict[str, Any]) -> Segment:
-    """One of the agent's segments as the row's ``Segment`` (its samples are not counted)."""
-
-    def num(key: str) -> float | None:
-        v = s.get(key)
-        return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None
-
-    b = s.get("batch_size")
-    return Segment(
-        start_s=num("start_s") or 0.0,
-        end_s=num("end_s") or 0.0,
-        budget_w=num("budget_w"),
-        batch_size=int(b) if isinstance(b, (int, float)) else None,
-        freq_mhz=num("freq_mhz"),
-        samples=math.nan,
-        energy_j=num("energy_j") if num("energy_j") is not None else math.nan,
-        peak_power_w=num("peak_power_w"),
-        reason=str(s.get("reason") or ""),
-    )
+def predict_start(res: DeviceResult, rnd: Round) -> None:
+    """``predicted_time_s`` for the start point the row names: the board's closed loop may
+    start elsewhere than the host's choice (its own clocks, a budget file read at its start);
+    the prediction then follows the row's start point (None when the profile lacks it), so a
+    row never names one point and predicts another."""
+    first = rnd.first
+    if (res.batch_size, res.freq_mhz) == (first.batch_size, first.freq_mhz):
+        return
+    b, f = res.batch_size, res.freq_mhz
+    p = rnd.profile.point(b, f) if b is not None and f is not None else None
+    if p is None:
+        res.predicted_time_s = None
+        return
+    n = rnd.shipped.samples.get(p.batch_size, math.nan)
+    res.predicted_time_s = make_choice(p, n, "ours", rnd.run.objective).predicted_time_s
 
 
 def _finite(v: float) -> float | None:

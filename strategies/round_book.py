@@ -21,7 +21,7 @@ from clients import records
 from fleet.planning import round_logic as logic
 from fleet.planning.round_logic import ACTIVE
 from fleet.reports import roundstate
-from fleet.rounds.progress import Progress
+from fleet.rounds.progress import Progress, read_progress
 
 utc_now = roundstate.now_utc
 
@@ -38,6 +38,10 @@ def entry(state: dict, name: str) -> dict:
     if name not in devices:
         devices[name] = device_entry(name)
     return devices[name]
+
+
+def progress(entry_: dict) -> Progress:
+    return read_progress(entry_.get("progress") or {}, f"device {entry_.get('device')}")
 
 
 def assign(state: dict, name: str, node_id: int) -> None:
@@ -85,17 +89,18 @@ def mark_lost(state: dict, name: str, why: str) -> None:
 
 def lost_row(e: dict) -> dict:
     """The report row of a device that did not come back: its last progress and when."""
-    p = Progress.from_dict(e.get("progress") or {}, f"device {e['device']}")
+    p = read_progress(e.get("progress") or {}, f"device {e['device']}")
     row = records.error_row(e["device"], "", str(e.get("device_type") or ""), status="lost")
     row.update(
         budget_w=e.get("budget_w"),
-        batch_size=p.batch_size,
-        freq_mhz=p.freq_mhz,
+        end_batch_size=p.end_batch_size,
+        end_freq_mhz=p.end_freq_mhz,
         time_s=p.time_s,
         energy_j=p.energy_j,
         samples=p.samples,
         accuracy=p.accuracy,
     )
+    row.update(e.get("first_point") or {})  # the point it chose at the round's start
     row["message"] = (
         f"lost at {e.get('lost_at_utc') or 'round end'} ({e.get('message') or 'no reply'}); "
         f"last progress: {p.samples:.0f} samples, {p.time_s:.0f} s of training, "

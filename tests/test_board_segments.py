@@ -61,7 +61,7 @@ def _train_args(prof: Path, data: Path, ckpt: Path, max_samples: int, **extra) -
     noise): the run ends at ``max_samples``, in segments of ``SEGMENT_S``. No drift watch: a
     loaded host's slow step must not add re-probe segments to the record asserted here."""
     args = dict(
-        model="small_cnn", batch_size=BATCH, lr=1e-3, target_accuracy=1.0, data=str(data),
+        model="small_cnn", lr_ref_batch=BATCH, lr_ref=1e-3, target_accuracy=1.0, data=str(data),
         seed=0, budget_w=5.0, profile=str(prof), efficiency={str(BATCH): N_TARGET}, pace=True,
         max_samples=max_samples, eval_every_samples=EVERY, checkpoint=str(ckpt),
         segment_s=SEGMENT_S, drift=False,
@@ -118,7 +118,7 @@ def test_a_run_in_segments_counts_every_sample_once_and_equals_the_whole_run(tmp
         # the shipped efficiency and the profile's step time at the running point
         p = Progress.from_dict(r["progress"])
         assert (p.samples, p.time_s, p.segments) == (r["samples"], r["time_s"], k)
-        assert (p.batch_size, p.freq_mhz, p.budget_w) == (BATCH, 921.6, 5.0)
+        assert (p.end_batch_size, p.end_freq_mhz, p.budget_w) == (BATCH, 921.6, 5.0)
         assert p.power_w is not None and 0 < p.power_w <= 5.0 * 1.05
         assert p.done == pytest.approx(r["samples"] / N_TARGET)
         assert p.eta_s == pytest.approx((N_TARGET - r["samples"]) / BATCH * STEP_TOP_S)
@@ -259,7 +259,7 @@ def test_hardware_segment_runs_a_round_in_segments_through_the_agent(tmp_path):
     )
     assert [p.samples for p in progress] == [r["samples"] for r in rows]
     assert all(r["time_s"] == p.time_s for r, p in zip(rows, progress, strict=True))
-    assert progress[0].time_s >= SEGMENT_S and progress[0].freq_mhz == 921.6
+    assert progress[0].time_s >= SEGMENT_S and progress[0].end_freq_mhz == 921.6
     assert "resumes from the checkpoint" in str(rows[0]["message"])
     # one checkpoint for every segment of the round: the device's, run's and round's stem
     assert (tmp_path / f"nano-1_hw_r{ins.server_round}.ckpt").is_file()
@@ -280,7 +280,7 @@ def test_segment_keys_are_read_and_bad_ones_named():
         with pytest.raises(InputError, match=word):
             read_segment(_segment_content(ins, bad, None).config_records[records.CONFIG])
     broken = _segment_content(ins, 1.0, '{"samples": -5}').config_records[records.CONFIG]
-    with pytest.raises(InputError, match="resume.samples"):
+    with pytest.raises(InputError, match="resume: progress field .samples."):
         read_segment(broken)
     # a bad key is the reply's error row, never an exception in the ClientApp
     reply = hardware_segment({"device-name": "nano-9"}, _segment_content(ins, -1.0, None))

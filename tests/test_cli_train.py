@@ -100,6 +100,9 @@ def test_train_json_contract_and_consistent_numbers(inputs):
     assert segs[0]["budget_w"] == 6.0 and (segs[0]["batch_size"], segs[0]["freq_mhz"]) == (32, 800)
     assert segs[-1]["budget_w"] == 4.2 and segs[-1]["freq_mhz"] == 600.0  # the clock came down
     assert segs[-1]["start_s"] >= 0.5  # never before the schedule says
+    # one meaning per name: the start point, the end point (the segments hold the rest)
+    assert (out["batch_size"], out["freq_mhz"]) == (32, 800)
+    assert (out["end_batch_size"], out["end_freq_mhz"]) == (segs[-1]["batch_size"], 600.0)
     saved = json.loads((out_dir / "run.json").read_text())
     assert saved["segments"] == segs
     assert (out_dir / "checkpoint.pt").is_file() and (out_dir / "weights.pt").is_file()

@@ -147,7 +147,7 @@ def test_the_app_routes_train_segment_and_replies_progress():
     "cfg, says",
     [
         ({segments.RESUME: "{not json"}, "'resume': not valid JSON"),
-        ({segments.RESUME: json.dumps({"time_s": -1})}, "'resume'.time_s"),
+        ({segments.RESUME: json.dumps({"time_s": -1})}, "'resume': progress field 'time_s'"),
         ({segments.RESUME: json.dumps({"when": 1})}, "unknown field 'when'"),
         ({segments.SEGMENT_S: 0.0}, "'segment-s' must be in"),
         ({segments.SEGMENT_S: "10"}, "'segment-s' must be a number"),
@@ -347,4 +347,4 @@ def test_host_training_runs_its_whole_round_in_one_segment(tmp_path):
         1.0,
         1,
     )
-    assert prog.accuracy == row["accuracy"] and prog.batch_size == row["batch_size"]
+    assert prog.accuracy == row["accuracy"] and prog.end_batch_size == row["end_batch_size"]

@@ -347,12 +347,13 @@ def test_agent_train_runs_the_closed_loop_and_falls_back_to_cpu(tmp_path):
     events = []
     ctx = Context(backend, "jetson", events.append)  # a GPU backend kind; torch has no CUDA here
     req = _train_request(tmp_path, max_samples=1024, target_accuracy=1.0)
-    del req["freq_mhz"]
+    del req["freq_mhz"], req["batch_size"], req["lr"]  # the loop picks b: a reference pair
     req.update(
         budget_schedule="0:6,0.3:3.2",
         profile=lut_rows(),
         efficiency={"batch_sizes": [8, 16, 32], "samples_to_accuracy": [4000, 4000, None]},
-        batch_size=16,
+        lr_ref_batch=16,
+        lr_ref=3e-3,
         drift_time_tol=100.0,  # synthetic LUT times: only a power drift would be real here
     )
     res = handle_train(ctx, req)

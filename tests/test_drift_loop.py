@@ -111,12 +111,13 @@ def test_agent_train_reply_carries_drift_events_and_the_refreshed_profile(tmp_pa
     ctx = Context(backend, "replay", lambda ev: None)
     out = tmp_path / "refreshed.csv"
     req = _train_request(tmp_path, max_samples=3072, target_accuracy=1.0)
-    del req["freq_mhz"]
+    del req["freq_mhz"], req["batch_size"], req["lr"]  # the loop picks b: a reference pair
     req.update(
         budget_w=7.0,
         profile=lut_rows(),
         efficiency={"batch_sizes": [8, 16, 32], "samples_to_accuracy": [4000, 4000, 4400]},
-        batch_size=16,
+        lr_ref_batch=16,
+        lr_ref=3e-3,
         drift_time_tol=100.0,
         refreshed_profile=str(out),
         pace=True,  # steps last the LUT's time: the rail is watched for >= 96 x 14.8 ms

@@ -22,7 +22,7 @@ from fleet.core.profile import load_profile
 from fleet.planning import replan
 from fleet.planning.learning_rounds import simulate_rounds
 from fleet.rounds.device_round import run_device
-from fleet.rounds.progress import Progress
+from fleet.rounds.progress import Progress, read_progress
 from fleet.rounds.virtual_clock import VirtualClock, cached_curves, simulate_device
 from fleet.trust.efficiency_store import EfficiencyStore, Observation, posteriors
 
@@ -183,7 +183,7 @@ def test_replan_takes_a_learning_device_at_its_own_finish_early_by_its_doubt():
     assert replan.fastest_finish(unsure) == pytest.approx(100.0 + left)
     blind = replan.Standing("b", 100.0, 0.5, 400.0, inflation=2.0)
     assert replan.fastest_finish(blind) == pytest.approx(100.0 + 0.5 * 400.0 * 2.0)
-    prog = Progress(time_s=100.0, samples=500.0, done=0.25, batch_size=16)
+    prog = Progress(time_s=100.0, samples=500.0, done=0.25, end_batch_size=16)
     assert replan.deadline_for(1000.0, prog, {16: 1000.0}) == pytest.approx(100 + 900 / 2.0)
     prog.samples_to_target = 2000.0  # it learns: it gets the deadline as it is
     assert replan.deadline_for(1000.0, prog, {16: 1000.0}) == 1000.0
@@ -194,10 +194,10 @@ def test_replan_takes_a_learning_device_at_its_own_finish_early_by_its_doubt():
 def test_progress_carries_a_bounded_learning_state():
     ok = Progress.from_dict({"time_s": 1.0, "learning": {"curve": [[1, 0.5]], "ran": [[8, 1]]}})
     assert ok.learning == {"curve": [[1, 0.5]], "ran": [[8, 1]]}
-    with pytest.raises(InputError, match="progress.learning: expected finite numbers"):
-        Progress.from_dict({"learning": {"curve": [[1, float("nan")]]}})
-    with pytest.raises(InputError, match="progress.learning: .* bytes, at most"):
-        Progress.from_dict({"learning": {"curve": [[1, 0.5]] * 30000}})
+    with pytest.raises(InputError, match="progress field 'learning' must hold finite numbers"):
+        read_progress({"learning": {"curve": [[1, float("nan")]]}})
+    with pytest.raises(InputError, match="progress field 'learning' is .* bytes, at most"):
+        read_progress({"learning": {"curve": [[1, 0.5]] * 30000}})
 
 
 def test_the_default_fleet_plans_its_second_round_on_what_the_first_taught(tmp_path):

@@ -113,7 +113,8 @@ def test_schedule_is_honoured_on_the_board_through_the_hardware_client(tmp_path)
     ]
     # never before the schedule's 2 s; the loop re-reads the budget at every power sample
     assert 2.0 <= segs[1]["start_s"] < 3.0 and segs[1]["end_s"] > segs[1]["start_s"] + 2.0
-    assert (row["batch_size"], row["freq_mhz"]) == (BATCH, 921.6)
+    assert (row["batch_size"], row["freq_mhz"]) == (BATCH, 921.6)  # the start point
+    assert (row["end_batch_size"], row["end_freq_mhz"]) == (BATCH, 384.0)  # the end point
     assert row["guard_events"] == []
     assert row["peak_power_w"] is not None and row["peak_power_w"] <= 5.0 * 1.05
     assert math.isfinite(row["energy_j"]) and row["energy_j"] > 0

@@ -68,8 +68,8 @@ def test_lost_device_reported_with_last_progress_and_back_within_the_round() -> 
         samples=27000,
         energy_j=9100,
         done=0.4,
-        batch_size=64,
-        freq_mhz=1300.5,
+        end_batch_size=64,
+        end_freq_mhz=1300.5,
         segments=3,
     )
     book.apply_segment(state, "tx2-1", _row("tx2-1"), prog)
@@ -80,7 +80,9 @@ def test_lost_device_reported_with_last_progress_and_back_within_the_round() -> 
     row = book.round_rows(state)[0]
     assert row["status"] == "lost"
     assert (row["samples"], row["time_s"], row["energy_j"]) == (27000, 1800, 9100)
-    assert (row["batch_size"], row["freq_mhz"]) == (64, 1300.5)
+    # the point it chose at the start (its first reply's row), and the one it ran when lost
+    assert (row["batch_size"], row["freq_mhz"]) == (32, 921.6)
+    assert (row["end_batch_size"], row["end_freq_mhz"]) == (64, 1300.5)
     assert "27000 samples" in row["message"] and "node 3 went offline" in row["message"]
     # a restarted SuperNode identifies under a new node id: the device runs again
     book.assign(state, "tx2-1", 11)
@@ -114,11 +116,12 @@ def test_hostile_reply_refused_naming_device_and_field() -> None:
         "accuracy": 7.0,
         "time_s": 1e30,
         "batch_size": 0,
+        "end_batch_size": 2.5,  # the end point is bounded like the start point
     }
     for key, bad in cases.items():
         row = _row()
         row[key] = bad
-        with pytest.raises(InputError, match=rf"device nano-1: field '{key}'"):
+        with pytest.raises(InputError, match=rf"device nano-1: row field '{key}'"):
             check_row(row, "nano-1")
     for key, bad in (
         ("status", "pwned"),
@@ -143,7 +146,7 @@ def test_hostile_reply_refused_naming_device_and_field() -> None:
 
 def test_segment_wire_round_trip_and_bad_values() -> None:
     base = ConfigRecord({"server-round": 2})
-    resume = Progress(time_s=1200.5, samples=100.0, done=0.3, segments=2, batch_size=16)
+    resume = Progress(time_s=1200.5, samples=100.0, done=0.3, segments=2, end_batch_size=16)
     cfg = wire.segment_config(base, 300.0, resume)
     assert "segment-s" not in base  # the round's config is never mutated
     seconds, back = wire.read_segment(cfg)
@@ -155,7 +158,7 @@ def test_segment_wire_round_trip_and_bad_values() -> None:
             wire.read_segment(bad)
     bad = ConfigRecord(dict(cfg))
     bad["resume"] = json.dumps({"time_s": -4})
-    with pytest.raises(InputError, match=r"resume'.time_s"):
+    with pytest.raises(InputError, match=r"resume': progress field 'time_s'"):
         wire.read_segment(bad)
     content = wire.attach_progress(records.reply_content(_row()), resume)
     assert wire.progress_of(content, "nano-1") == resume
@@ -194,7 +197,7 @@ def test_round_logic_steps_in_lock_step_replans_and_settles() -> None:
     moves there (over the 5 % hysteresis); a row that ended at 1150 s is then late."""
     devices = {n: logic.device_entry(n) for n in ("a", "b", "c")}
     assert logic.due(devices) == ["a", "b", "c"]
-    half = Progress(time_s=600.0, samples=9600.0, done=0.5, batch_size=32, segments=1)
+    half = Progress(time_s=600.0, samples=9600.0, done=0.5, end_batch_size=32, segments=1)
     assert logic.apply_segment(devices["a"], _row("a"), half) is False
     assert logic.due(devices) == ["b", "c"]  # a is ahead of the slowest clock
     for n in ("b", "c"):

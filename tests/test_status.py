@@ -44,13 +44,15 @@ def build_state() -> dict:
     )
     nano = s["devices"]["nano-1"]
     nano.update(status="running", node_id=17, last_seen_utc="2026-01-02T03:10:00.250+00:00")
+    # the point it chose at the round's start (the segmented book keeps it), not the one now
+    nano["first_point"] = {"batch_size": 64, "freq_mhz": 1300.5, "predicted_time_s": 3000.0}
     nano["progress"].update(
         time_s=1234.5,
         samples=40960.0,
         energy_j=5000.0,
         accuracy=0.71,
-        batch_size=32,
-        freq_mhz=921.6,
+        end_batch_size=32,
+        end_freq_mhz=921.6,
         power_w=4.3,
         done=0.42,
         eta_s=1800.0,
@@ -130,8 +132,10 @@ def test_record_row_makes_a_finished_device():
         "samples": 5000.0,
         "energy_j": 450.0,
         "accuracy": 0.9,
-        "batch_size": 16,
-        "freq_mhz": 1300.5,
+        "batch_size": 32,  # chosen at the start
+        "freq_mhz": 921.6,
+        "end_batch_size": 16,  # running at the end: what its final progress says
+        "end_freq_mhz": 1300.5,
         "budget_w": None,
         "mean_power_w": 4.5,
         "segments": [{}, {}],
@@ -142,7 +146,7 @@ def test_record_row_makes_a_finished_device():
     assert e["status"] == "ok" and e["row"] == row
     p = e["progress"]
     assert (p["time_s"], p["samples"], p["energy_j"], p["power_w"]) == (100.0, 5000.0, 450.0, 4.5)
-    assert (p["batch_size"], p["freq_mhz"], p["done"], p["eta_s"], p["segments"]) == (
+    assert (p["end_batch_size"], p["end_freq_mhz"], p["done"], p["eta_s"], p["segments"]) == (
         16,
         1300.5,
         1.0,
@@ -203,7 +207,7 @@ def _set(path: str, value):
         (_set("devices/nano-1/device", "other"), "devices.nano-1.device"),
         (_set("devices/nano-1/status", "asleep"), "devices.nano-1.status"),
         (_set("devices/nano-1/node_id", 1.5), "devices.nano-1.node_id"),
-        (_set("devices/nano-1/progress/samples", -5), "devices.nano-1.progress.samples"),
+        (_set("devices/nano-1/progress/samples", -5), "nano-1.progress: progress field .samples."),
         (_set("devices/nano-1/progress/bogus", 1), "devices.nano-1.progress"),
         (_set("devices/orin-1/lost_at_utc", 5), "devices.orin-1.lost_at_utc"),
         (_set("devices/tx2-1/row", []), "devices.tx2-1.row"),
@@ -299,8 +303,10 @@ def test_prometheus_text_parses_back_to_the_state():
         "powerfleet_device_energy_joules_total": 5000.0,
         "powerfleet_device_training_seconds_total": 1234.5,
         "powerfleet_device_eta_seconds": 1800.0,
-        "powerfleet_device_batch_size": 32.0,
-        "powerfleet_device_gpu_frequency_hertz": 921.6e6,
+        "powerfleet_device_batch_size": 64.0,  # the start point, as the row's batch_size
+        "powerfleet_device_gpu_frequency_hertz": 1300.5e6,
+        "powerfleet_device_end_batch_size": 32.0,  # the point running now
+        "powerfleet_device_end_gpu_frequency_hertz": 921.6e6,
         "powerfleet_device_accuracy": 0.71,
         "powerfleet_device_done_ratio": 0.42,
         "powerfleet_device_segments_total": 3.0,
@@ -322,7 +328,7 @@ def test_prometheus_text_parses_back_to_the_state():
         assert hot == {s: float(s == status) for s in statuses.ALL}
     # unknown values are left out, never NaN: the pending device has no power, b, f, accuracy
     tx2 = _dev("tx2-1", odd)
-    for name in ("power_watts", "budget_watts", "batch_size", "accuracy", "eta_seconds"):
+    for name in ("power_watts", "budget_watts", "batch_size", "end_batch_size", "accuracy"):
         assert ("powerfleet_device_" + name, tx2) not in got
     assert got[("powerfleet_device_samples_total", tx2)] == 0.0
     lost = _dev("orin-1", "x")

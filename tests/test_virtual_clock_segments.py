@@ -162,7 +162,7 @@ def test_hand_schedules_in_segments(name, length, batch_size):
     assert_same_round(one, rows, steps, length)
     if name == "starved":
         assert one["status"] == "infeasible" and one["time_s"] is None
-        assert steps[-1].time_s == pytest.approx(4.0) and steps[-1].batch_size is None
+        assert steps[-1].time_s == pytest.approx(4.0) and steps[-1].end_batch_size is None
 
 
 def test_progress_at_a_stop_names_the_point_budget_power_and_eta():
@@ -173,7 +173,7 @@ def test_progress_at_a_stop_names_the_point_budget_power_and_eta():
     res = run_device(spec, PROFILE, SHIPPED, run, clock)
     p = clock.progress
     assert res.status == "running" and res.time_s == 3.0 and res.accuracy is None
-    assert (p.batch_size, p.freq_mhz, p.budget_w, p.power_w) == (32, 460.8, None, 5.0)
+    assert (p.end_batch_size, p.end_freq_mhz, p.budget_w, p.power_w) == (32, 460.8, None, 5.0)
     assert p.samples == pytest.approx(600) and p.energy_j == pytest.approx(15.0)
     assert p.done == pytest.approx(0.4) and p.eta_s == pytest.approx(4.5)
     assert p.segments == 1
@@ -191,14 +191,14 @@ def test_resuming_mid_step_keeps_the_running_point_not_a_new_choice():
     spec = DeviceSpec("d1", "jetson-nano", 5.0, "hand.csv", "trace.csv")
     run = RunSettings("t", "m", SHIPPED.source, 0.9)
     # 5 W admits b=8@460.8 (fresh choice) and b=32@307.2; resume at the latter
-    start = Progress(time_s=1.0, samples=100.0, energy_j=3.5, batch_size=32, freq_mhz=307.2)
+    start = Progress(time_s=1.0, samples=100.0, energy_j=3.5, end_batch_size=32, end_freq_mhz=307.2)
     start.done = 100.0 / 1500.0
     clock = VirtualClock(TRACE, start=start, stop_s=2.0)
     res = run_device(spec, PROFILE, SHIPPED, run, clock)
     assert (res.segments[0].batch_size, res.segments[0].freq_mhz) == (32, 307.2)
     assert res.samples == pytest.approx(100.0 + 1.0 / 0.01)
     # a point over the step's budget (or unknown) is not trusted: the step's own choice runs
-    bad = dataclasses.replace(start, batch_size=32, freq_mhz=460.8)  # 5.6 W peak > 5 W
+    bad = start.replace(end_batch_size=32, end_freq_mhz=460.8)  # 5.6 W peak > 5 W
     clock = VirtualClock(TRACE, start=bad, stop_s=2.0)
     res = run_device(spec, PROFILE, SHIPPED, run, clock)
     assert (res.segments[0].batch_size, res.segments[0].freq_mhz) == (8, 460.8)

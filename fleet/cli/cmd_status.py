@@ -28,7 +28,7 @@ from typing import Any
 
 from fleet.cli.common import emit_json
 from fleet.common.errors import InputError
-from fleet.reports.prometheus import prometheus_text
+from fleet.reports.prometheus import prometheus_text, start_point
 from fleet.reports.roundstate import STATE_FILE, read_state, summary
 from fleet.rounds import statuses
 
@@ -42,7 +42,7 @@ COLUMNS = [
     "samples",
     "done %",
     "power/budget",
-    "b @ f (MHz)",
+    "b @ f (MHz) start > end",
     "accuracy",
     "device time",
     "ETA",
@@ -196,7 +196,8 @@ def shown(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def row(e: dict[str, Any], day: str) -> list[str]:
     p = e["progress"]
     budget = p.get("budget_w") if p.get("budget_w") is not None else e.get("budget_w")
-    b, f = p.get("batch_size"), p.get("freq_mhz")
+    start = start_point(e)
+    b, f = p.get("end_batch_size"), p.get("end_freq_mhz")
     if e["lost_at_utc"]:
         seen = "lost " + clock(e["lost_at_utc"], day)
     else:
@@ -208,12 +209,17 @@ def row(e: dict[str, Any], day: str) -> list[str]:
         f"{p['samples']:,.0f}",
         f"{100 * p['done']:.1f}",
         f"{watts(p.get('power_w'))}/{'none' if budget is None else watts(budget)} W",
-        f"{b if b is not None else '-'} @ {f'{f:g}' if f is not None else '-'}",
+        f"{point(start.get('batch_size'), start.get('freq_mhz'))} > {point(b, f)}",
         "-" if p.get("accuracy") is None else f"{p['accuracy']:.3f}",
         duration(p["time_s"]),
         duration(p.get("eta_s")) if e["status"] in statuses.RUNNING else "-",
         seen,
     ]
+
+
+def point(b: Any, f: Any) -> str:
+    """``b @ f``, a dash for what is not known yet."""
+    return f"{b if b is not None else '-'} @ {f'{f:g}' if isinstance(f, (int, float)) else '-'}"
 
 
 def watts(value: float | None) -> str:

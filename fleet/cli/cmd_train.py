@@ -360,6 +360,7 @@ def _profile_first(args, backend, task, model, source, device) -> list[Any]:
 def _report(result: Any, summary: dict[str, Any], args: argparse.Namespace, ckpt: str | None):
     from fleet.agent.loop.segments import OBJECTIVE_KEYS
 
+    start = next((s for s in summary["segments"] if s.get("batch_size") is not None), {})
     out = {
         "status": summary["status"],
         "samples": result.samples,
@@ -380,8 +381,12 @@ def _report(result: Any, summary: dict[str, Any], args: argparse.Namespace, ckpt
         "drift_events": summary["drift_events"],
         "refreshes": summary["refreshes"],
         "refreshed_profile": summary["refreshed_profile"],
-        "batch_size": summary["batch_size"],
-        "freq_mhz": summary["freq_mhz"],
+        # one meaning per name, as in the round's row: the point chosen at the start, and the
+        # point running at the end (``segments`` has every one in between)
+        "batch_size": start.get("batch_size"),
+        "freq_mhz": start.get("freq_mhz"),
+        "end_batch_size": summary["batch_size"] or None,
+        "end_freq_mhz": summary["freq_mhz"] or None,
         **{k: summary[k] for k in OBJECTIVE_KEYS},
         "budget": summary["budget_source"],
         "stop_reason": summary["stop_reason"],

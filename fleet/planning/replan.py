@@ -121,7 +121,7 @@ def standing(
 ) -> Standing:
     """A device's ``Standing`` from its progress (``fleet.rounds.progress.Progress``) and the
     plan's fastest finish for it; ``shipped``: the samples-to-target it was shipped."""
-    n = shipped.get(prog.batch_size) if prog.batch_size is not None else None
+    n = shipped.get(prog.end_batch_size) if prog.end_batch_size is not None else None
     k = inflation(prog.samples, prog.done, n, prog.samples_to_target)
     return Standing(
         device, prog.time_s, prog.done, fastest_s, k, prog.fastest_finish_s,
@@ -135,11 +135,11 @@ def deadline_for(deadline_s: float | None, prog: Any, shipped: dict[int, float])
     gets it scaled to its units, ``t + (D - t) / k``, so the point it picks finishes by the
     round's deadline ``D`` in its real work; one that learns its own (its progress carries
     ``samples_to_target``) gets the deadline as it is."""
-    if deadline_s is None or prog is None or prog.batch_size is None:
+    if deadline_s is None or prog is None or prog.end_batch_size is None:
         return deadline_s
     if prog.samples_to_target is not None:
         return deadline_s
-    k = inflation(prog.samples, prog.done, shipped.get(prog.batch_size))
+    k = inflation(prog.samples, prog.done, shipped.get(prog.end_batch_size))
     if k > 1.0 and deadline_s > prog.time_s:
         return prog.time_s + (deadline_s - prog.time_s) / k
     return deadline_s

@@ -51,12 +51,30 @@ DEVICE_METRICS: list[tuple[str, str, str, Getter]] = [
         "predicted device seconds still needed to reach the target",
         lambda e, p: p.get("eta_s"),
     ),
-    ("batch_size", "gauge", "batch size the device runs now", lambda e, p: p.get("batch_size")),
+    (
+        "batch_size",
+        "gauge",
+        "batch size the device chose at the round's start (the report row's batch_size)",
+        lambda e, p: start_point(e).get("batch_size"),
+    ),
     (
         "gpu_frequency_hertz",
         "gauge",
-        "GPU clock the device runs now (the knob; a power-limited GPU's knob is in watts x 1e6)",
-        lambda e, p: None if p.get("freq_mhz") is None else p["freq_mhz"] * 1e6,
+        "GPU clock the device chose at the round's start (the knob; a power-limited GPU's knob "
+        "is in watts x 1e6)",
+        lambda e, p: hertz(start_point(e).get("freq_mhz")),
+    ),
+    (
+        "end_batch_size",
+        "gauge",
+        "batch size the device runs now, or ran at the end (the row's end_batch_size)",
+        lambda e, p: p.get("end_batch_size"),
+    ),
+    (
+        "end_gpu_frequency_hertz",
+        "gauge",
+        "GPU clock the device runs now, or ran at the end (the row's end_freq_mhz)",
+        lambda e, p: hertz(p.get("end_freq_mhz")),
     ),
     ("accuracy", "gauge", "accuracy at the last evaluation", lambda e, p: p.get("accuracy")),
     ("done_ratio", "gauge", "fraction of the target's samples reached", lambda e, p: p.get("done")),
@@ -74,6 +92,20 @@ DEVICE_METRICS: list[tuple[str, str, str, Getter]] = [
         lambda e, p: epoch(e.get("lost_at_utc")),
     ),
 ]
+
+
+def start_point(e: dict[str, Any]) -> dict[str, Any]:
+    """The point a device chose at the round's start: its final row's, else the first point a
+    segmented round's book kept (``strategies/round_book.py``); {} before it chose."""
+    row = e.get("row")
+    if isinstance(row, dict) and row.get("batch_size") is not None:
+        return row
+    first = e.get("first_point")
+    return first if isinstance(first, dict) else {}
+
+
+def hertz(mhz: Any) -> float | None:
+    return None if not isinstance(mhz, (int, float)) else float(mhz) * 1e6
 
 
 def epoch(stamp: str | None) -> float | None:

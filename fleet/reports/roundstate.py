@@ -34,7 +34,7 @@ from fleet.reports.prometheus import prometheus_text
 from fleet.reports.report import json_safe
 from fleet.rounds import statuses
 from fleet.rounds.device_round import TRAINED
-from fleet.rounds.progress import Progress
+from fleet.rounds.progress import Progress, read_progress
 
 FORMAT = "powerfleet-round-state"
 VERSION = 1
@@ -112,9 +112,8 @@ def new_state(
 
 
 def _plain(p: Progress) -> dict[str, Any]:
-    """``Progress.to_dict()`` without ``asdict``'s deep copy (every field is a scalar): the
-    direct engine makes one per device of a 1,000-device fleet, twice."""
-    return dict(vars(p))
+    """``Progress.to_dict()``: the kernel's record, as ``state.json`` keeps it."""
+    return p.to_dict()
 
 
 def progress_from_row(row: dict[str, Any]) -> dict[str, Any]:
@@ -128,8 +127,8 @@ def progress_from_row(row: dict[str, Any]) -> dict[str, Any]:
         "samples": row.get("samples"),
         "energy_j": row.get("energy_j"),
         "accuracy": row.get("accuracy"),
-        "batch_size": row.get("batch_size"),
-        "freq_mhz": row.get("freq_mhz"),
+        "end_batch_size": row.get("end_batch_size"),
+        "end_freq_mhz": row.get("end_freq_mhz"),
         "budget_w": row.get("budget_w"),
         "power_w": row.get("mean_power_w"),
         "done": 1.0 if status in TRAINED else None,
@@ -138,13 +137,13 @@ def progress_from_row(row: dict[str, Any]) -> dict[str, Any]:
     }
     values = {k: v for k, v in values.items() if v is not None}
     try:
-        return _plain(Progress.from_dict(values))  # the usual case: one check of every field
+        return _plain(read_progress(values))  # the usual case: one check of every field
     except InputError:
         pass
     out = Progress()
     for name, value in values.items():  # one field at a time: keep those within bounds
         try:
-            setattr(out, name, getattr(Progress.from_dict({name: value}), name))
+            setattr(out, name, getattr(read_progress({name: value}), name))
         except InputError:
             pass
     return _plain(out)
@@ -328,7 +327,7 @@ def _check_device(c: _Check, name: str, entry: Any) -> None:
         c.integer(node, f"{p}node_id", 0)
     c.number(c.get(entry, "budget_w", p), f"{p}budget_w", optional=True)
     try:
-        Progress.from_dict(c.get(entry, "progress", p), where=f"{p}progress")
+        read_progress(c.get(entry, "progress", p), where=f"{p}progress")
     except InputError as exc:
         raise InputError(f"{c.path}: {exc}") from None
     for key in ("last_seen_utc", "lost_at_utc"):

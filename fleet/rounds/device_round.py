@@ -42,27 +42,11 @@ from fleet.core.objectives import OBJECTIVES, StepChooser
 from fleet.core.profile import Profile
 from fleet.core.selection import SelectionIndex
 from fleet.method.budget import BudgetStep
+from fleet.method.records import Segment
 
 # Statuses of a device that trained to its target: their time and energy count toward the
 # round, and in federated mode their weights go back (``late``: trained, after the deadline).
 TRAINED = ("ok", "late")
-
-
-@dataclass
-class Segment:
-    """A stretch of training under one budget step (no batch size: paused, nothing fits)."""
-
-    start_s: float
-    end_s: float
-    budget_w: float | None
-    batch_size: int | None
-    freq_mhz: float | None
-    samples: float
-    energy_j: float
-    peak_power_w: float | None
-    # why it began: start | budget | guard | switch (the board's closed loop) | learned (the
-    # device's learnt efficiency made another point better)
-    reason: str = ""
 
 
 @dataclass
@@ -71,6 +55,13 @@ class DeviceResult:
 
     The field order is the report's column order; ``baseline_time_s`` expands into the baseline
     registry's columns and ``segments`` travels in report.json only (not in devices.csv).
+
+    One meaning per field (``fleet/method/records.py``): ``batch_size``/``freq_mhz`` are the
+    point chosen at the round's start and ``predicted_time_s`` (with the row's profiled
+    ``peak_power_w``/``mean_power_w`` until measured ones replace them) is that start point's
+    prediction; ``end_batch_size``/``end_freq_mhz`` the point running at the end (the last
+    segment's; the start point when it never moved); ``segments`` the stretches in between
+    (``fleet.method.records.Segment``).
     """
 
     device: str
@@ -79,7 +70,9 @@ class DeviceResult:
     status: str = "error"  # ok | late | selected | infeasible | not reached | error
     batch_size: int | None = None
     freq_mhz: float | None = None
-    predicted_time_s: float | None = None
+    predicted_time_s: float | None = None  # the start point's (batch_size, freq_mhz)
+    end_batch_size: int | None = None
+    end_freq_mhz: float | None = None
     time_s: float | None = None
     energy_j: float | None = None
     peak_power_w: float | None = None
@@ -126,7 +119,9 @@ class DeviceResult:
             if f.name == "baseline_time_s":
                 d.update(self._baseline_columns())
             elif f.name == "segments":
-                d[f.name] = [{k: _finite_or_none(v) for k, v in vars(s).items()} for s in value]
+                d[f.name] = [{k: _finite_or_none(v) for k, v in s.to_dict().items()} for s in value]
+            elif f.name in ("end_batch_size", "end_freq_mhz"):
+                d[f.name] = self.end_point()[0 if f.name == "end_batch_size" else 1]
             elif f.name in LIST_FIELDS:
                 d[f.name] = [dict(e) for e in value]
             else:
@@ -134,6 +129,16 @@ class DeviceResult:
         return {
             k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in d.items()
         }
+
+    def end_point(self) -> tuple[int | None, float | None]:
+        """The point running at the end: as the runner set it, else the last segment's that
+        ran one, else the start point (a run that never moved, or never ran)."""
+        if self.end_batch_size is not None:
+            return self.end_batch_size, self.end_freq_mhz
+        ran = [s for s in self.segments if s.batch_size is not None]
+        if ran:
+            return ran[-1].batch_size, ran[-1].freq_mhz
+        return self.batch_size, self.freq_mhz
 
     def _baseline_columns(self) -> dict[str, float | None]:
         out: dict[str, float | None] = {}

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from fleet.common.errors import InputError
 from fleet.config.fleetfile import DeviceSpec, RunSettings
@@ -184,8 +184,8 @@ class VirtualClock:
             if learning is not None:
                 return learning.choose(rnd, k, clock, fixed)
             return rnd.choose_step(k, clock, done, fixed)
-        if s is not None and s.batch_size is not None and s.freq_mhz is not None:
-            p = rnd.profile.point(s.batch_size, s.freq_mhz)
+        if s is not None and s.end_batch_size is not None and s.end_freq_mhz is not None:
+            p = rnd.profile.point(s.end_batch_size, s.end_freq_mhz)
             fits = p is not None and feasible(p, budget_limit(rnd.schedule[k].budget_w))
             if p is not None and fits and fixed in (None, p.batch_size):
                 n = rnd.shipped.samples.get(p.batch_size, math.nan)
@@ -240,7 +240,13 @@ class _Now:
         c = self.choice
         if c is None and self.start is not None:  # nothing ran this segment: as it was
             s = self.start
-            b, f, budget, power, eta = s.batch_size, s.freq_mhz, s.budget_w, s.power_w, s.eta_s
+            b, f, budget, power, eta = (
+                s.end_batch_size,
+                s.end_freq_mhz,
+                s.budget_w,
+                s.power_w,
+                s.eta_s,
+            )
         else:
             b = c.batch_size if c else None
             f = c.freq_mhz if c else None
@@ -262,8 +268,8 @@ class _Now:
             samples=res.samples or 0.0,
             energy_j=res.energy_j or 0.0,
             accuracy=res.accuracy if finished else None,
-            batch_size=b,
-            freq_mhz=f,
+            end_batch_size=b,
+            end_freq_mhz=f,
             budget_w=budget,
             power_w=power,
             done=1.0 if done >= DONE else min(max(done, 0.0), 1.0),
@@ -369,7 +375,7 @@ def simulate_segment(
     if not math.isfinite(segment_s) or not 0 < segment_s <= MAX_SECONDS:
         raise InputError(f"segment_s: must be in (0, {MAX_SECONDS:g}] seconds, got {segment_s}")
     begin = start if start is not None else Progress()
-    unchanged = replace(begin, segments=begin.segments + 1)
+    unchanged = begin.replace(segments=begin.segments + 1)
     try:
         profile, index, trace = _device_files(spec)
         curves = device_curves(spec, trace, run)

@@ -9,28 +9,9 @@ the exception into a one-line error response. Python 3.6 compatible.
 import time
 from typing import Any, Dict, List, Optional  # noqa: F401 - List in type comments
 
-from fleet.agent.protocol.handler_api import Context, check_args, number, number_list, torch_device
+from fleet.agent.protocol.handler_api import Context, number, number_list, request_of, torch_device
 from fleet.agent.protocol.wire import ProtocolError
-
-_PROFILE_ARGS = [
-    "model",
-    "input_shape",
-    "batch_sizes",
-    "freqs",
-    "budget_w",
-    "steps",
-    "warmup",
-    "sampler_hz",
-    "num_classes",
-    "device",
-    "out",
-    "rows",
-    "predict",
-    "max_probes",
-    "adapt_budgets",
-    "adapt_efficiency",
-    "adapt_probes",
-]
+from fleet.method.records import BareRequest, LockRequest, ProfileRequest
 
 
 def handle_profile(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
@@ -42,7 +23,7 @@ def handle_profile(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
     from fleet.agent.measure.profile_writer import write_profile
     from fleet.agent.measure.profiler import DEFAULT_BATCH_SIZES, profile_grid
 
-    check_args(req, _PROFILE_ARGS)
+    request_of(req, ProfileRequest)
     model = req.get("model")
     if not isinstance(model, str) or not model:
         raise ProtocolError("profile needs 'model' (a model name)")
@@ -125,7 +106,7 @@ def _efficiency(raw: Any) -> Optional[Dict[int, float]]:
 
 def handle_lock(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
     """Pin the GPU at one of the backend's frequencies (``"freq_mhz"``)."""
-    check_args(req, ["freq_mhz"])
+    request_of(req, LockRequest)
     freq = float(number(req, "freq_mhz", required=True))
     ctx.backend.lock(freq)
     return {"freq_mhz": freq}
@@ -133,21 +114,21 @@ def handle_lock(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
 
 def handle_restore(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
     """Give the device its original frequency settings back."""
-    check_args(req, [])
+    request_of(req, BareRequest)
     ctx.backend.restore()
     return {"restored": True}
 
 
 def handle_power(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
     """One reading of the configured rail; ``power_w`` is null where power is not measurable."""
-    check_args(req, [])
+    request_of(req, BareRequest)
     value = ctx.backend.read_power_w()
     return {"power_w": value, "available": value is not None, "time": time.time()}
 
 
 def handle_shutdown(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
     """Restore the device and stop serving after this response."""
-    check_args(req, [])
+    request_of(req, BareRequest)
     ctx.backend.restore()
     ctx.stopping = True
     return {"restored": True}

@@ -3,8 +3,8 @@
 Why separate: the commands (``device_commands.py``, ``train_command.py``) and the dispatcher
 (``protocol.py``) share these, and they must not import the dispatcher, which imports them. The
 readers are strict so a typo in a client fails loudly instead of being ignored: an unknown
-argument, a number that is not one, a path that is not a string are refused with one line naming
-the argument. Python 3.6 compatible.
+argument (the command's kernel record, ``request_of``), a number that is not one, a path that
+is not a string are refused with one line naming the argument. Python 3.6 compatible.
 """
 
 import logging
@@ -15,6 +15,7 @@ from fleet.agent.devices import capabilities
 from fleet.agent.devices.base import Backend
 from fleet.agent.protocol.confine import Confinement
 from fleet.agent.protocol.wire import ProtocolError
+from fleet.method.records import RecordError
 
 log = logging.getLogger("fleet.agent")
 
@@ -52,17 +53,16 @@ Handler = Callable[[Context, Dict[str, Any]], Dict[str, Any]]
 # --------------------------------------------------------------------------------------------
 # Argument helpers: strict, so a typo in a client fails loudly instead of being ignored.
 
-_RESERVED = ("id", "cmd")
 
-
-def check_args(req: Dict[str, Any], allowed: List[str]) -> None:
-    unknown = sorted(k for k in req if k not in _RESERVED and k not in allowed)
-    if unknown:
-        raise ProtocolError(
-            "unknown argument(s) for {}: {} (allowed: {})".format(
-                req.get("cmd"), ", ".join(unknown), ", ".join(allowed) or "none"
-            )
-        )
+def request_of(req: Dict[str, Any], record: Any) -> Any:
+    """The request's arguments as the command's kernel record (``fleet.method.records``):
+    a typo in a client fails loudly instead of being ignored, in one line naming the closest
+    known argument."""
+    args = dict((k, v) for k, v in req.items() if k not in ("id", "cmd"))
+    try:
+        return record.from_dict(args, str(req.get("cmd")))
+    except RecordError as exc:
+        raise ProtocolError(str(exc)) from None
 
 
 def number(req: Dict[str, Any], key: str, default: Any = None, required: bool = False) -> Any:

@@ -16,51 +16,8 @@ from fleet.agent.protocol.wire import ProtocolError, error_line
 
 log = logging.getLogger("fleet.agent")
 
-TRAIN_ARGS = [
-    "model",
-    "input_shape",
-    "num_classes",
-    "vocab_size",
-    "model_options",
-    "weights",
-    "data",
-    "batch_size",
-    "lr",
-    "optimizer",
-    "target_accuracy",
-    "eval_every_samples",
-    "max_samples",
-    "seed",
-    "checkpoint",
-    "segment_s",
-    "out_weights",
-    "freq_mhz",
-    "device",
-    "task",
-    "eval_batch_size",
-    "eval_at_start",
-    "sampler_hz",
-    # closed loop (any budget argument turns it on; batch_size/lr are then the reference pair)
-    "budget_w",
-    "budget_schedule",
-    "budget_file",
-    "profile",
-    "efficiency",
-    "objective",
-    "deadline_s",
-    "guard_window_s",
-    "drift",
-    "drift_time_tol",
-    "drift_power_tol",
-    "refreshed_profile",
-    "pace",
-    # online efficiency learning (``efficiency_learner.py``): none | online | device | all; the
-    # shipped vector's seed spread ({batch: std}) and origin (``learned``: the fleet's posterior)
-    "learn_efficiency",
-    "efficiency_std",
-    "efficiency_source",
-    "efficiency_law_err",  # how far the noise scale's law missed the proxy's own curves
-]
+# The request's argument names and kinds are the kernel's ``TrainRequest``
+# (``fleet/method/records.py``); this module checks what they say.
 
 
 def load_train_data(path: str) -> Any:

@@ -7,25 +7,21 @@ largest response; the dispatcher (``protocol.py``) only registers it. Python 3.6
 
 import logging
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from fleet.agent.measure.sampler import sensor_hz
 from fleet.agent.protocol.handler_api import (
     Context,
     bool_arg,
-    check_args,
     int_arg,
     number,
     path_arg,
+    request_of,
     torch_device,
 )
-from fleet.agent.protocol.train_args import (
-    TRAIN_ARGS,
-    closed_loop_args,
-    load_train_data,
-    segment_arg,
-)
+from fleet.agent.protocol.train_args import closed_loop_args, load_train_data, segment_arg
 from fleet.agent.protocol.wire import ProtocolError, error_line
+from fleet.method.records import Progress, TrainReply, TrainRequest
 
 log = logging.getLogger("fleet.agent")
 
@@ -46,8 +42,11 @@ def handle_train(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
     ({batch: samples}, {"batch_sizes", "samples_to_accuracy"} lists, or a CSV path), optional
     ``objective`` (time|energy|deadline, the last with ``deadline_s``), ``guard_window_s`` and
     ``pace`` (true: every step lasts at least the profile's step time, a rehearsal's timeline):
-    the agent selects, locks, follows the budget and guards the rail; ``batch_size``/``lr`` are
-    the learning-rate reference pair. The response adds ``segments``, ``guard_events``,
+    the agent selects, locks, follows the budget and guards the rail; ``lr_ref_batch``/``lr_ref``
+    are the learning-rate reference pair (``batch_size``/``lr`` are refused: the loop chooses
+    the batch). The response names the point chosen at the start (``start_batch_size``,
+    ``start_freq_mhz``) and the one running at the end (``end_batch_size``, ``end_freq_mhz``)
+    and adds ``segments``, ``guard_events``,
     ``drift_events``, ``loop_time_s``, ``loop_energy_j`` and ``notes``, and for the deadline
     ``predicted_finish_s``, ``late`` and ``behind_at_s``; ``status`` may be ``over-budget``
     (checkpoint kept).
@@ -56,16 +55,18 @@ def handle_train(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
     of training time (the device's clock; paced with ``pace``), stops at the next evaluation,
     restores the clocks and replies ``status`` ``paused``; the next call with the same
     checkpoint resumes. Every counter of the reply is the run's, cumulative across calls (the
-    closed loop's segments and events too), and ``progress`` is where the run stands in
-    ``fleet.rounds.progress.Progress``'s fields (time_s, samples, energy_j, accuracy,
-    batch_size, freq_mhz, budget_w, power_w, done, eta_s, segments).
+    closed loop's segments and events too), and ``progress`` is where the run stands, a
+    ``fleet.method.records.Progress``.
+
+    The request and the reply are the kernel's records (``TrainRequest``, ``TrainReply``): an
+    argument the record does not know is refused in one line naming the closest one.
     """
     from fleet.agent.models.registry import MODELS, build_model, canonical_name
     from fleet.agent.training.checkpoint import atomic_torch_save, torch_load_cpu
     from fleet.agent.training.train_state import TrainerError
     from fleet.agent.training.trainer import train_to_target
 
-    check_args(req, TRAIN_ARGS)
+    request = request_of(req, TrainRequest)
     model_arg = req.get("model")
     if not isinstance(model_arg, str) or not model_arg:
         raise ProtocolError("train needs 'model' (a model name)")
@@ -75,14 +76,13 @@ def handle_train(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
     checkpoint = path_arg(req, "checkpoint")
     segment_s = segment_arg(req, checkpoint)
     out_weights = path_arg(req, "out_weights")
-    batch_size = int_arg(req, "batch_size", required=True)
-    lr = number(req, "lr", required=True)
     target = number(req, "target_accuracy", required=True)
     freq = number(req, "freq_mhz")
     model_options = req.get("model_options") or {}
     if not isinstance(model_options, dict):
         raise ProtocolError("'model_options' must be an object, got {!r}".format(model_options))
     task = req.get("task") or ("char" if MODELS[name].kind == "text" else "classification")
+    batch_size, lr = reference_pair(request, request.budgeted())
     loop_args = closed_loop_args(req)
     notes = []  # type: List[str]
     device = torch_device(ctx, req, notes)
@@ -183,22 +183,22 @@ def handle_train(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
             "out_weights": out_weights,
             "notes": notes,
             "segment_s": train_options["segment_s"],
-            "progress": {
-                "time_s": result.train_time_s,
-                "samples": result.samples,
-                "energy_j": result.energy_j,
-                "accuracy": result.final_accuracy if result.curve else None,
-                "batch_size": result.batch_size,
-                "freq_mhz": locked,
-                "budget_w": None,
-                "power_w": None,
-                "done": 1.0 if result.reached else 0.0,  # no efficiency here to count against
-                "eta_s": 0.0 if result.reached else None,
-                "segments": result.sessions,
-            },
+            "progress": progress_record(
+                {
+                    "time_s": result.train_time_s,
+                    "samples": result.samples,
+                    "energy_j": result.energy_j,
+                    "accuracy": result.final_accuracy if result.curve else None,
+                    "end_batch_size": result.batch_size,
+                    "end_freq_mhz": locked,
+                    "done": 1.0 if result.reached else 0.0,  # no efficiency to count against
+                    "eta_s": 0.0 if result.reached else None,
+                    "segments": result.sessions,
+                }
+            ),
         }
     )
-    return response
+    return TrainReply(**response).to_dict()
 
 
 def _train_closed_loop(
@@ -238,6 +238,10 @@ def _train_closed_loop(
     if out_weights is not None:
         atomic_torch_save({k: v.detach().cpu() for k, v in model.state_dict().items()}, out_weights)
     response = result.to_dict()
+    # the trainer's batch and lr are the reference pair here: named so (lr_ref_batch, lr_ref)
+    del response["batch_size"]
+    response["lr_ref"] = response.pop("lr")
+    start = next((s for s in summary["segments"] if s.get("batch_size") is not None), {})
     response.update(
         {
             "status": summary["status"],
@@ -246,9 +250,11 @@ def _train_closed_loop(
             "model": name,
             "task": task,
             "device": str(device),
-            "batch_size": summary["batch_size"],
             "lr_ref_batch": ref_batch,
-            "freq_mhz": summary["freq_mhz"],
+            "start_batch_size": start.get("batch_size"),
+            "start_freq_mhz": start.get("freq_mhz"),
+            "end_batch_size": summary["batch_size"] or None,
+            "end_freq_mhz": summary["freq_mhz"] or None,
             "restored": True,
             "power_measured": summary["power_samples"] > 0,
             "checkpoint": checkpoint,
@@ -264,7 +270,7 @@ def _train_closed_loop(
             "loop_time_s": summary["time_s"],
             "call_time_s": summary["call_time_s"],
             "segment_s": opts.get("segment_s"),
-            "progress": summary["progress"],
+            "progress": progress_record(_end_named(summary["progress"])),
             "loop_energy_j": summary["energy_j"],
             "loop_peak_power_w": summary["peak_power_w"],
             "stop_reason": summary["stop_reason"],
@@ -273,4 +279,38 @@ def _train_closed_loop(
             "notes": notes + summary["notes"],
         }
     )
-    return response
+    return TrainReply(**response).to_dict()
+
+
+def reference_pair(request: TrainRequest, closed_loop: bool) -> Tuple[int, float]:
+    """(batch, lr): the fixed run's own pair, or the closed loop's learning-rate reference
+    (``lr_ref_batch``/``lr_ref``) that the batch it chooses scales from. Each name means one
+    thing, so the other pair is refused, naming the right one."""
+    mine, other = ("lr_ref_batch", "lr_ref"), ("batch_size", "lr")
+    if not closed_loop:
+        mine, other = other, mine
+    for key, right in zip(other, mine):
+        if getattr(request, key) is not None:
+            what = "a closed-loop train (a budget)" if closed_loop else "a fixed-point train"
+            raise ProtocolError("{} takes '{}', not '{}'".format(what, right, key))
+    for key in mine:
+        if getattr(request, key) is None:
+            raise ProtocolError("train needs '{}'".format(key))
+    return int(getattr(request, mine[0])), float(getattr(request, mine[1]))
+
+
+def _end_named(progress: Dict[str, Any]) -> Dict[str, Any]:
+    """The closed loop's progress with the running point under the record's names (the loop
+    calls it batch_size/freq_mhz; the record, like the row, says end_*)."""
+    out = dict(progress)
+    out["end_batch_size"] = out.pop("batch_size", None)
+    out["end_freq_mhz"] = out.pop("freq_mhz", None)
+    return out
+
+
+def progress_record(values: Dict[str, Any]) -> Dict[str, Any]:
+    """A ``Progress`` as it travels: an unknown counter (None) of a field that is never null
+    takes the record's default (no power reading: no energy counted)."""
+    never_null = set(f.name for f in Progress.FIELDS if not f.null)
+    kept = dict((k, v) for k, v in values.items() if v is not None or k not in never_null)
+    return Progress(**kept).to_dict()
