@@ -17,8 +17,9 @@ import time
 
 from fleet.common.errors import InfeasibleError
 from fleet.core.efficiency import Efficiency
-from fleet.core.profile import Point, Profile
+from fleet.core.profile import Profile
 from fleet.core.selection import SelectionIndex, select_brute_force
+from fleet.method.point import Point
 
 
 def synthetic(n_batches: int, n_freqs: int, seed: int = 0) -> tuple[Profile, Efficiency]:

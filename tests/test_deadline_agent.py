@@ -21,10 +21,10 @@ from fleet.agent.models.registry import build_model
 from fleet.budgets.codec import BudgetStep
 from fleet.core.deadline import choose_step, rates
 from fleet.core.efficiency import Efficiency
-from fleet.core.profile import Point
 from fleet.method.budget import FileBudget, FixedBudget
 from fleet.method.deadline import choose_deadline
-from fleet.method.selection import LutPoint, choose, lut_from_rows
+from fleet.method.point import Point
+from fleet.method.selection import choose, lut_from_rows
 from tests.closedloop_helpers import FollowBackend, lut_rows
 
 
@@ -56,12 +56,12 @@ def luts(draw):
             if draw(st.booleans()):
                 mean = draw(st.floats(1.0, 10.0))
                 pts.append(
-                    LutPoint(
+                    Point(
                         b, f, draw(st.floats(0.01, 2.0)), mean * draw(st.floats(1.0, 1.5)), mean
                     )
                 )
     if not pts:
-        pts.append(LutPoint(8, 307.2, 0.1, 3.0, 2.5))
+        pts.append(Point(8, 307.2, 0.1, 3.0, 2.5))
     eff = {b: draw(st.floats(1e3, 1e5)) for b in BATCHES if draw(st.booleans())}
     eff.setdefault(pts[0].batch_size, 5e3)
     return pts, eff

@@ -14,7 +14,8 @@ from dataclasses import asdict, dataclass
 
 from fleet.common.errors import InputError
 from fleet.core.efficiency import Efficiency
-from fleet.core.profile import Point, Profile
+from fleet.core.profile import Profile
+from fleet.method.point import Point
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,9 @@ from fleet.budgets.codec import BudgetStep
 from fleet.common.errors import InputError
 from fleet.config.fleetfile import DeviceSpec, Fleet, RunSettings
 from fleet.core.choice import align
-from fleet.core.deadline import RateTable, check_deadline, rates
+from fleet.core.deadline import RateTable, rates
 from fleet.core.efficiency import Efficiency
+from fleet.method.deadline import check_deadline_s
 from fleet.planning import replan
 from fleet.planning.deadline_plan import (
     fastest_finish_rates,
@@ -58,7 +59,7 @@ def run_deadline(fleet: Fleet) -> float | None:
     raw = fleet.run.extra.get("deadline_s")
     if raw is None:
         return None
-    return check_deadline(raw, f"{fleet.path}: [run] deadline_s")
+    return check_deadline_s(raw, f"{fleet.path}: [run] deadline_s")
 
 
 def fastest_finishes(

@@ -14,7 +14,8 @@ as its own methods do. Python 3.6 compatible, stdlib only.
 from typing import Any, Optional
 
 from fleet.agent.loop.segments import REASON_BUDGET, REASON_GUARD, open_segment
-from fleet.method.selection import LutPoint, fits, lowest_peak
+from fleet.method.point import Point
+from fleet.method.selection import fits, lowest_peak
 
 
 def _label(w: Optional[float]) -> str:
@@ -26,7 +27,7 @@ def nothing_fits(loop: Any, budget: Optional[float]) -> str:
     low = lowest_peak(loop.points)
     where = (
         "; the lowest profiled peak is {:.2f} W (batch {}, {:g} MHz)".format(
-            low.peak_power_w, low.batch_size, low.freq_mhz
+            low.guard_peak_w, low.batch_size, low.freq_mhz
         )
         if low is not None
         else ""
@@ -71,7 +72,7 @@ def follow_budget(loop: Any, t: float) -> None:
 
 def _choose_for_batch(
     loop: Any, batch: int, budget: Optional[float], below_mhz: float
-) -> Optional[LutPoint]:
+) -> Optional[Point]:
     """The running batch's fastest point that fits ``budget`` at or under ``below_mhz``."""
     cands = [
         p
@@ -135,7 +136,7 @@ def guard(loop: Any, t: float, watts: float) -> None:
         loop._reselect = True  # at the step boundary: the deadline point without these
         over = loop._point(b, f)
         if over is not None and over.peak_power_w == over.peak_power_w:  # not NaN
-            loop.rail_excess_w = max(loop.rail_excess_w, watts - over.peak_power_w)
+            loop.rail_excess_w = max(loop.rail_excess_w, watts - over.guard_peak_w)
     open_segment(loop, t, REASON_GUARD)
     loop._note(
         "guard: {:.2f} W over {} at {:g} MHz (batch {}); stepped down to {:g} MHz".format(

@@ -72,7 +72,8 @@ from fleet.agent.loop.segments import (
 from fleet.agent.measure.sampler import PowerSampler, sensor_hz
 from fleet.method.budget import BudgetSource, ScheduleBudget
 from fleet.method.deadline import check_deadline_s, check_power
-from fleet.method.selection import ChooseError, LutPoint, choose, fits, lut_from_rows
+from fleet.method.point import Point
+from fleet.method.selection import ChooseError, choose, fits, lut_from_rows
 
 STATUS_OVER_BUDGET = "over-budget"
 LOOP_OBJECTIVES = ("time", "energy", "deadline")
@@ -97,7 +98,7 @@ class ClosedLoop(object):
     def __init__(
         self,
         backend: Backend,
-        points: List[LutPoint],
+        points: List[Point],
         efficiency: Dict[int, float],
         source: BudgetSource,
         objective: str = "time",
@@ -171,7 +172,7 @@ class ClosedLoop(object):
         self._budget = None  # type: Optional[float]
         self._batch = 0
         self._freq = 0.0
-        self._pending = None  # type: Optional[LutPoint]
+        self._pending = None  # type: Optional[Point]
         self._over_since = None  # type: Optional[float]
         self._settle_until = 0.0
         self._last = None  # type: Optional[Tuple[float, float]]
@@ -421,7 +422,7 @@ class ClosedLoop(object):
     # -- helpers (hold self._mu) -----------------------------------------------------------------
     def _choose(
         self, budget: Optional[float], t: Optional[float] = None, margin_only: bool = False
-    ) -> Optional[LutPoint]:
+    ) -> Optional[Point]:
         """Eq. 4 (time, energy) or the deadline point at ``t`` (``deadline_reselect.py``). After a
         guard event the deadline keeps the rail's measured excess under the budget; when nothing
         fits that way, the plain budget (the guard watches), unless ``margin_only``: then None."""
@@ -446,10 +447,10 @@ class ClosedLoop(object):
         if left > 0:
             self._sleep(left)
 
-    def _point(self, batch: int, freq: float) -> Optional[LutPoint]:
+    def _point(self, batch: int, freq: float) -> Optional[Point]:
         return next((q for q in self.points if (q.batch_size, q.freq_mhz) == (batch, freq)), None)
 
-    def _apply_point(self, p: LutPoint, t: float) -> None:
+    def _apply_point(self, p: Point, t: float) -> None:
         if p.freq_mhz != self._freq or not self.lock_log:
             self._lock(p.freq_mhz, t)
         self._batch = p.batch_size

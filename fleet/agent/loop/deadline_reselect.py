@@ -17,14 +17,15 @@ from typing import Any, Optional
 from fleet.agent.loop.budgetwatch import nothing_fits
 from fleet.agent.loop.segments import REASON_DEADLINE, open_segment
 from fleet.method.deadline import REL_TOL, choose_deadline, finish_at
-from fleet.method.selection import LutPoint, choose
+from fleet.method.point import Point
+from fleet.method.selection import choose
 
 BEHIND_CHECK_S = 0.25  # how often the deadline objective re-prices the running point
 
 
 def choose_deadline_point(
     loop: Any, budget: Optional[float], now: float, margin_only: bool = False
-) -> Optional[LutPoint]:
+) -> Optional[Point]:
     """The deadline point at ``now`` for the work and time left (the loop's ``_choose`` under
     the deadline objective). After a guard event it keeps the rail's measured excess under the
     budget; when nothing fits that way, the plain budget (the guard watches), unless
@@ -79,7 +80,7 @@ def _mark_behind(loop: Any, now: float) -> None:
 
 def _past_estimate(
     loop: Any, budget: Optional[float], now: float, margin_only: bool
-) -> Optional[LutPoint]:
+) -> Optional[Point]:
     """The shipped samples-to-accuracy are used up and the target is not reached: the data
     needs more than estimated, nothing is left to plan on, so the device is behind and runs
     its fastest point (the host's ``DeadlineChooser`` does the same). Costing the remaining
