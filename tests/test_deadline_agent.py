@@ -56,9 +56,7 @@ def luts(draw):
             if draw(st.booleans()):
                 mean = draw(st.floats(1.0, 10.0))
                 pts.append(
-                    Point(
-                        b, f, draw(st.floats(0.01, 2.0)), mean * draw(st.floats(1.0, 1.5)), mean
-                    )
+                    Point(b, f, draw(st.floats(0.01, 2.0)), mean * draw(st.floats(1.0, 1.5)), mean)
                 )
     if not pts:
         pts.append(Point(8, 307.2, 0.1, 3.0, 2.5))
