@@ -38,8 +38,7 @@ from dataclasses import dataclass
 from fleet.budgets.codec import BudgetStep, budget_limit
 from fleet.core.choice import Choice, make_choice
 from fleet.core.efficiency import Efficiency
-from fleet.method.deadline import REL_TOL as _REL_TOL
-from fleet.method.deadline import Rate, check_deadline_s, check_power, choose_among, rate_of
+from fleet.method.deadline import Rate, check_deadline_s, check_power, choose_among, meets, rate_of
 from fleet.method.deadline import finish as finish_from
 from fleet.method.point import Point
 from fleet.method.selection import ChooseIndex
@@ -258,8 +257,11 @@ class DeadlineChooser:
         clock at the target) or its planned choice already missed it; else a note if it fell
         behind mid-round. What happened decides, not what was predicted: a device whose data
         needs more samples than shipped finishes late although its plan was on time."""
-        limit = self.deadline_s * (1.0 + _REL_TOL)
-        after = finish_s is not None and math.isfinite(finish_s) and finish_s > limit
+        after = (
+            finish_s is not None
+            and math.isfinite(finish_s)
+            and not meets(finish_s, self.deadline_s)
+        )
         if self.late:
             return "late", (
                 f"predicted finish {self.predicted_finish_s:.0f} s misses the deadline "

@@ -57,6 +57,11 @@ class Rate(_RateFields):
 Pick = Tuple[Rate, bool, float, float]
 
 
+def meets(finish_s: float, deadline_s: float) -> bool:
+    """A finish (predicted or actual) meets the deadline, within ``REL_TOL``."""
+    return finish_s <= deadline_s * (1.0 + REL_TOL)
+
+
 def rate_of(point: Point, samples: float) -> Rate:
     """Cost ``point`` for the whole work (``samples`` to the target at its batch size)."""
     t = point.time_per_batch_s / point.batch_size * samples
@@ -137,13 +142,12 @@ def choose_among(
     """
     if not candidates:
         return None
-    limit = deadline_s * (1.0 + REL_TOL)
     best_ok = None  # type: Optional[Tuple[Tuple[float, ...], Rate, float, float]]
     best_any = None  # type: Optional[Tuple[Tuple[float, ...], Rate, float, float]]
     for r in candidates:
         f, e = finish(starts, k, clock_s, done, r, later)
         tie = r.key()[1:]
-        if f <= limit:
+        if meets(f, deadline_s):
             key = (e, f) + tie
             if best_ok is None or key < best_ok[0]:
                 best_ok = (key, r, f, e)

@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 from fleet.agent.loop.budgetwatch import nothing_fits
 from fleet.agent.loop.segments import REASON_DEADLINE, open_segment
-from fleet.method.deadline import REL_TOL, choose_deadline, finish_at
+from fleet.method.deadline import choose_deadline, finish_at, meets
 from fleet.method.point import Point
 from fleet.method.selection import choose
 
@@ -133,7 +133,7 @@ def check_behind(loop: Any, t: float) -> None:
         loop.max_batch,
     )  # fmt: skip
     loop.last_finish_s = f
-    if f <= loop.deadline_s * (1.0 + REL_TOL):
+    if meets(f, loop.deadline_s):
         return
     if at_fastest:
         _mark_behind(loop, t)
