@@ -185,6 +185,23 @@ def test_schedule_look_ahead_equals_brute_force_and_the_host(lut, budgets, done,
     same(got, host_choice(points, n, steps, k, clock, done, deadline))
 
 
+@settings(max_examples=300, deadline=None)
+@given(luts(), st.one_of(st.none(), st.sampled_from([1.0, 3.0, 6.0]), st.floats(1.0, 16.0)))
+def test_the_hosts_rate_table_is_a_fast_path_of_the_kernel(lut, budget):
+    """``fleet.core.deadline.RateTable`` (binary search) answers what the kernel's
+    ``feasible_rates``/``fastest_rate`` (a scan) answer: the same points, the same fastest."""
+    from fleet.method.deadline import fastest_rate, feasible_rates
+
+    points, n = lut
+    table = rates(points, Efficiency(dict(n)))
+    want = fastest_rate(points, n, budget)
+    got = table.fastest(budget)
+    assert (got and got.point) is (want and want.point) or got == want
+    scan = sorted((r.point.batch_size, r.point.freq_mhz) for r in feasible_rates(points, n, budget))
+    fast = sorted((r.point.batch_size, r.point.freq_mhz) for r in table.feasible(budget))
+    assert fast == scan
+
+
 def test_an_unmeetable_deadline_is_late_on_the_fastest_point():
     points, n = lut_from_rows(lut_rows()), {8: 4000.0, 16: 4000.0, 32: 4400.0}
     fastest = choose(points, n, 4.0, "time")

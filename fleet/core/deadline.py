@@ -65,7 +65,7 @@ class RateTable:
 
     def __init__(self, all_rates: Sequence[Rate]):
         self.rates = list(all_rates)
-        self._rate = {(r.point.batch_size, r.point.freq_mhz): r for r in self.rates}
+        self._rate = {id(r.point): r for r in self.rates}  # the index returns these points
         self._samples = {r.point.batch_size: r.samples for r in self.rates}
         self._index = ChooseIndex([r.point for r in self.rates])
 
@@ -74,15 +74,13 @@ class RateTable:
         budget = budget_limit(budget_w)
         ix = self._index
         return [
-            self._rate[p.batch_size, p.freq_mhz]
-            for b in ix.batch_sizes
-            for p in ix.sorted[b][: ix.fitting(b, budget)]
+            self._rate[id(p)] for b in ix.batch_sizes for p in ix.sorted[b][: ix.fitting(b, budget)]
         ]
 
     def fastest(self, budget_w: float | None) -> Rate | None:
         """The time objective's choice under one budget (the kernel's ``fastest_rate``)."""
         p = self._index.choose(self._samples, budget_limit(budget_w), "time")
-        return None if p is None else self._rate[p.batch_size, p.freq_mhz]
+        return None if p is None else self._rate[id(p)]
 
 
 _TABLES: dict[tuple, RateTable] = {}
