@@ -32,7 +32,8 @@ from pathlib import Path
 from fleet.agent.devices.jetson import JetsonBackend
 from fleet.agent.loop.closedloop import ClosedLoop
 from fleet.method.budget import FixedBudget
-from fleet.method.selection import LutPoint, choose
+from fleet.method.point import Point
+from fleet.method.selection import choose
 from simulations.virtual_jetson import build_board
 
 BATCHES = (16, 32, 64)
@@ -57,12 +58,12 @@ class BoardBackend(JetsonBackend):
         return out
 
 
-def lut_for(board) -> list[LutPoint]:
+def lut_for(board) -> list[Point]:
     points = []
     for b in BATCHES:
         for hz in board.freqs_hz:
             p = board.model_power_w(hz, b)
-            points.append(LutPoint(b, hz / 1e6, b / (hz / 1e6) * 1e-3, p * 1.02, p))
+            points.append(Point(b, hz / 1e6, b / (hz / 1e6) * 1e-3, p * 1.02, p))
     return points
 
 

@@ -20,8 +20,9 @@ from fleet.agent.prediction.design import design_probes, frame_probes
 from fleet.agent.prediction.predict import QUANTITIES, predict_profile
 from fleet.common.errors import InfeasibleError
 from fleet.core.efficiency import Efficiency
-from fleet.core.profile import Point, Profile
+from fleet.core.profile import Profile
 from fleet.core.selection import select
+from fleet.method.point import Point
 from fleet.method.profile_io import read_rows
 from fleet.trust.verify import select_verified
 

@@ -64,9 +64,10 @@ from clients.train_exchange import budget_args, fill_from_train, predict_start, 
 from clients.work_dir import TrainFiles, work_dir_for
 from fleet.common.errors import InputError
 from fleet.config.fleetfile import DeviceSpec, RunSettings
-from fleet.core.efficiency import Efficiency, scaled_lr
+from fleet.core.efficiency import Efficiency
 from fleet.core.profile import load_profile
 from fleet.method.records import TrainRequest
+from fleet.method.selection import scaled_lr
 from fleet.rounds.device_round import TRAINED, DeviceResult, Round, run_device
 from fleet.rounds.progress import Progress
 

@@ -23,8 +23,8 @@ from fleet.common.errors import InputError
 from fleet.config.fleetfile import DeviceSpec, load_fleet
 from fleet.core.efficiency import Efficiency
 from fleet.core.profile import load_profile
-from fleet.core.selection import select_brute_force
 from fleet.method.budget import BudgetStep
+from fleet.method.selection import choose
 from fleet.rounds.device_round import row_fields
 from fleet.rounds.virtual_clock import cached_efficiency, simulate_device
 from strategies import coordinator
@@ -124,8 +124,8 @@ def test_reply_num_examples_and_missing_values(fleet, shipped) -> None:
     first = fleet.devices[0]
     ok = simulate_device(first, shipped, fleet.run).to_dict()
     metrics, report = records.encode_reply(ok)
-    # the batch the device's profile and the shipped proxy give by brute force under its budget
-    want = select_brute_force(load_profile(first.profile), shipped, first.budget_w)
+    # the batch the device's profile and the shipped proxy give (the kernel's eq. 4)
+    want = choose(load_profile(first.profile).points, shipped.reached, first.budget_w)
     assert metrics["num-examples"] == round(ok["samples"])
     assert metrics["batch-size"] == want.batch_size
     starved = next(d for d in fleet.devices if d.name == "nano-starved")

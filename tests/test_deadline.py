@@ -10,9 +10,10 @@ from fleet.common.errors import InputError
 from fleet.config.fleetfile import DeviceSpec, RunSettings, load_fleet
 from fleet.core.deadline import DeadlineChooser, select_deadline, select_deadline_schedule
 from fleet.core.efficiency import Efficiency
-from fleet.core.profile import Point, Profile
+from fleet.core.profile import Profile
 from fleet.core.selection import select
 from fleet.method.budget import BudgetStep
+from fleet.method.point import Point
 from fleet.planning.deadline_plan import fastest_finish, plan_deadline
 from fleet.planning.whatif import simulate_fleet
 from fleet.rounds.device_round import run_device

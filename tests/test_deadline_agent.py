@@ -20,10 +20,10 @@ from fleet.agent.loop.underbudget import train_under_budget
 from fleet.agent.models.registry import build_model
 from fleet.core.deadline import choose_step, rates
 from fleet.core.efficiency import Efficiency
-from fleet.core.profile import Point
 from fleet.method.budget import BudgetStep, FileBudget, FixedBudget
 from fleet.method.deadline import choose_deadline
-from fleet.method.selection import LutPoint, choose, lut_from_rows
+from fleet.method.point import Point
+from fleet.method.selection import choose, lut_from_rows
 from tests.closedloop_helpers import FollowBackend, lut_rows
 
 
@@ -55,12 +55,10 @@ def luts(draw):
             if draw(st.booleans()):
                 mean = draw(st.floats(1.0, 10.0))
                 pts.append(
-                    LutPoint(
-                        b, f, draw(st.floats(0.01, 2.0)), mean * draw(st.floats(1.0, 1.5)), mean
-                    )
+                    Point(b, f, draw(st.floats(0.01, 2.0)), mean * draw(st.floats(1.0, 1.5)), mean)
                 )
     if not pts:
-        pts.append(LutPoint(8, 307.2, 0.1, 3.0, 2.5))
+        pts.append(Point(8, 307.2, 0.1, 3.0, 2.5))
     eff = {b: draw(st.floats(1e3, 1e5)) for b in BATCHES if draw(st.booleans())}
     eff.setdefault(pts[0].batch_size, 5e3)
     return pts, eff
@@ -184,6 +182,23 @@ def test_schedule_look_ahead_equals_brute_force_and_the_host(lut, budgets, done,
     got = got and (got[0].point,) + got[1:]
     same(got, brute_force(points, n, steps, k, clock, done, deadline))
     same(got, host_choice(points, n, steps, k, clock, done, deadline))
+
+
+@settings(max_examples=300, deadline=None)
+@given(luts(), st.one_of(st.none(), st.sampled_from([1.0, 3.0, 6.0]), st.floats(1.0, 16.0)))
+def test_the_hosts_rate_table_is_a_fast_path_of_the_kernel(lut, budget):
+    """``fleet.core.deadline.RateTable`` (binary search) answers what the kernel's
+    ``feasible_rates``/``fastest_rate`` (a scan) answer: the same points, the same fastest."""
+    from fleet.method.deadline import fastest_rate, feasible_rates
+
+    points, n = lut
+    table = rates(points, Efficiency(dict(n)))
+    want = fastest_rate(points, n, budget)
+    got = table.fastest(budget)
+    assert (got and got.point) is (want and want.point) or got == want
+    scan = sorted((r.point.batch_size, r.point.freq_mhz) for r in feasible_rates(points, n, budget))
+    fast = sorted((r.point.batch_size, r.point.freq_mhz) for r in table.feasible(budget))
+    assert fast == scan
 
 
 def test_an_unmeetable_deadline_is_late_on_the_fastest_point():

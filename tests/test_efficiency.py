@@ -3,7 +3,8 @@ import math
 import pytest
 
 from fleet.common.errors import InputError
-from fleet.core.efficiency import Efficiency, load_efficiency, save_efficiency, scaled_lr
+from fleet.core.efficiency import Efficiency, load_efficiency, save_efficiency
+from fleet.method.selection import scaled_lr
 
 
 def test_ratios_unreached_and_roundtrip(write, tmp_path):

@@ -21,6 +21,7 @@ from fleet.common.names import check_name, child_dir
 from fleet.config.fields import OPTIMIZERS
 from fleet.config.fleetfile import load_fleet
 from fleet.core import efficiency
+from fleet.method import selection as lr_rule
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILE = ROOT / "simulations" / "profiles" / "nano_resnet18.csv"
@@ -153,7 +154,7 @@ def test_bad_names_refused_on_the_fleet_file(tmp_path: Path, bad: str) -> None:
 
 
 def test_optimizers_are_the_trainers(tmp_path: Path) -> None:
-    assert set(OPTIMIZERS) == set(efficiency.SQRT_OPTIMIZERS + efficiency.LINEAR_OPTIMIZERS)
+    assert set(OPTIMIZERS) == set(lr_rule.SQRT_OPTIMIZERS + lr_rule.LINEAR_OPTIMIZERS)
 
 
 # ------------------------------------------------------------------------------ node config, CLI

@@ -20,7 +20,7 @@ from fleet.agent.loop.closedloop import ClosedLoop
 from fleet.agent.measure.sampler import sensor_hz
 from fleet.cli import main
 from fleet.method.budget import FixedBudget
-from fleet.method.selection import LutPoint
+from fleet.method.point import Point
 from tests.conftest import run_cli
 
 HZ = (306000000, 408000000, 510000000)
@@ -365,7 +365,7 @@ def test_update_interval_caps_every_sampler_the_backend_feeds(tmp_path):
     b = backend(tmp_path)
     assert b.sensor_period_s == pytest.approx(0.5)
     assert sensor_hz(b, 20.0) == pytest.approx(2.0) and sensor_hz(b, 1.0) == pytest.approx(1.0)
-    points = [LutPoint(8, 408.0, 0.01, 4.0, 3.5), LutPoint(8, 510.0, 0.008, 6.0, 5.0)]
+    points = [Point(8, 408.0, 0.01, 4.0, 3.5), Point(8, 510.0, 0.008, 6.0, 5.0)]
     loop = ClosedLoop(b, points, {8: 100.0}, FixedBudget(5.0), hz=20.0, restore_on_exit=True)
     assert loop.hz == pytest.approx(2.0) and loop.sampler.hz == pytest.approx(2.0)
     assert any("sampling power at 2 Hz" in n for n in loop.notes)

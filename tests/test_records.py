@@ -172,13 +172,12 @@ def test_a_real_agent_answers_through_the_records_and_the_row_names_both_points(
     (paced: the 0.5 s step comes long before the run's 160 samples end) starts at
     16 @ 800 (7 W) and ends at 16 @ 400 (4 W); the hardware client's row says both, and its
     ``predicted_time_s`` is the start point's."""
-    from fleet.method.budget import parse_schedule
-
     from clients import records
     from clients.agent_link import AgentError, AgentLink, AgentSettings
     from clients.hardware_client import run_on_agent
     from fleet.config.fleetfile import DeviceSpec, RunSettings
     from fleet.core.efficiency import Efficiency
+    from fleet.method.budget import parse_schedule
     from tests.hardware_helpers import ONE_THREAD, tiny_pt_data
 
     prof = tmp_path / "profile.csv"

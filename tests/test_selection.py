@@ -6,10 +6,13 @@ from hypothesis import strategies as st
 
 from fleet.common.errors import InfeasibleError, InputError
 from fleet.core.baselines import run_baseline
+from fleet.core.choice import make_choice
 from fleet.core.compare import compare
 from fleet.core.efficiency import Efficiency
-from fleet.core.profile import Point, Profile
-from fleet.core.selection import SelectionIndex, safe_frequency_cap, select, select_brute_force
+from fleet.core.profile import Profile
+from fleet.core.selection import SelectionIndex, safe_frequency_cap, select
+from fleet.method.point import Point
+from fleet.method.selection import ChooseIndex, best_per_batch, choose
 
 BATCHES = [4, 8, 16, 32, 64, 128]
 FREQS = [76.8, 153.6, 230.4, 307.2, 384.0, 460.8, 537.6, 614.4]
@@ -40,17 +43,15 @@ def profiles_and_efficiencies(draw):
 
 @settings(max_examples=400, deadline=None)
 @given(profiles_and_efficiencies(), st.sampled_from(["time", "energy"]))
-def test_select_equals_brute_force_argmin(case, objective):
+def test_select_is_the_documented_argmin(case, objective):
     profile, eff, budget = case
-    try:
-        expected = select_brute_force(profile, eff, budget, objective)
-    except InfeasibleError:
+    expected = choose(profile.points, eff.reached, budget, objective)
+    if expected is None:
         with pytest.raises(InfeasibleError):
             select(profile, eff, budget, objective)
         return
     got = select(profile, eff, budget, objective)
     assert (got.batch_size, got.freq_mhz) == (expected.batch_size, expected.freq_mhz)
-    assert got.predicted_time_s == expected.predicted_time_s
     # never over budget, never an unreached batch size
     assert budget is None or got.peak_power_w <= budget
     assert not math.isnan(eff.samples[got.batch_size])
@@ -66,6 +67,66 @@ def test_select_equals_brute_force_argmin(case, objective):
     )
     value = got.predicted_energy_j if objective == "energy" else got.predicted_time_s
     assert value == pytest.approx(best, rel=1e-12)
+
+
+NAN = math.nan
+TIES = [0.05, 0.1, 0.2, 0.4]  # few values, so equal costs and equal peaks happen
+PEAKS = [2.0, 3.0, 4.0, 5.0]
+
+
+@st.composite
+def hostile_points(draw):
+    """Points as the kernel may meet them: holes, NaN peaks (time-only points, whose mean falls
+    back to the NaN peak), predicted bounds, repeated times and peaks (ties), and now and then
+    two rows for one (batch, frequency)."""
+    bs = draw(st.lists(st.sampled_from(BATCHES), min_size=1, max_size=4, unique=True))
+    fs = draw(st.lists(st.sampled_from(FREQS), min_size=1, max_size=4, unique=True))
+    points = []
+    for b in bs:
+        for f in fs:
+            for _ in range(draw(st.sampled_from([0, 1, 1, 1, 2]))):
+                t = draw(st.one_of(st.sampled_from(TIES), st.floats(0.01, 2.0)))
+                peak = draw(st.one_of(st.just(NAN), st.sampled_from(PEAKS), st.floats(1.0, 9.0)))
+                mean = peak * draw(st.sampled_from([0.5, 0.8, 1.0]))
+                bound = draw(st.one_of(st.just(NAN), st.just(NAN), st.sampled_from(PEAKS)))
+                if not math.isnan(bound) and not math.isnan(peak):
+                    bound = max(bound, peak)
+                points.append(Point(b, f, t, peak, mean, bound))
+    eff = {b: draw(st.sampled_from([1000.0, 2000.0, 4000.0])) for b in bs if draw(st.booleans())}
+    budget = draw(
+        st.one_of(
+            st.none(),
+            st.just(math.inf),
+            st.sampled_from(PEAKS + [0.5, 1.0]),  # exactly a peak, or below every one
+            st.floats(0.5, 10.0),
+        )
+    )
+    return points, eff, budget
+
+
+@settings(max_examples=600, deadline=None)
+@given(hostile_points(), st.sampled_from(["time", "energy"]))
+def test_fast_path_is_the_kernel_rule_exactly(case, objective):
+    """The host's indexed search (``ChooseIndex``, under ``SelectionIndex``) returns the very
+    point the kernel's ``choose`` returns, and ``SelectionIndex.select`` builds its Choice from
+    it or refuses exactly when the kernel finds nothing (one equation 4, two speeds)."""
+    points, eff, budget = case
+    want = choose(points, eff, budget, objective)
+    index = ChooseIndex(points)
+    assert index.choose(eff, budget, objective) is want
+    for b in index.batch_sizes:
+        front = best_per_batch(points, budget, objective, [b])
+        assert index.best_point(b, budget, objective) is front.get(b)
+    if not points:
+        return
+    profile = Profile(points, "hostile.csv")
+    samples = {b: eff.get(b, NAN) for b in {p.batch_size for p in points}}
+    try:
+        got = SelectionIndex(profile).select(Efficiency(samples), budget, objective)
+    except InputError:  # InfeasibleError included
+        assert want is None
+        return
+    assert repr(got) == repr(make_choice(want, eff[want.batch_size], "ours", objective))  # NaNs
 
 
 def _profile(rows):
@@ -119,7 +180,7 @@ def test_index_answers_many_budgets_like_fresh_selection():
     index = SelectionIndex(prof)
     for budget in [3.5, 4.0, 4.5, 5.0, 6.0, 7.0, None]:
         a = index.select(eff, budget)
-        b = select_brute_force(prof, eff, budget)
+        b = choose(prof.points, eff.reached, budget)
         assert (a.batch_size, a.freq_mhz) == (b.batch_size, b.freq_mhz)
 
 

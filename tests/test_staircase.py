@@ -4,8 +4,9 @@ from hypothesis import strategies as st
 
 from fleet.agent.measure.staircase import Measurement, probes_saved, staircase_plan
 from fleet.core.efficiency import Efficiency
-from fleet.core.profile import Point, Profile, frontier
+from fleet.core.profile import Profile, frontier
 from fleet.core.selection import select
+from fleet.method.point import Point
 
 BATCHES = [4, 8, 16, 32, 64, 128]
 FREQS = [76.8, 153.6, 230.4, 307.2, 384.0, 460.8, 537.6, 614.4, 691.2, 768.0, 844.8, 921.6]

@@ -6,8 +6,9 @@ import pytest
 
 from fleet.config.fleetfile import DeviceSpec, RunSettings
 from fleet.core.efficiency import Efficiency
-from fleet.core.profile import Point, Profile
+from fleet.core.profile import Profile
 from fleet.method.budget import BudgetStep
+from fleet.method.point import Point
 from fleet.reports.report import fleet_totals
 from fleet.rounds.device_round import run_device
 from fleet.rounds.virtual_clock import VirtualClock

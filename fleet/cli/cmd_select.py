@@ -7,12 +7,12 @@ import argparse
 from fleet.cli.common import budget_label, console, emit_json, mhz, note, table
 from fleet.common.errors import InputError
 from fleet.core.choice import align
-from fleet.core.deadline import check_deadline
 from fleet.core.efficiency import load_efficiency
 from fleet.core.objectives import OBJECTIVES
 from fleet.core.profile import load_profile
 from fleet.core.selection import select
 from fleet.method.budget import parse_budget
+from fleet.method.deadline import check_deadline_s
 from fleet.trust.coverage import check_coverage, read_coverage
 
 
@@ -87,4 +87,4 @@ def objective_context(args: argparse.Namespace) -> dict[str, float]:
         return {}
     if args.deadline_s is None:
         raise InputError(f"--objective {args.objective} needs --deadline-s SECONDS")
-    return {"deadline_s": check_deadline(args.deadline_s, "--deadline-s")}
+    return {"deadline_s": check_deadline_s(args.deadline_s, "--deadline-s")}

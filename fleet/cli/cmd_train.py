@@ -24,6 +24,7 @@ from fleet.agent.devices.guard import install_restore_handlers
 from fleet.cli.cmd_profile import add_backend_flags, backend_options
 from fleet.cli.common import console, emit_json, note, table
 from fleet.common.errors import InputError
+from fleet.method.deadline import check_power
 
 DEFAULT_BATCH_SIZES = "4,8,16,32,64,128"
 COMMAND = "train"
@@ -143,24 +144,8 @@ def _efficiency(path: str) -> tuple[dict[int, float], dict[str, Any]]:
 
 def _lut_from_profile(path: str) -> list[Any]:
     from fleet.core.profile import load_profile
-    from fleet.method.selection import LutPoint
 
-    prof = load_profile(path)
-    return [
-        LutPoint(p.batch_size, p.freq_mhz, p.time_per_batch_s, p.guard_peak_w, p.mean_power_w)
-        for p in prof.points
-    ]
-
-
-def _check_power(points: list[Any], source: str) -> None:
-    """The deadline objective prices energy: a time-only profile cannot serve it."""
-    from fleet.method.deadline import check_power
-    from fleet.method.selection import ChooseError
-
-    try:
-        check_power(points, source)
-    except ChooseError as exc:
-        raise InputError(str(exc)) from None
+    return list(load_profile(path).points)
 
 
 def _numbers(raw: str, flag: str) -> list[int]:
@@ -239,7 +224,7 @@ def run(args: argparse.Namespace) -> int:
 
     points = _lut_from_profile(args.profile) if args.profile else None
     if points is not None and args.objective == "deadline":
-        _check_power(points, args.profile)
+        check_power(points, args.profile)
     options = backend_options(args)
     task = load_task(args.dataset, args.data_dir, args.subset, args.seed)
     model = build_for(task, args.model, args.seed, args.weights)
@@ -262,7 +247,7 @@ def run(args: argparse.Namespace) -> int:
         if points is None:
             points = _profile_first(args, backend, task, model, source, device)
             if args.objective == "deadline":
-                _check_power(points, "the profile just measured")
+                check_power(points, "the profile just measured")
         last: dict[str, Any] = {}
 
         def progress(done: int, total: int, info: dict[str, Any]) -> None:
@@ -336,7 +321,7 @@ def _profile_first(args, backend, task, model, source, device) -> list[Any]:
     """The staircase under the highest budget the run will face (all points if unbounded)."""
     from fleet.agent.measure.profile_writer import write_profile
     from fleet.agent.measure.profiler import profile_grid
-    from fleet.method.selection import ChooseError, lut_from_rows
+    from fleet.method.selection import lut_from_rows
 
     highest = source.highest()
     under = f" (staircase under {highest:g} W)" if highest is not None else " (full grid)"
@@ -351,10 +336,7 @@ def _profile_first(args, backend, task, model, source, device) -> list[Any]:
         raise InputError(str(exc)) from None
     if args.out:
         write_profile(os.path.join(args.out, "profile.csv"), result.rows, result.metadata)
-    try:
-        return lut_from_rows(result.rows, "profile just measured")
-    except ChooseError as exc:
-        raise InputError(str(exc)) from None
+    return lut_from_rows(result.rows, "profile just measured")  # a ChooseError is an InputError
 
 
 def _report(result: Any, summary: dict[str, Any], args: argparse.Namespace, ckpt: str | None):

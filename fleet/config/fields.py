@@ -12,7 +12,7 @@ alphabet everywhere).
 from __future__ import annotations
 
 from fleet.common.errors import InputError
-from fleet.core.efficiency import LINEAR_OPTIMIZERS, SQRT_OPTIMIZERS
+from fleet.method.selection import LINEAR_OPTIMIZERS, SQRT_OPTIMIZERS
 
 MAX_FLEET_BYTES = 4 * 1024 * 1024
 

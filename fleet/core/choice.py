@@ -14,7 +14,9 @@ from dataclasses import asdict, dataclass
 
 from fleet.common.errors import InputError
 from fleet.core.efficiency import Efficiency
-from fleet.core.profile import Point, Profile
+from fleet.core.profile import Profile
+from fleet.method.deadline import rate_of
+from fleet.method.point import Point
 
 
 @dataclass(frozen=True)
@@ -41,9 +43,10 @@ class Choice:
 
 
 def predict(p: Point, samples: float) -> tuple[float, float]:
-    """(time_s, energy_j) to process ``samples`` at point p: eq. 2 and mean power x time."""
-    t = p.time_per_batch_s / p.batch_size * samples
-    return t, p.mean_power_w * t
+    """(time_s, energy_j) to process ``samples`` at point p: eq. 2 and mean power x time (the
+    kernel's ``rate_of``, which the deadline arithmetic prices with too)."""
+    r = rate_of(p, samples)
+    return r.full_time_s, r.full_energy_j
 
 
 def make_choice(p: Point, samples: float, method: str, objective: str) -> Choice:
@@ -106,8 +109,11 @@ def evaluate(choice: Choice, truth: Efficiency) -> Choice:
     if math.isnan(n):
         t = e = math.inf
     else:
-        t = choice.time_per_batch_s / choice.batch_size * n
-        e = choice.mean_power_w * t
+        t, e = predict(
+            Point(choice.batch_size, choice.freq_mhz, choice.time_per_batch_s,
+                  choice.peak_power_w, choice.mean_power_w),
+            n,
+        )  # fmt: skip
     return Choice(
         choice.batch_size,
         choice.freq_mhz,

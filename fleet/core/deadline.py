@@ -31,23 +31,17 @@ deadline is the slowest of them (what the coordinator does in the planning excha
 
 from __future__ import annotations
 
-import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from fleet.common.errors import InputError
 from fleet.core.choice import Choice, make_choice
 from fleet.core.efficiency import Efficiency
-from fleet.core.profile import Point
 from fleet.method.budget import BudgetStep, budget_limit
-from fleet.method.deadline import REL_TOL as _REL_TOL
-from fleet.method.deadline import Rate, choose_among, rate_of
+from fleet.method.deadline import Rate, check_deadline_s, check_power, choose_among, meets, rate_of
 from fleet.method.deadline import finish as finish_from
-
-# ``Rate`` (a point costed for the whole work), the plan's ``finish`` and the per-step choice
-# (``choose_among``) are the agent's (fleet/method/deadline.py): the board's closed loop makes
-# the same choice with the same code. This module adds the host's fast table and planning.
+from fleet.method.point import Point
+from fleet.method.selection import ChooseIndex
 
 
 @dataclass(frozen=True)
@@ -62,34 +56,31 @@ class DeadlineChoice:
 
 
 class RateTable:
-    """A profile's points costed with one efficiency, sorted by peak power.
+    """A profile's points costed with one efficiency, indexed by peak power.
 
-    A budget query is then a prefix (binary search on the peaks) and the fastest point under a
-    budget a lookup in a running best, as in ``fleet.core.selection.SelectionIndex``: the what-if
-    sweep asks thousands of budgets of a handful of (profile, efficiency) pairs.
+    A budget query is a prefix (binary search on the peaks) and the fastest point under a
+    budget the kernel's ``ChooseIndex.choose`` (eq. 4, time objective): the what-if sweep asks
+    thousands of budgets of a handful of (profile, efficiency) pairs.
     """
 
     def __init__(self, all_rates: Sequence[Rate]):
-        self.rates = sorted(all_rates, key=lambda r: (_peak(r.point), r.key()))
-        self.peaks = [_peak(r.point) for r in self.rates]
-        self.best: list[Rate] = []
-        for r in self.rates:
-            self.best.append(r if not self.best or r.key() < self.best[-1].key() else self.best[-1])
+        self.rates = list(all_rates)
+        self._rate = {id(r.point): r for r in self.rates}  # the index returns these points
+        self._samples = {r.point.batch_size: r.samples for r in self.rates}
+        self._index = ChooseIndex([r.point for r in self.rates])
 
     def feasible(self, budget_w: float | None) -> Sequence[Rate]:
+        """Every rate whose point fits the budget (the kernel's ``feasible_rates``)."""
         budget = budget_limit(budget_w)
-        if math.isinf(budget):
-            return self.rates
-        return self.rates[: bisect.bisect_right(self.peaks, budget)]
+        ix = self._index
+        return [
+            self._rate[id(p)] for b in ix.batch_sizes for p in ix.sorted[b][: ix.fitting(b, budget)]
+        ]
 
     def fastest(self, budget_w: float | None) -> Rate | None:
-        budget = budget_limit(budget_w)
-        k = len(self.rates) if math.isinf(budget) else bisect.bisect_right(self.peaks, budget)
-        return self.best[k - 1] if k else None
-
-
-def _peak(p: Point) -> float:
-    return p.guard_peak_w if not math.isnan(p.peak_power_w) else math.inf
+        """The time objective's choice under one budget (the kernel's ``fastest_rate``)."""
+        p = self._index.choose(self._samples, budget_limit(budget_w), "time")
+        return None if p is None else self._rate[id(p)]
 
 
 _TABLES: dict[tuple, RateTable] = {}
@@ -126,23 +117,6 @@ def feasible_rates(table: RateTable, budget_w: float | None) -> Sequence[Rate]:
 def fastest(table: RateTable, budget_w: float | None) -> Rate | None:
     """The time objective's choice under one budget (same tie-break), or None."""
     return table.fastest(budget_w)
-
-
-def _check_power(table: RateTable, source: str) -> None:
-    if any(math.isnan(r.point.mean_power_w) for r in table.rates):
-        raise InputError(
-            f"{source}: the deadline objective needs power measurements; this profile is time-only"
-        )
-
-
-def check_deadline(deadline_s: object, where: str = "deadline_s") -> float:
-    """A deadline is a positive, finite number of seconds; anything else is an input error."""
-    if isinstance(deadline_s, bool) or not isinstance(deadline_s, (int, float)):
-        raise InputError(f"{where}: expected a number of seconds, got {deadline_s!r}")
-    d = float(deadline_s)
-    if not math.isfinite(d) or d <= 0:
-        raise InputError(f"{where}: the deadline must be a positive number of seconds, got {d}")
-    return d
 
 
 def finish(
@@ -222,9 +196,9 @@ def select_deadline_schedule(
     source: str = "<profile>",
 ) -> DeadlineChoice | None:
     """Step k of a budget schedule, with the look-ahead described in the module docstring."""
-    deadline = check_deadline(deadline_s)
+    deadline = check_deadline_s(deadline_s)
     all_rates = rates(points, eff)
-    _check_power(all_rates, source)
+    check_power([r.point for r in all_rates.rates], source)
     got = choose_step(all_rates, steps, k, clock_s, done, deadline)
     if got is None:
         return None
@@ -256,10 +230,10 @@ class DeadlineChooser:
         deadline_s: float,
         source: str = "<profile>",
     ):
-        self.deadline_s = check_deadline(deadline_s)
+        self.deadline_s = check_deadline_s(deadline_s)
         self.steps = tuple(steps)
         self.rates = rates(points, eff)
-        _check_power(self.rates, source)
+        check_power([r.point for r in self.rates.rates], source)
         self.later = fastest_per_step(self.rates, self.steps)
         self.late = False
         self.predicted_finish_s: float | None = None  # planned at the start of the round
@@ -281,8 +255,11 @@ class DeadlineChooser:
         clock at the target) or its planned choice already missed it; else a note if it fell
         behind mid-round. What happened decides, not what was predicted: a device whose data
         needs more samples than shipped finishes late although its plan was on time."""
-        limit = self.deadline_s * (1.0 + _REL_TOL)
-        after = finish_s is not None and math.isfinite(finish_s) and finish_s > limit
+        after = (
+            finish_s is not None
+            and math.isfinite(finish_s)
+            and not meets(finish_s, self.deadline_s)
+        )
         if self.late:
             return "late", (
                 f"predicted finish {self.predicted_finish_s:.0f} s misses the deadline "
@@ -305,19 +282,20 @@ class DeadlineChooser:
 
 
 def pick_deadline(candidates: Sequence[Choice], deadline_s: object) -> Choice | None:
-    """One budget, no schedule: the least predicted energy among candidates whose predicted
-    time meets the deadline, else the fastest (the device is then late). Same order as
-    ``choose_step`` (energy, time, peak, frequency, batch size)."""
-    deadline = check_deadline(deadline_s)
+    """One budget, no schedule: the kernel's ``choose_among`` on one step from 0 s (least
+    predicted energy among candidates whose predicted time meets the deadline, else the
+    fastest; the device is then late)."""
+    deadline = check_deadline_s(deadline_s)
     if not candidates:
         return None
-
-    def tie(c: Choice) -> tuple[float, float, int]:
-        peak = c.peak_power_w if not math.isnan(c.peak_power_w) else math.inf
-        return (peak, c.freq_mhz, c.batch_size)
-
-    limit = deadline * (1.0 + _REL_TOL)
-    meet = [c for c in candidates if c.predicted_time_s <= limit]
-    if meet:
-        return min(meet, key=lambda c: (c.predicted_energy_j, c.predicted_time_s, *tie(c)))
-    return min(candidates, key=lambda c: (c.predicted_time_s, *tie(c)))
+    costed = [
+        rate_of(
+            Point(c.batch_size, c.freq_mhz, c.time_per_batch_s, c.peak_power_w, c.mean_power_w),
+            c.samples_to_accuracy,
+        )
+        for c in candidates
+    ]
+    got = choose_among(costed, [0.0], 0, 0.0, 0.0, deadline, [None])
+    if got is None:
+        return None
+    return next(c for c, r in zip(candidates, costed, strict=True) if r is got[0])

@@ -192,32 +192,3 @@ def save_efficiency(eff: Efficiency, path: str | Path, comments: list[str] | Non
             ]
         )
     atomic_write_text(str(path), buf.getvalue())
-
-
-# ------------------------------------------------------------------------- learning-rate rule
-
-SQRT_OPTIMIZERS = ("adam", "adamw")
-LINEAR_OPTIMIZERS = ("sgd",)
-
-
-def scaled_lr(batch_size: int, ref_batch: int, ref_lr: float, optimizer: str = "adam") -> float:
-    """Learning rate for ``batch_size`` from a reference (batch, lr) pair.
-
-    Square-root scaling for Adam/AdamW (Krizhevsky 2014, as the paper uses: 5e-4 at b=128 for
-    the CNNs, 1e-3 at b=128 for the transformer), linear scaling for SGD (Goyal et al. 2017).
-    """
-    if batch_size <= 0 or ref_batch <= 0 or not ref_lr > 0:
-        raise InputError(
-            f"learning-rate rule: batch ({batch_size}), reference batch ({ref_batch}) and "
-            f"reference lr ({ref_lr}) must all be > 0"
-        )
-    ratio = batch_size / ref_batch
-    opt = optimizer.lower()
-    if opt in SQRT_OPTIMIZERS:
-        return ref_lr * math.sqrt(ratio)
-    if opt in LINEAR_OPTIMIZERS:
-        return ref_lr * ratio
-    raise InputError(
-        f"learning-rate rule: unknown optimizer {optimizer!r}; expected one of "
-        f"{', '.join(SQRT_OPTIMIZERS + LINEAR_OPTIMIZERS)}"
-    )

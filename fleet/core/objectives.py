@@ -34,8 +34,9 @@ from fleet.common.registry import Registry
 from fleet.core.choice import Choice
 from fleet.core.deadline import DeadlineChooser, pick_deadline
 from fleet.core.efficiency import Efficiency
-from fleet.core.profile import Point
 from fleet.method.budget import BudgetStep
+from fleet.method.point import Point
+from fleet.method.selection import energy_per_sample, time_per_sample
 
 
 class StepChooser(Protocol):
@@ -59,20 +60,14 @@ class Objective:
     """One way of ranking operating points (see the module docstring)."""
 
     name: str
-    cost: Callable[[Point], float]  # per-sample cost; ties and the fast index use it
+    # per-sample cost (the kernel's ``time_per_sample``/``energy_per_sample`` for the built-in
+    # ones); eq. 4 (``fleet.method.selection.choose``) and its fast index rank with it
+    cost: Callable[[Point], float]
     help: str = ""
     needs_power: bool = False  # refuse time-only profiles (the cost reads mean power)
     context: tuple[str, ...] = ()  # keyword context select() must be given
     pick: Callable[[list[Choice], dict[str, Any]], Choice | None] | None = None
     steps: StepsFactory | None = None  # per-step chooser for the device round
-
-
-def time_per_sample(p: Point) -> float:
-    return p.time_per_batch_s / p.batch_size
-
-
-def energy_per_sample(p: Point) -> float:
-    return p.mean_power_w * p.time_per_batch_s / p.batch_size
 
 
 OBJECTIVES: Registry[Objective] = Registry("objective")

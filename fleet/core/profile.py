@@ -3,11 +3,11 @@
 A profile holds, for every measured (batch size, frequency) point, the mean step time and the
 peak (and mean) power. Time and power do not depend on the training data, so a profile is
 measured once per device and model and reused (paper §4.1). This module loads and validates the
-CSV (the file format itself lives in ``fleet.method.profile_io`` so the board can write it
-under
-Python 3.6), and answers "for each batch size, what is the fastest measured point whose
-*measured* peak power fits the budget". Real profiles are noisy: nothing here assumes power or
-time is monotone in batch size or frequency.
+CSV (the file format lives in ``fleet.method.profile_io`` and the point type in
+``fleet.method.point``, so the board reads and writes the same under Python 3.6), and answers
+"for each batch size, what is the fastest measured point whose *measured* peak power fits the
+budget". Real profiles are noisy: nothing here assumes power or time is monotone in batch size
+or frequency.
 """
 
 from __future__ import annotations
@@ -18,40 +18,16 @@ from pathlib import Path
 
 from fleet.common.errors import InfeasibleError, InputError
 from fleet.method.budget import budget_limit
+from fleet.method.point import Point
 from fleet.method.profile_io import (
     REQUIRED_COLUMNS,
     ProfileFormatError,
     read_rows,
     write_rows,
 )
+from fleet.method.selection import best_per_batch
 
 UNLIMITED = math.inf
-
-
-@dataclass(frozen=True)
-class Point:
-    """One measured operating point."""
-
-    batch_size: int
-    freq_mhz: float
-    time_per_batch_s: float
-    peak_power_w: float  # NaN when the profile is time-only
-    mean_power_w: float  # falls back to peak when not measured
-    # a predicted point's upper bound on its peak (``fleet.agent.prediction.predict``); NaN when
-    # measured
-    peak_power_bound_w: float = math.nan
-
-    @property
-    def time_per_sample_s(self) -> float:
-        return self.time_per_batch_s / self.batch_size
-
-    @property
-    def guard_peak_w(self) -> float:
-        """The peak a budget is held against: a predicted point's upper bound when it has one
-        (a prediction 2 % low must not put a board over its budget), else the measured peak."""
-        if math.isnan(self.peak_power_bound_w):
-            return self.peak_power_w
-        return max(self.peak_power_w, self.peak_power_bound_w)
 
 
 @dataclass
@@ -116,19 +92,13 @@ class Profile:
         )
 
 
-def feasible(point: Point, budget_w: float) -> bool:
-    """Within budget by measurement. An unmeasured peak only fits an unlimited budget."""
-    if math.isinf(budget_w):
-        return True
-    return not math.isnan(point.peak_power_w) and point.guard_peak_w <= budget_w
-
-
 def frontier(profile: Profile, budget_w: float | None) -> dict[int, Point]:
     """Eq. 4 per batch size: the fastest measured point whose measured peak fits the budget.
 
-    "Fastest" is the lowest step time, not the highest frequency: on a noisy profile a higher
-    clock can measure slower, and the method wants time. Ties go to lower peak power, then to
-    the lower frequency. Batch sizes with no fitting point are absent.
+    The kernel's first stage (``fleet.method.selection.best_per_batch``, time objective):
+    "fastest" is the lowest time per sample, not the highest frequency: on a noisy profile a
+    higher clock can measure slower, and the method wants time. Ties go to lower peak power,
+    then to the lower frequency. Batch sizes with no fitting point are absent.
     """
     budget = budget_limit(budget_w)
     if not math.isinf(budget) and not profile.has_power:
@@ -136,19 +106,7 @@ def frontier(profile: Profile, budget_w: float | None) -> dict[int, Point]:
             f"{profile.source}: profile has no power measurements (time-only); it cannot be "
             "used under a power budget (use --budget-w none, or profile on a backend with power)"
         )
-    best: dict[int, Point] = {}
-    for p in profile.points:
-        if not feasible(p, budget):
-            continue
-        cur = best.get(p.batch_size)
-        if cur is None or _speed_key(p) < _speed_key(cur):
-            best[p.batch_size] = p
-    return dict(sorted(best.items()))
-
-
-def _speed_key(p: Point) -> tuple[float, float, float]:
-    peak = p.guard_peak_w if not math.isnan(p.peak_power_w) else math.inf
-    return (p.time_per_batch_s, peak, p.freq_mhz)
+    return best_per_batch(profile.points, budget, "time")
 
 
 def require_feasible(profile: Profile, budget_w: float | None) -> dict[int, Point]:

@@ -1,21 +1,23 @@
-"""Algorithm 1 / eq. 4: pick the (batch size, frequency) that reaches the target soonest.
+"""Algorithm 1 / eq. 4 on the host: a fast path of the kernel's ``fleet.method.selection.choose``.
 
-For every batch size keep the feasible profiled points (measured peak within budget), predict
-time-to-accuracy as ``time_per_sample(b, f) x N_s_acc(b)`` (eq. 2, with N from the efficiency
-vector), and take the argmin. The ``energy`` objective predicts ``mean_power x time`` instead and
-so may pick a slower, cooler point. Ties break deterministically: lower peak power, then lower
-frequency, then smaller batch.
+The rule is the kernel's, written once (``fleet/method/selection.py``): per batch size the
+cheapest feasible point per sample (ties: lower peak, lower frequency), then the argmin of
+``cost_per_sample x N_s_acc(b)`` (ties: lower peak, lower frequency, smaller batch). This module
+adds what the host needs around it: the objective registry's checks, the precise infeasibility
+messages, and a ``Choice`` with the predictions.
 
 Selection is asked many times per profile (every budget in a comparison, every budget change in
 a schedule, thousands of simulated devices sharing a reference profile), so ``SelectionIndex``
-sorts each batch size's points by peak power once and keeps a running best; a query is then one
-binary search per batch size: O(|B| log |F|) instead of O(|B| x |F|), exact without assuming
-power is monotone in the frequency.
+sorts each batch size's points by (peak, frequency) once and keeps a running best per objective;
+a query is then one binary search per batch size: O(|B| log |F|) instead of O(|B| x |F|), exact
+without assuming power is monotone in the frequency. The running best of a prefix is exactly the
+kernel's first stage on the points that fit (the first strictly cheaper point in peak order is
+the argmin of (cost, peak, frequency)), and the second stage is the kernel's own key;
+``tests/test_selection.py`` checks the two agree on random profiles.
 """
 
 from __future__ import annotations
 
-import bisect
 import math
 from collections.abc import Iterable
 from typing import Any, Protocol
@@ -24,8 +26,10 @@ from fleet.common.errors import InfeasibleError, InputError
 from fleet.core.choice import Choice, common_batches, format_batches, make_choice
 from fleet.core.efficiency import Efficiency
 from fleet.core.objectives import Objective, get_objective
-from fleet.core.profile import Point, Profile, feasible, require_feasible
+from fleet.core.profile import Profile, require_feasible
 from fleet.method.budget import budget_limit, check_budget
+from fleet.method.point import Point
+from fleet.method.selection import ChooseIndex, fits
 
 
 def _objective_for(profile: Profile, name: str, context: dict[str, Any]) -> Objective:
@@ -42,13 +46,8 @@ def _objective_for(profile: Profile, name: str, context: dict[str, Any]) -> Obje
     return obj
 
 
-def _tie_key(value: float, p: Point) -> tuple[float, float, float, int]:
-    peak = p.guard_peak_w if not math.isnan(p.peak_power_w) else math.inf
-    return (value, peak, p.freq_mhz, p.batch_size)
-
-
 class SelectionIndex:
-    """Per batch size: points sorted by (peak, freq) with a running best for each objective.
+    """The kernel's ``ChooseIndex`` over one profile, plus the host's checks and memos.
 
     The running best of an objective is built on first use (so an objective registered later
     costs nothing until asked for), and the baselines' safe cap is memoised per budget: a
@@ -57,44 +56,17 @@ class SelectionIndex:
 
     def __init__(self, profile: Profile):
         self.profile = profile
-        self._peaks: dict[int, list[float]] = {}
-        self._sorted: dict[int, list[Point]] = {}
-        self._best: dict[str, dict[int, list[Point]]] = {}
+        self.index = ChooseIndex(profile.points)
         self._caps: dict[float | None, float | InfeasibleError] = {}
-        for p in profile.points:
-            self._sorted.setdefault(p.batch_size, []).append(p)
-        for b, pts in self._sorted.items():
-            pts.sort(key=lambda p: (_peak(p), p.freq_mhz))
-            self._peaks[b] = [_peak(p) for p in pts]
-        self.batch_sizes = sorted(self._sorted)
+        self.batch_sizes = self.index.batch_sizes
         self.has_power = profile.has_power
-        self._min_peak = min(pk[0] for pk in self._peaks.values()) if self._peaks else math.inf
+        peaks = self.index.peaks.values()
+        self._min_peak = min(pk[0] for pk in peaks) if self.index.peaks else math.inf
         self._max_peak_at = max_peak_by_freq(profile.points)
-
-    def _running_best(self, obj: Objective) -> dict[int, list[Point]]:
-        best = self._best.get(obj.name)
-        if best is None:
-            best = {}
-            for b, pts in self._sorted.items():
-                run: list[Point] = []
-                for p in pts:
-                    run.append(p if not run or obj.cost(p) < obj.cost(run[-1]) else run[-1])
-                best[b] = run
-            self._best[obj.name] = best
-        return best
 
     def best_point(self, batch_size: int, budget_w: float, objective: str = "time") -> Point | None:
         """The cheapest point of this batch size whose peak fits the budget, or None."""
-        peaks = self._peaks.get(batch_size)
-        if not peaks:
-            return None
-        k = self._fitting(batch_size, budget_w)
-        return self._running_best(get_objective(objective))[batch_size][k - 1] if k else None
-
-    def _fitting(self, batch_size: int, budget: float) -> int:
-        """How many of this batch size's points (sorted by peak) fit the budget."""
-        peaks = self._peaks[batch_size]
-        return len(peaks) if math.isinf(budget) else bisect.bisect_right(peaks, budget)
+        return self.index.best_point(batch_size, budget_w, get_objective(objective).cost)
 
     def safe_cap(self, budget_w: float | None) -> float:
         """The baselines' safe frequency cap for this profile alone, once per budget."""
@@ -134,28 +106,21 @@ class SelectionIndex:
             cands = [
                 make_choice(p, reached[b], method, objective)
                 for b in batches
-                for p in self._sorted[b][: self._fitting(b, budget)]
+                for p in self.index.sorted[b][: self.index.fitting(b, budget)]
             ]
             picked = obj.pick(cands, context) if cands else None
             if picked is None:
                 raise _no_candidate(self.profile, eff, budget_w)
             return picked
-        best: tuple | None = None
-        running = self._running_best(obj)
-        for b in batches:
-            k = self._fitting(b, budget)
-            if not k:
-                continue
-            p = running[b][k - 1]
-            key = _tie_key(obj.cost(p) * reached[b], p)
-            if best is None or key < best[0]:
-                best = (key, p)
+        best = self.index.choose(reached, budget, obj.cost)
         if best is None:
             raise _no_candidate(self.profile, eff, budget_w)
-        return make_choice(best[1], reached[best[1].batch_size], method, objective)
+        return make_choice(best, reached[best.batch_size], method, objective)
 
 
 def _peak(p: _HasPeak) -> float:
+    """The safe cap's peak: a Point's ``tie_peak``; the calibration's plain rows
+    (``simulations/devicemodel``) have no bound and are held to their measured peak."""
     return (
         getattr(p, "guard_peak_w", p.peak_power_w) if not math.isnan(p.peak_power_w) else math.inf
     )
@@ -179,26 +144,6 @@ def select(
 ) -> Choice:
     """One-off selection (builds the index; reuse a SelectionIndex for many budgets)."""
     return SelectionIndex(profile).select(eff, budget_w, objective, method, **context)
-
-
-def select_brute_force(
-    profile: Profile, eff: Efficiency, budget_w: float | None, objective: str = "time"
-) -> Choice:
-    """The reference: scan every (b, f) point. Kept for tests and the benchmark."""
-    obj = _objective_for(profile, objective, {})
-    budget = budget_limit(budget_w, "budget")
-    require_feasible(profile, budget_w)
-    reached = eff.reached
-    best: tuple | None = None
-    for p in profile.points:
-        if p.batch_size not in reached or not feasible(p, budget):
-            continue
-        key = _tie_key(obj.cost(p) * reached[p.batch_size], p)
-        if best is None or key < best[0]:
-            best = (key, p)
-    if best is None:
-        raise _no_candidate(profile, eff, budget_w)
-    return make_choice(best[1], reached[best[1].batch_size], "brute-force", objective)
 
 
 # ------------------------------------------------------------------------------- baselines
@@ -263,7 +208,7 @@ def _at_cap(profile: Profile, batch_size: int, cap_mhz: float, budget: float) ->
     pts = [
         p
         for p in profile.points
-        if p.batch_size == batch_size and p.freq_mhz <= cap_mhz and feasible(p, budget)
+        if p.batch_size == batch_size and p.freq_mhz <= cap_mhz and fits(p, budget)
     ]
     return max(pts, key=lambda p: p.freq_mhz) if pts else None
 

@@ -1,6 +1,6 @@
 """The deadline objective's arithmetic, once, for the board and the host.
 
-Why it lives in the agent: the closed loop (``closedloop.py``) re-selects on the board at every
+Why it lives in the kernel: the closed loop (``closedloop.py``) re-selects on the board at every
 budget change, guard exclusion and drift refresh, and with ``objective = "deadline"`` each of
 those choices must be the deadline point for the *remaining* work and the *remaining* time; the
 board may run Python 3.6 without the coordinator's package. The host (``fleet.core.deadline``: the
@@ -23,7 +23,8 @@ Python 3.6 compatible, stdlib only.
 import math
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
-from fleet.method.selection import ChooseError, LutPoint, allowed, choose
+from fleet.method.point import Point, tie_peak
+from fleet.method.selection import ChooseError, allowed, choose
 
 REL_TOL = 1e-9  # a predicted finish this close to the deadline meets it (summed segments)
 DONE = 1.0 - 1e-12  # fraction of the target that counts as reached
@@ -33,7 +34,7 @@ _SCHEDULED = object()  # choose_deadline: take the running step's budget from th
 _RateFields = NamedTuple(
     "_RateFields",
     [
-        ("point", Any),  # a LutPoint on the board, a fleet.core.profile.Point on the host
+        ("point", Point),
         ("samples", float),  # samples-to-accuracy at this batch size
         ("full_time_s", float),
         ("full_energy_j", float),
@@ -49,15 +50,19 @@ class Rate(_RateFields):
     def key(self) -> Tuple[float, float, float, int]:
         """The time objective's order: time, peak (unmeasured last), clock, batch."""
         p = self.point
-        peak = p.peak_power_w if not math.isnan(p.peak_power_w) else _INF
-        return (self.full_time_s, peak, p.freq_mhz, p.batch_size)
+        return (self.full_time_s, tie_peak(p), p.freq_mhz, p.batch_size)
 
 
 # (rate, late, predicted finish on the device's clock, predicted energy for the remaining work)
 Pick = Tuple[Rate, bool, float, float]
 
 
-def rate_of(point: Any, samples: float) -> Rate:
+def meets(finish_s: float, deadline_s: float) -> bool:
+    """A finish (predicted or actual) meets the deadline, within ``REL_TOL``."""
+    return finish_s <= deadline_s * (1.0 + REL_TOL)
+
+
+def rate_of(point: Point, samples: float) -> Rate:
     """Cost ``point`` for the whole work (``samples`` to the target at its batch size)."""
     t = point.time_per_batch_s / point.batch_size * samples
     return Rate(point, samples, t, point.mean_power_w * t)
@@ -75,7 +80,7 @@ def check_deadline_s(value: Any, where: str = "deadline_s") -> float:
     return d
 
 
-def check_power(points: Sequence[LutPoint], source: str = "profile") -> None:
+def check_power(points: Sequence[Point], source: str = "profile") -> None:
     """The deadline objective prices energy: a point without power cannot be costed."""
     if any(math.isnan(p.mean_power_w) for p in points):
         raise ChooseError(
@@ -137,13 +142,12 @@ def choose_among(
     """
     if not candidates:
         return None
-    limit = deadline_s * (1.0 + REL_TOL)
     best_ok = None  # type: Optional[Tuple[Tuple[float, ...], Rate, float, float]]
     best_any = None  # type: Optional[Tuple[Tuple[float, ...], Rate, float, float]]
     for r in candidates:
         f, e = finish(starts, k, clock_s, done, r, later)
         tie = r.key()[1:]
-        if f <= limit:
+        if meets(f, deadline_s):
             key = (e, f) + tie
             if best_ok is None or key < best_ok[0]:
                 best_ok = (key, r, f, e)
@@ -160,7 +164,7 @@ def choose_among(
 
 
 def feasible_rates(
-    points: Sequence[LutPoint],
+    points: Sequence[Point],
     efficiency: Dict[int, float],
     budget_w: Optional[float],
     exclude: Optional[Set[Tuple[int, float]]] = None,
@@ -171,7 +175,7 @@ def feasible_rates(
 
 
 def fastest_rate(
-    points: Sequence[LutPoint],
+    points: Sequence[Point],
     efficiency: Dict[int, float],
     budget_w: Optional[float],
     exclude: Optional[Set[Tuple[int, float]]] = None,
@@ -192,7 +196,7 @@ def step_at(starts: Sequence[float], t_s: float) -> int:
 
 
 def choose_deadline(
-    points: Sequence[LutPoint],
+    points: Sequence[Point],
     efficiency: Dict[int, float],
     schedule: Sequence[Tuple[float, Optional[float]]],
     clock_s: float,
@@ -217,8 +221,8 @@ def choose_deadline(
 
 
 def finish_at(
-    point: LutPoint,
-    points: Sequence[LutPoint],
+    point: Point,
+    points: Sequence[Point],
     efficiency: Dict[int, float],
     schedule: Sequence[Tuple[float, Optional[float]]],
     clock_s: float,
@@ -236,7 +240,7 @@ def finish_at(
 
 
 def _look_ahead(
-    points: Sequence[LutPoint],
+    points: Sequence[Point],
     efficiency: Dict[int, float],
     schedule: Sequence[Tuple[float, Optional[float]]],
     clock_s: float,
@@ -254,7 +258,7 @@ def _look_ahead(
 
 
 def fastest_finish_from(
-    points: Sequence[LutPoint],
+    points: Sequence[Point],
     efficiency: Dict[int, float],
     schedule: Sequence[Tuple[float, Optional[float]]],
     clock_s: float,

@@ -20,8 +20,9 @@ from fleet.config.fleetfile import DeviceSpec
 from fleet.core.choice import align
 from fleet.core.deadline import RateTable, fastest_per_step, finish, rates
 from fleet.core.efficiency import Efficiency
-from fleet.core.profile import Point, Profile
+from fleet.core.profile import Profile
 from fleet.method.budget import BudgetStep
+from fleet.method.point import Point
 from fleet.rounds.device_round import check_device_type
 
 

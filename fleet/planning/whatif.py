@@ -23,9 +23,10 @@ from dataclasses import dataclass, field, replace
 from fleet.common.errors import InputError
 from fleet.config.fleetfile import DeviceSpec, Fleet, RunSettings
 from fleet.core.choice import align
-from fleet.core.deadline import RateTable, check_deadline, rates
+from fleet.core.deadline import RateTable, rates
 from fleet.core.efficiency import Efficiency
 from fleet.method.budget import BudgetStep
+from fleet.method.deadline import check_deadline_s
 from fleet.planning.deadline_plan import (
     fastest_finish_rates,
     plan_deadline,
@@ -58,7 +59,7 @@ def run_deadline(fleet: Fleet) -> float | None:
     raw = fleet.run.deadline_s
     if raw is None:
         return None
-    return check_deadline(raw, f"{fleet.path}: [run] deadline_s")
+    return check_deadline_s(raw, f"{fleet.path}: [run] deadline_s")
 
 
 def fastest_finishes(

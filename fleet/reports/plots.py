@@ -9,7 +9,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from fleet.core.profile import Profile, feasible, frontier
+from fleet.core.profile import Profile, frontier
+from fleet.method.selection import fits
 
 
 def _plt():
@@ -44,7 +45,7 @@ def operating_points(
         pts = [p for p in profile.points if p.batch_size == b]
         xs = [p.time_per_sample_s * 1e3 for p in pts]
         ys = [p.peak_power_w for p in pts]
-        filled = [feasible(p, budget) for p in pts]
+        filled = [fits(p, budget) for p in pts]
         ax.scatter(
             [x for x, f in zip(xs, filled, strict=True) if f],
             [y for y, f in zip(ys, filled, strict=True) if f],

@@ -20,7 +20,8 @@ from typing import Any
 
 from fleet.common.errors import InputError
 from fleet.config.fleetfile import DeviceSpec, RunSettings
-from fleet.core.efficiency import Efficiency, scaled_lr
+from fleet.core.efficiency import Efficiency
+from fleet.method.selection import scaled_lr
 from fleet.rounds.device_round import DeviceResult, Round, run_device
 from fleet.rounds.host_learning import LearnedBatch
 from fleet.rounds.learning import ReplayLearning

@@ -33,9 +33,10 @@ from fleet.common.errors import InfeasibleError, InputError
 from fleet.core.choice import Choice
 from fleet.core.curves import TraceCurves, curves_path, load_curves, trace_curves
 from fleet.core.efficiency import Efficiency
-from fleet.core.objectives import OBJECTIVES, energy_per_sample, time_per_sample
-from fleet.core.profile import Point
+from fleet.core.objectives import OBJECTIVES
 from fleet.method.budget import step_index
+from fleet.method.point import Point
+from fleet.method.selection import energy_per_sample, time_per_sample
 from fleet.rounds.device_round import Round
 from fleet.rounds.progress import Progress
 

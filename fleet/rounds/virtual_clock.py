@@ -36,9 +36,10 @@ from fleet.config.fleetfile import DeviceSpec, RunSettings
 from fleet.core.choice import Choice, make_choice
 from fleet.core.curves import TraceCurves
 from fleet.core.efficiency import Efficiency, load_efficiency
-from fleet.core.profile import Profile, feasible, load_profile
+from fleet.core.profile import Profile, load_profile
 from fleet.core.selection import SelectionIndex
 from fleet.method.budget import budget_limit, step_index
+from fleet.method.selection import fits
 from fleet.rounds.device_round import TRAINED, DeviceResult, Round, Segment, run_device
 from fleet.rounds.learning import ReplayLearning, curves_for
 from fleet.rounds.progress import MAX_SECONDS, Progress
@@ -186,8 +187,8 @@ class VirtualClock:
             return rnd.choose_step(k, clock, done, fixed)
         if s is not None and s.end_batch_size is not None and s.end_freq_mhz is not None:
             p = rnd.profile.point(s.end_batch_size, s.end_freq_mhz)
-            fits = p is not None and feasible(p, budget_limit(rnd.schedule[k].budget_w))
-            if p is not None and fits and fixed in (None, p.batch_size):
+            fits_now = p is not None and fits(p, budget_limit(rnd.schedule[k].budget_w))
+            if p is not None and fits_now and fixed in (None, p.batch_size):
                 n = rnd.shipped.samples.get(p.batch_size, math.nan)
                 return make_choice(p, n, "ours", rnd.run.objective)
         if k == 0 and fixed is None:

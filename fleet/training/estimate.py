@@ -26,7 +26,8 @@ from pathlib import Path
 
 from fleet.common.errors import InputError
 from fleet.core.curves import Curves, curves_path, noise_law_error, save_curves, warm_noise_scale
-from fleet.core.efficiency import Efficiency, save_efficiency, scaled_lr
+from fleet.core.efficiency import Efficiency, save_efficiency
+from fleet.method.selection import scaled_lr
 from fleet.training.task import Task, build_for, load_task
 
 

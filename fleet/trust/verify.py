@@ -21,8 +21,9 @@ from fleet.agent.measure.deviation import carry_deviation
 from fleet.common.errors import InfeasibleError
 from fleet.core.choice import Choice
 from fleet.core.efficiency import Efficiency
-from fleet.core.profile import Point, Profile
+from fleet.core.profile import Profile
 from fleet.core.selection import select
+from fleet.method.point import Point
 
 Row = dict[str, Any]
 MeasureFn = Callable[[int, float], Row]

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 
 from fleet.agent.loop.table import Key, Table, budget_label
 from fleet.method.budget import BudgetSource, ScheduleBudget
-from fleet.method.selection import LutPoint
+from fleet.method.point import Point
 
 Schedule = List[Tuple[float, Optional[float]]]
 
@@ -47,8 +47,8 @@ class BudgetFollower(object):
         return True
 
     def move(
-        self, chosen: Optional[LutPoint], table: Table, batch: int, freq: float
-    ) -> Tuple[Optional[float], Optional[LutPoint]]:
+        self, chosen: Optional[Point], table: Table, batch: int, freq: float
+    ) -> Tuple[Optional[float], Optional[Point]]:
         """At a change to ``budget``, with ``chosen`` the point selected for it and (``batch``,
         ``freq``) running: (the clock to lock now or None, the point to switch to at the step
         boundary or None). Until the boundary the running batch goes on at its fastest point
@@ -89,7 +89,7 @@ class Guard(object):
 
     def sample(
         self, t: float, watts: float, budget: Optional[float], settle_until: float,
-        running: Key, points: List[LutPoint], stopped: bool,
+        running: Key, points: List[Point], stopped: bool,
     ) -> Optional[Dict[str, Any]]:  # fmt: skip
         """One reading at ``t`` with ``running`` locked: the guard event when the rail stayed
         over ``budget`` for the window (its ``to_mhz`` the next lower clock not ruled out, None

@@ -52,7 +52,8 @@ from fleet.agent.loop.segments import (
 from fleet.agent.loop.table import Table
 from fleet.agent.measure.sampler import PowerSampler, sensor_hz
 from fleet.method.budget import BudgetSource
-from fleet.method.selection import ChooseError, LutPoint, lut_from_rows
+from fleet.method.point import Point
+from fleet.method.selection import ChooseError, lut_from_rows
 
 STATUS_OVER_BUDGET = "over-budget"
 LOOP_OBJECTIVES = ("time", "energy", "deadline")
@@ -73,7 +74,7 @@ class ClosedLoop(object):
     def __init__(
         self,
         backend: Backend,
-        points: List[LutPoint],
+        points: List[Point],
         efficiency: Dict[int, float],
         source: BudgetSource,
         objective: str = "time",
@@ -121,7 +122,7 @@ class ClosedLoop(object):
         self.log = SegmentLog()
         self.running = RunningPoint(backend, settle_s, self.now, pace, clock, sleep)
         self._t0 = 0.0
-        self._pending = None  # type: Optional[LutPoint]  # the switch at the next step
+        self._pending = None  # type: Optional[Point]  # the switch at the next step
         self._pending_reason = REASON_SWITCH
         self.sampler = PowerSampler(backend.read_power_w, hz=self.hz, on_sample=self.on_sample)
         self.power_unavailable = getattr(backend, "power_unavailable", None)  # type: Optional[str]
@@ -416,7 +417,7 @@ class ClosedLoop(object):
 
     def _choose(
         self, budget: Optional[float], t: Optional[float] = None, margin_only: bool = False
-    ) -> Optional[LutPoint]:
+    ) -> Optional[Point]:
         """Eq. 4 (time, energy) or the deadline point at ``t`` (``deadline_reselect.py``)."""
         if self.deadline is None:
             return self.table().choose(budget, self.objective)
@@ -435,7 +436,7 @@ class ClosedLoop(object):
         elif not (self.deadline is not None and self.deadline.rail_excess_w > 0):
             self._stop(self.table().nothing_fits(self.budget_w))
 
-    def _switch(self, p: LutPoint, t: float, reason: str) -> None:
+    def _switch(self, p: Point, t: float, reason: str) -> None:
         """Run ``p`` from ``t`` in a new segment (``reason``), unless it runs already."""
         if not self.running.runs(p):
             self._apply_point(p, t)
@@ -451,7 +452,7 @@ class ClosedLoop(object):
         if drift is not None and drift.due():
             drift.begin(self.budget_w, self.guard.infeasible, self.max_batch)
 
-    def _apply_point(self, p: LutPoint, t: float) -> None:
+    def _apply_point(self, p: Point, t: float) -> None:
         if self.running.apply(p, t):
             self._locked()
 

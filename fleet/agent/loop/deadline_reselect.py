@@ -18,8 +18,9 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from fleet.agent.loop.loop_learning import REASON_LEARNED
 from fleet.agent.loop.segments import REASON_DEADLINE, finite
 from fleet.agent.loop.table import Key, Table
-from fleet.method.deadline import REL_TOL, check_deadline_s, check_power, choose_deadline, finish_at
-from fleet.method.selection import ChooseError, LutPoint
+from fleet.method.deadline import check_deadline_s, check_power, choose_deadline, finish_at, meets
+from fleet.method.point import Point
+from fleet.method.selection import ChooseError
 
 BEHIND_CHECK_S = 0.25  # how often the deadline objective re-prices the running point
 
@@ -83,13 +84,13 @@ class DeadlineReselector(object):
         self.done = done
         self.request(REASON_LEARNED)
 
-    def guarded(self, over: Optional[LutPoint], watts: float) -> None:
+    def guarded(self, over: Optional[Point], watts: float) -> None:
         """The guard stepped down from ``over`` measuring ``watts``: re-select at the next step
         without the points ruled out, keeping the rail's excess over the profile under the
         budget."""
         self.request()
-        if over is not None and over.peak_power_w == over.peak_power_w:  # not NaN
-            self.rail_excess_w = max(self.rail_excess_w, watts - over.peak_power_w)
+        if over is not None and over.guard_peak_w == over.guard_peak_w:  # not NaN
+            self.rail_excess_w = max(self.rail_excess_w, watts - over.guard_peak_w)
 
     def rail_refreshed(self) -> None:
         self.rail_excess_w = 0.0  # the refreshed table has measured the rail
@@ -98,7 +99,7 @@ class DeadlineReselector(object):
     def choose(
         self, table: Table, ahead: Schedule, budget: Optional[float], now: float, started: bool,
         margin_only: bool = False,
-    ) -> Optional[LutPoint]:  # fmt: skip
+    ) -> Optional[Point]:  # fmt: skip
         """The deadline point at ``now`` for the work and time left. After a guard event it
         keeps the rail's measured excess under the budget; when nothing fits that way, the plain
         budget (the guard watches), unless ``margin_only``: then None. The first choice (not
@@ -164,7 +165,7 @@ class DeadlineReselector(object):
             table.max_batch,
         )  # fmt: skip
         self.last_finish_s = f
-        if f <= self.deadline_s * (1.0 + REL_TOL):
+        if meets(f, self.deadline_s):
             return False
         if at_fastest:
             self._mark_behind(t)
@@ -187,7 +188,7 @@ class DeadlineReselector(object):
 
     def _past_estimate(
         self, table: Table, budget: Optional[float], now: float, started: bool, margin_only: bool
-    ) -> Optional[LutPoint]:
+    ) -> Optional[Point]:
         """The shipped samples-to-accuracy are used up and the target is not reached: the data
         needs more than estimated, nothing is left to plan on, so the device is behind and runs
         its fastest point (the host's ``DeadlineChooser`` does the same). Costing the remaining
@@ -208,7 +209,7 @@ class DeadlineReselector(object):
 
 
 def deadline_for(
-    objective: str, deadline_s: Optional[float], points: List[LutPoint],
+    objective: str, deadline_s: Optional[float], points: List[Point],
     efficiency: Dict[int, float], note: Callable[[str], None],
 ) -> Optional[DeadlineReselector]:  # fmt: skip
     """The deadline part for a loop under ``objective`` (None for ``time``/``energy``); a

@@ -25,7 +25,7 @@ from fleet.agent.learning.efficiency_learner import (
     worth_switching,
 )
 from fleet.agent.loop.table import Key, Table
-from fleet.method.selection import LutPoint
+from fleet.method.point import Point
 
 REASON_LEARNED = "learned"
 
@@ -91,7 +91,7 @@ class LearnerHook(object):
 
     def switch(
         self, table: Table, budget: Optional[float], objective: str, running: Key
-    ) -> Optional[LutPoint]:
+    ) -> Optional[Point]:
         """The learnt choice under ``time``/``energy`` when switching to it from ``running`` is
         worth it with confidence, else None."""
         p = table.choose(budget, objective)

@@ -12,7 +12,7 @@ timeline. Python 3.6 compatible, stdlib only.
 
 from typing import Any, Callable, List, Optional, Tuple
 
-from fleet.method.selection import LutPoint
+from fleet.method.point import Point
 
 
 class RunningPoint(object):
@@ -39,7 +39,7 @@ class RunningPoint(object):
     def key(self) -> Tuple[int, float]:
         return self.batch, self.freq
 
-    def runs(self, p: LutPoint) -> bool:
+    def runs(self, p: Point) -> bool:
         """``p`` is the point running now."""
         return (p.batch_size, p.freq_mhz) == (self.batch, self.freq)
 
@@ -54,7 +54,7 @@ class RunningPoint(object):
         self.lock_log.append((t, freq))
         self.settle_until = self._now() + self.settle_s
 
-    def apply(self, p: LutPoint, t: float) -> bool:
+    def apply(self, p: Point, t: float) -> bool:
         """Run ``p`` from ``t``; True when its clock was locked (a new clock, or the first)."""
         locked = p.freq_mhz != self.freq or not self.lock_log
         if locked:
@@ -76,7 +76,7 @@ class RunningPoint(object):
         if self.pace:
             self._step_t = self._clock()
 
-    def step_ended(self, p: Optional[LutPoint]) -> None:
+    def step_ended(self, p: Optional[Point]) -> None:
         """(With ``pace``.) Hold the step until the LUT's ``time_per_batch_s`` at ``p`` (the
         running point) has passed since it began. Why: on a board a step takes what the profile
         says; a virtual board or a rehearsal on a faster host would otherwise run the same

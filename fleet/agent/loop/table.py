@@ -10,7 +10,8 @@ selection (eq. 4) is named in this one module of the loop. Python 3.6 compatible
 
 from typing import Dict, List, NamedTuple, Optional, Set, Tuple
 
-from fleet.method.selection import LutPoint, choose, fits, lowest_peak
+from fleet.method.point import Point
+from fleet.method.selection import choose, fits, lowest_peak
 
 Key = Tuple[int, float]  # (batch size, MHz)
 
@@ -23,31 +24,29 @@ class Table(NamedTuple):
     """``points`` (the LUT in force), ``efficiency`` (samples-to-target per batch size the loop
     chooses with), ``excluded`` (the (batch, MHz) pairs the guard ruled out), ``max_batch``."""
 
-    points: List[LutPoint]
+    points: List[Point]
     efficiency: Dict[int, float]
     excluded: Set[Key]
     max_batch: Optional[int]
 
-    def choose(self, budget: Optional[float], objective: str = "time") -> Optional[LutPoint]:
+    def choose(self, budget: Optional[float], objective: str = "time") -> Optional[Point]:
         """Eq. 4 under ``budget`` (``time`` or ``energy``) among the points allowed."""
         return choose(
             self.points, self.efficiency, budget, objective, self.excluded, self.max_batch
         )
 
-    def point(self, batch: int, freq: float) -> Optional[LutPoint]:
+    def point(self, batch: int, freq: float) -> Optional[Point]:
         """The profiled point at (``batch``, ``freq``), if the LUT has it."""
         return next((q for q in self.points if (q.batch_size, q.freq_mhz) == (batch, freq)), None)
 
-    def runnable(self, key: Key, budget: Optional[float]) -> Optional[LutPoint]:
+    def runnable(self, key: Key, budget: Optional[float]) -> Optional[Point]:
         """The point at ``key`` when it is profiled, not ruled out, and fits ``budget``."""
         p = self.point(key[0], key[1])
         if p is None or key in self.excluded or not fits(p, budget):
             return None
         return p
 
-    def for_batch(
-        self, batch: int, budget: Optional[float], below_mhz: float
-    ) -> Optional[LutPoint]:
+    def for_batch(self, batch: int, budget: Optional[float], below_mhz: float) -> Optional[Point]:
         """``batch``'s fastest point that fits ``budget`` at or under ``below_mhz`` (its lowest
         clock there when none fits)."""
         cands = [
@@ -67,7 +66,7 @@ class Table(NamedTuple):
         low = lowest_peak(self.points)
         where = (
             "; the lowest profiled peak is {:.2f} W (batch {}, {:g} MHz)".format(
-                low.peak_power_w, low.batch_size, low.freq_mhz
+                low.guard_peak_w, low.batch_size, low.freq_mhz
             )
             if low is not None
             else ""

@@ -17,7 +17,7 @@ from fleet.agent.loop.driftwatch import DriftWatch, rows_from_points
 from fleet.agent.loop.segments import finite
 from fleet.agent.measure.sampler import sensor_hz
 from fleet.method.budget import BudgetSource
-from fleet.method.selection import LutPoint
+from fleet.method.point import Point
 
 
 def train_under_budget(
@@ -25,7 +25,7 @@ def train_under_budget(
     model: Any,
     train_set: Any,
     test_set: Any,
-    points: List[LutPoint],
+    points: List[Point],
     efficiency: Dict[int, float],
     source: BudgetSource,
     ref_batch: int,

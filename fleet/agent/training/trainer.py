@@ -34,7 +34,7 @@ Rules (documented because tests and the coordinator rely on them):
 - Learning rate: used as given. The batch-size rule (square root for Adam/AdamW, linear for SGD)
   is applied by the coordinator, which sends the scaled value. Under a closed loop the batch size
   may change mid-run: then ``batch_size``/``lr`` are the reference pair and every switch sets the
-  optimizer's learning rate by ``choose.scaled_lr`` (the same rule as the coordinator's).
+  optimizer's learning rate by the kernel's ``scaled_lr`` (the coordinator's too).
 - Closed loop (``controller``, see ``closedloop.py``): before every step the trainer asks
   ``controller.before_step()`` for the batch size of that step and whether to stop. A new batch
   size takes effect at that step; the position in the epoch's permutation carries over, so no
