@@ -150,8 +150,8 @@ def instruction_key(cfg: ConfigRecord) -> str:
     run or round is not ours): the run's id, the round and the work. Not the whole instruction:
     the coordinator re-plans the deadline (``extra``) and refreshes shipped profiles mid-round,
     and neither makes the samples already trained any less this round's."""
-    keep = (RUN_TOKEN, "run-name", "server-round", "fleet-path", "model", "target-accuracy")
-    keep += ("batch-sizes", "samples-to-accuracy", "efficiency-source")
+    keep: tuple[str, ...] = (RUN_TOKEN, "run-name", "server-round", "fleet-path", "model")
+    keep += ("target-accuracy", "batch-sizes", "samples-to-accuracy", "efficiency-source")
     items = {k: cfg.get(k) for k in keep}
     text = json.dumps(items, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
@@ -302,17 +302,21 @@ def _whole_round(
         v = row.get(key)
         return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else default
 
-    trained = row.get("status") in TRAINED
+    def opt(key: str) -> float | None:  # a number of the reply's metrics, as it came, or None
+        v = row.get(key)
+        return v if isinstance(v, (int, float)) else None
+
+    trained, batch_size = row.get("status") in TRAINED, opt("batch_size")
     progress = replace(
         resume,
         time_s=min(num("time_s", resume.time_s), MAX_SECONDS),
         samples=num("samples", resume.samples),
         energy_j=num("energy_j", resume.energy_j),
-        accuracy=row["accuracy"] if trained else resume.accuracy,  # type: ignore[arg-type]
-        batch_size=row.get("batch_size"),  # type: ignore[arg-type]
-        freq_mhz=row.get("freq_mhz"),  # type: ignore[arg-type]
-        budget_w=row.get("budget_w"),  # type: ignore[arg-type]
-        power_w=row.get("mean_power_w"),  # type: ignore[arg-type]
+        accuracy=opt("accuracy") if trained else resume.accuracy,
+        batch_size=None if batch_size is None else int(batch_size),
+        freq_mhz=opt("freq_mhz"),
+        budget_w=opt("budget_w"),
+        power_w=opt("mean_power_w"),
         done=1.0 if trained else resume.done,
         eta_s=0.0 if trained else None,
         segments=resume.segments + 1,

@@ -13,7 +13,7 @@ data mapping alone: plain dicts in and out, testable without an agent.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, TypeGuard
 
 from clients.agent_link import AgentSettings
 from fleet.budgets.codec import format_budget, format_schedule
@@ -95,9 +95,8 @@ def fill_learning(res: DeviceResult, learning: Any) -> None:
     ev = learning.get("evidence")
     if isinstance(ev, dict):
         b, n, sd = ev.get("batch_size"), ev.get("samples_to_target"), ev.get("log_sd")
-        nums = (b, n, sd)
-        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in nums):
-            if b >= 1 and b == int(b) and 0 < n < 1e15 and 0 < sd < 100:  # type: ignore[operator]
+        if _is_number(b) and _is_number(n) and _is_number(sd):
+            if b >= 1 and b == int(b) and 0 < n < 1e15 and 0 < sd < 100:
                 res.learned_batch_size, res.learned_samples, res.learned_log_sd = int(b), n, sd
     fits = learning.get("fits")
     if isinstance(fits, list):
@@ -181,7 +180,7 @@ def segment_of(s: dict[str, Any]) -> Segment:
         v = s.get(key)
         return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None
 
-    b = s.get("batch_size")
+    b, energy_j = s.get("batch_size"), num("energy_j")
     return Segment(
         start_s=num("start_s") or 0.0,
         end_s=num("end_s") or 0.0,
@@ -189,7 +188,7 @@ def segment_of(s: dict[str, Any]) -> Segment:
         batch_size=int(b) if isinstance(b, (int, float)) else None,
         freq_mhz=num("freq_mhz"),
         samples=math.nan,
-        energy_j=num("energy_j") if num("energy_j") is not None else math.nan,
+        energy_j=math.nan if energy_j is None else energy_j,
         peak_power_w=num("peak_power_w"),
         reason=str(s.get("reason") or ""),
     )
@@ -197,3 +196,8 @@ def segment_of(s: dict[str, Any]) -> Segment:
 
 def _finite(v: float) -> float | None:
     return v if math.isfinite(v) else None
+
+
+def _is_number(v: object) -> TypeGuard[int | float]:
+    """A JSON number from the board (a bool is an int to Python, not a number here)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool)

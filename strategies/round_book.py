@@ -78,7 +78,8 @@ def join_segments(kept: list[dict], new: list[dict]) -> list[dict]:
         same = prev is not None and all(
             prev.get(k) == seg.get(k) for k in ("batch_size", "freq_mhz", "budget_w")
         )
-        if same and seg.get("reason") in ("", None) and _close(prev["end_s"], seg["start_s"]):
+        joins = same and seg.get("reason") in ("", None)
+        if prev is not None and joins and _close(prev["end_s"], seg["start_s"]):
             prev["end_s"] = seg.get("end_s")
             for k in ("samples", "energy_j"):
                 prev[k] = float(prev.get(k) or 0.0) + float(seg.get(k) or 0.0)
@@ -90,8 +91,10 @@ def join_segments(kept: list[dict], new: list[dict]) -> list[dict]:
 
 
 def _close(a: object, b: object) -> bool:
+    if not isinstance(a, (int, float, str)) or not isinstance(b, (int, float, str)):
+        return False  # None or another JSON value: no time to compare
     try:
-        return abs(float(a) - float(b)) <= 1e-9 * max(1.0, abs(float(a)))  # type: ignore[arg-type]
+        return abs(float(a) - float(b)) <= 1e-9 * max(1.0, abs(float(a)))
     except (TypeError, ValueError):
         return False
 
