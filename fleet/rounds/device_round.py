@@ -208,7 +208,10 @@ class Round:
 
 class Runner(Protocol):
     learning: str | None  # the row's ``learning`` label; None keeps the fleet entry's
-    truth: Efficiency | None  # the device's true samples-to-accuracy, when the runner knows it
+
+    @property
+    def truth(self) -> Efficiency | None:
+        """The device's true samples-to-accuracy, when the runner knows it (read only)."""
 
     def run(self, rnd: Round, res: DeviceResult) -> None: ...
 
@@ -339,7 +342,7 @@ def baseline_times(rnd: Round, truth: Efficiency) -> dict[str, float]:
         cap = rnd.index.safe_cap(budget)
     except InfeasibleError:
         return {}
-    out: dict[str, float] = {}
+    out = {}
     for name in BASELINES:
         try:
             c = evaluate(run_baseline(name, rnd.profile, rnd.shipped, budget, cap), truth)
