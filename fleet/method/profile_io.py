@@ -235,7 +235,7 @@ def temp_prefix(path: str) -> str:
     return "." + os.path.basename(path) + ".tmp-"
 
 
-def atomic_write(path: str, write: Callable[[IO], None], mode: Optional[int] = None) -> None:
+def atomic_write(path: str, write: Callable[[IO], object], mode: Optional[int] = None) -> None:
     """Call ``write(binary_file)`` on a temp file beside ``path``, fsync, then os.replace.
 
     A reader sees the old file or the new one, never half of one; on any failure the temp file

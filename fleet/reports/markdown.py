@@ -254,7 +254,7 @@ def run_markdown(report: dict, run_dir: Path) -> str:
         "## Chosen operating points against each profile's frontier",
         "",
     ]
-    seen: dict[tuple[str, object], dict[str, tuple[int, float]]] = {}
+    seen: dict[tuple[str, float | None], dict[str, tuple[int, float]]] = {}
     for d in devs:
         if d.get("batch_size") is None or not d.get("profile"):
             continue
