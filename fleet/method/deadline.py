@@ -144,7 +144,7 @@ def choose_among(
         f, e = finish(starts, k, clock_s, done, r, later)
         tie = r.key()[1:]
         if f <= limit:
-            key = (e, f) + tie
+            key = (e, f) + tie  # type: Tuple[float, ...]
             if best_ok is None or key < best_ok[0]:
                 best_ok = (key, r, f, e)
         key = (f,) + tie
