@@ -45,7 +45,7 @@ that trains under the loop is ``underbudget.train_under_budget``.
 
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from fleet.agent.devices.base import Backend, DeviceError
 from fleet.agent.learning.efficiency_learner import EfficiencyLearner
@@ -158,7 +158,7 @@ class ClosedLoop(object):
         self.restore_on_exit = restore_on_exit
         self._log = log
         self._mu = threading.RLock()
-        self.infeasible = set()  # (batch, MHz) pairs the guard ruled out
+        self.infeasible: Set[Tuple[int, float]] = set()  # (batch, MHz) the guard ruled out
         self.segments = []  # type: List[Dict[str, Any]]
         self.guard_events = []  # type: List[Dict[str, Any]]
         self.notes = []  # type: List[str]
@@ -368,6 +368,7 @@ class ClosedLoop(object):
     def _drift_step(self) -> None:
         """Run the refresh the drift watch began: the next re-probe point, or the refresh."""
         drift = self.drift
+        assert drift is not None  # called only while the drift watch runs
         by_key = dict(((p.batch_size, p.freq_mhz), p) for p in self.points)
         key = drift.probe_point()
         while key is not None:

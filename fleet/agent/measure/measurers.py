@@ -99,7 +99,7 @@ class TrainingMeasurer:
             model = models.build_model(self.name, self.classes, self.spec.shape, seed=seed)
         self.model = model.to(self.device)
         self.model.train()
-        self.opt = torch.optim.Adam(self.model.parameters(), lr=1e-3)
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=1e-3)  # type: Any  # None: closed
         self.steps = steps
         self.warmup = warmup
         self.seed = seed

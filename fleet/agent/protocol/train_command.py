@@ -76,6 +76,7 @@ def handle_train(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
     segment_s = segment_arg(req, checkpoint)
     out_weights = path_arg(req, "out_weights")
     batch_size = int_arg(req, "batch_size", required=True)
+    assert batch_size is not None  # required: int_arg raised without it
     lr = number(req, "lr", required=True)
     target = number(req, "target_accuracy", required=True)
     freq = number(req, "freq_mhz")
