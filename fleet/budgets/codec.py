@@ -106,9 +106,9 @@ def parse_schedule(raw: object, where: str = "budget schedule") -> tuple[BudgetS
     steps = []
     for at, w in items:
         try:
-            if isinstance(at, bool):
+            if isinstance(at, bool) or not isinstance(at, (int, float, str)):
                 raise TypeError
-            at_s = float(at)  # type: ignore[arg-type]
+            at_s = float(at)
         except (TypeError, ValueError):
             raise InputError(f"{where}: time {at!r} is not a number of seconds") from None
         if at_s < 0 or not math.isfinite(at_s):

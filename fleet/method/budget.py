@@ -129,7 +129,8 @@ class ScheduleBudget(BudgetSource):
 
     def highest(self) -> Optional[float]:
         ws = [w for _, w in self.steps]
-        return None if any(w is None for w in ws) else max(ws)  # type: ignore
+        known = [w for w in ws if w is not None]
+        return None if len(known) < len(ws) else max(known)
 
     def describe(self) -> str:
         return "schedule " + ",".join("{:g}:{}".format(t, _label(w)) for t, w in self.steps)

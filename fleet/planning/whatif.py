@@ -359,6 +359,7 @@ def sweep(
                 v,
                 got.objective,
                 got.deadline_s,
+                # totals() is a dict[str, object]: its keys hold these numbers
                 t["round_time_s"],  # type: ignore[arg-type]
                 t["energy_j"],  # type: ignore[arg-type]
                 t["trained"],  # type: ignore[arg-type]

@@ -21,6 +21,7 @@ import json
 import math
 import statistics
 from pathlib import Path
+from typing import Any, overload
 
 from fleet.common.errors import InputError
 from fleet.core.baselines import BASELINES, speedup_column
@@ -90,8 +91,12 @@ def _over_budget(r: dict[str, object]) -> bool:
     )
 
 
+@overload
+def json_safe(obj: dict[str, Any]) -> dict[str, Any]: ...
+@overload
+def json_safe(obj: object) -> object: ...
 def json_safe(obj: object) -> object:
-    """NaN/inf become null (JSON has neither), recursively."""
+    """NaN/inf become null (JSON has neither), recursively; a dict stays a dict."""
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     if isinstance(obj, dict):
@@ -115,7 +120,7 @@ def write_report(
         for r, w in zip(rows, waits, strict=True)
     ]
     report = {**meta, "devices": rows, "fleet": fleet_totals(rows)}
-    report = json_safe(report)  # type: ignore[assignment]
+    report = json_safe(report)
     atomic_write_text(str(run_dir / "report.json"), json.dumps(report, indent=2) + "\n")
     columns = row_columns() + list(WAIT_COLUMNS)
     buf = io.StringIO()

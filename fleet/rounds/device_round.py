@@ -141,8 +141,8 @@ class DeviceResult:
         for n, t in times.items():
             out[time_column(n)] = t
         for n, t in times.items():
-            ok = self.status in TRAINED and t and self.time_s
-            out[speedup_column(n)] = t / self.time_s if ok else None  # type: ignore[operator]
+            ok = self.status in TRAINED
+            out[speedup_column(n)] = t / self.time_s if ok and t and self.time_s else None
         return out
 
 

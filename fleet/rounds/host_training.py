@@ -135,4 +135,9 @@ def train_device(
 
 
 def _opt_int(v: object) -> int | None:
-    return None if v is None else int(v)  # type: ignore[call-overload]
+    """An optional integer of ``RunSettings.extra`` (the fleet file checked it)."""
+    if v is None:
+        return None
+    if isinstance(v, (int, float, str)):
+        return int(v)
+    raise TypeError(f"expected an integer, got {v!r}")

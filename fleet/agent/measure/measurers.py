@@ -32,7 +32,7 @@ class ReplayMeasurer:
         self.backend = backend
 
     def __call__(self, b: int, f: float) -> Row:
-        m = self.backend.measure(b, f)  # type: ignore[attr-defined]
+        m = self.backend.measure(b, f)  # type: ignore[attr-defined]  # replay's, not in Backend
         if m is None:
             # Recorded as not runnable, or not recorded at all: the replay cannot tell which.
             return _row(b, f, None, None, None, None, "unavailable")
