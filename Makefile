@@ -30,6 +30,7 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/vermin -q --no-tips --violations -t=3.6- fleet/agent fleet/method
+	$(VENV)/bin/mypy
 
 format: $(VENV)/.installed
 	$(VENV)/bin/ruff format .

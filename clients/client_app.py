@@ -117,7 +117,8 @@ def simulated_round(node_config: dict, content: RecordDict) -> RecordDict:
         row = records.error_row(spec.name, str(exc), spec.device_type)
         row.update(budget_w=spec.budget_w, profile=spec.profile, learning=spec.learning)
     else:
-        wait = pace.wait_s(float(row.get("time_s") or 0.0))  # type: ignore[arg-type]
+        time_s = row.get("time_s")
+        wait = pace.wait_s(float(time_s) if isinstance(time_s, (int, float)) else 0.0)
         if wait > 0:
             time.sleep(wait)  # a paced device lives its clock: the whole round in one piece
     # Federated mode: a device sends its weights back (fine-tuned, or unchanged by a trace).

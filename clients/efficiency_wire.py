@@ -25,11 +25,13 @@ def learned_efficiency(raw: dict[str, Any], source: str) -> Efficiency:
     named = raw.get("source")
     if isinstance(named, str) and named:
         source = named[:MAX_SOURCE]
-    eff = Efficiency.from_vector(list(bs), list(ns), source=source)  # type: ignore[arg-type]
-    if isinstance(sd, list) and len(sd) == len(bs):  # type: ignore[arg-type]
+    if not isinstance(bs, list) or not isinstance(ns, list):  # decode_efficiencies checked it
+        raise InputError("expected 'batch_sizes' and 'samples_to_accuracy' lists")
+    eff = Efficiency.from_vector(bs, ns, source=source)
+    if isinstance(sd, list) and len(sd) == len(bs):
         eff.std = {
             int(b): float(v)
-            for b, v in zip(bs, sd, strict=True)  # type: ignore[arg-type]
+            for b, v in zip(bs, sd, strict=True)
             if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1e15
         }
     eff.metadata = {"source": "learned", "learned_from": str(raw.get("learned_from", ""))[:200]}

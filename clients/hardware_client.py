@@ -212,7 +212,8 @@ def run_on_agent(
         train_reply.update(runner.reply)
     row.profile = path
     after = _read_text(path)
-    board = hello.get("device") if isinstance(hello.get("device"), dict) else {}
+    device = hello.get("device")
+    board = device if isinstance(device, dict) else {}
     info.update(
         probes=int(info.get("probes") or 0) + runner.probes,
         board_type=spec.device_type,

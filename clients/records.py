@@ -46,8 +46,9 @@ import functools
 import json
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
@@ -131,7 +132,13 @@ def encode_efficiency(eff: Efficiency) -> tuple[list[int], list[float]]:
     return bs, samples
 
 
-def decode_efficiency(batch_sizes: list[int], samples: list[float], source: str) -> Efficiency:
+def decode_efficiency(
+    batch_sizes: Sequence[int | float | str | bytes],
+    samples: Sequence[int | float | str | bytes],
+    source: str,
+) -> Efficiency:
+    """A ConfigRecord's lists may hold any scalar: int()/float() refuse the wrong ones with the
+    TypeError or ValueError that ``decode_instruction`` turns into one InputError."""
     values: list[float | None] = [None if float(n) < 0 else float(n) for n in samples]
     return Efficiency.from_vector([int(b) for b in batch_sizes], values, source=source)
 
@@ -237,11 +244,11 @@ def decode_instruction(cfg: ConfigRecord) -> TrainInstruction:
         std = cfg.get("efficiency-std", [])
         if not isinstance(std, list) or len(std) not in (0, len(bs)):
             raise InputError(f"{where}: 'efficiency-std' must be a list as long as 'batch-sizes'")
-        for b, v in zip(bs, std, strict=False):
+        for i, v in enumerate(std):  # as long as bs (checked above); bs[i] keeps its type
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1e15:
                 raise InputError(f"{where}: 'efficiency-std' holds {v!r}; expected numbers >= 0")
             if v > 0:
-                eff.std[int(b)] = float(v)
+                eff.std[int(bs[i])] = float(v)
         run = _decode_run(cfg, source, where)
         server_round = cfg.get("server-round", 0)
         if isinstance(server_round, bool) or not isinstance(server_round, int) or server_round < 0:
@@ -290,8 +297,8 @@ def encode_reply(row: dict[str, object]) -> tuple[MetricRecord, ConfigRecord]:
             if math.isfinite(value):
                 metrics[key] = value
     samples = row.get("samples")
-    ok = row.get("status") in TRAINED and isinstance(samples, (int, float)) and samples > 0
-    metrics["num-examples"] = int(round(float(samples))) if ok else 0  # type: ignore[arg-type]
+    samples = samples if isinstance(samples, (int, float)) and samples > 0 else 0
+    metrics["num-examples"] = int(round(float(samples))) if row.get("status") in TRAINED else 0
     return metrics, report
 
 
@@ -368,7 +375,7 @@ def error_row(device: str, message: str, device_type: str = "", status: str = "e
     return DeviceResult(device, device_type, status=status, message=message).to_dict()
 
 
-def has_weights(arrays: ArrayRecord | None) -> bool:
+def has_weights(arrays: ArrayRecord | None) -> TypeGuard[ArrayRecord]:
     return arrays is not None and len(arrays) > 0
 
 
@@ -422,7 +429,7 @@ def spec_from_node_config(nc: dict) -> DeviceSpec:
         raise InputError(f"{where}: learning must be one of {', '.join(LEARNING)}")
     profile = _config_str(nc, "profile", where, required=False) or ""
     data = _config_str(nc, "data", where, required=False)
-    return DeviceSpec(name, dtype, budget, profile, data, schedule, learning)  # type: ignore[arg-type]
+    return DeviceSpec(name, dtype, budget, profile, data, schedule, learning)
 
 
 @functools.lru_cache(maxsize=16)

@@ -13,7 +13,7 @@ data mapping alone: plain dicts in and out, testable without an agent.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, TypeGuard
 
 from clients.agent_link import AgentSettings
 from fleet.common.errors import InputError
@@ -97,9 +97,8 @@ def fill_learning(res: DeviceResult, learning: Any) -> None:
     ev = learning.get("evidence")
     if isinstance(ev, dict):
         b, n, sd = ev.get("batch_size"), ev.get("samples_to_target"), ev.get("log_sd")
-        nums = (b, n, sd)
-        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in nums):
-            if b >= 1 and b == int(b) and 0 < n < 1e15 and 0 < sd < 100:  # type: ignore[operator]
+        if _is_number(b) and _is_number(n) and _is_number(sd):
+            if b >= 1 and b == int(b) and 0 < n < 1e15 and 0 < sd < 100:
                 res.learned_batch_size, res.learned_samples, res.learned_log_sd = int(b), n, sd
     fits = learning.get("fits")
     if isinstance(fits, list):
@@ -190,3 +189,8 @@ def predict_start(res: DeviceResult, rnd: Round) -> None:
 
 def _finite(v: float) -> float | None:
     return v if math.isfinite(v) else None
+
+
+def _is_number(v: object) -> TypeGuard[int | float]:
+    """A JSON number from the board (a bool is an int to Python, not a number here)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool)

@@ -285,7 +285,7 @@ def cmd_device(args: argparse.Namespace) -> int:
     if spec is None:
         names = ", ".join(list(by_name)[:10]) + (" ..." if len(by_name) > 10 else "")
         raise InputError(f"{args.fleet}: no device named {args.name!r} (devices: {names})")
-    config = spec.to_node_config()
+    config: dict[str, object] = dict(spec.to_node_config())  # plus the client's keys below
     if spec.learning != "trace":
         config["learning"] = spec.learning
     agent_options = given_options(args)

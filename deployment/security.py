@@ -108,8 +108,11 @@ def join_host_port(host: str, port: int) -> str:
 def _check_ec(key: object, path: Path, what: str) -> None:
     from cryptography.hazmat.primitives.asymmetric import ec
 
-    ok = isinstance(key, (ec.EllipticCurvePrivateKey, ec.EllipticCurvePublicKey))
-    if not ok or key.curve.name not in ("secp256r1", "secp384r1", "secp521r1"):  # type: ignore[attr-defined]
+    nist = ("secp256r1", "secp384r1", "secp521r1")
+    if (
+        not isinstance(key, (ec.EllipticCurvePrivateKey, ec.EllipticCurvePublicKey))
+        or key.curve.name not in nist
+    ):
         raise InputError(
             f"{path}: expected an OpenSSH ECDSA {what} on a NIST curve "
             "(ssh-keygen -t ecdsa -b 384 -N '' -f KEY)"

@@ -135,7 +135,8 @@ def rows_from_replies(
         arrays = msg.content.array_records.get(records.ARRAYS)
         if records.has_weights(arrays):
             n = msg.content.metric_records[records.METRICS].get("num-examples", 0)
-            weights.append((arrays, float(n)))  # type: ignore[arg-type]
+            if isinstance(n, (int, float)):  # a list here is no count: no weights from it
+                weights.append((arrays, float(n)))
     for node in sent_to:
         if int(node) not in replied:
             rows.append(
@@ -192,10 +193,11 @@ def round_metrics(rows: list[dict[str, object]]) -> MetricRecord:
             continue
         if isinstance(value, (int, float)) and math.isfinite(value):
             metrics[records.wire_key(key)] = value
-    metrics["budget-violations"] = len(totals["budget_violations"])  # type: ignore[arg-type]
-    counts = totals["status_counts"]
+    violations, counts = totals["budget_violations"], totals["status_counts"]
+    assert isinstance(violations, list) and isinstance(counts, dict)  # fleet_totals' types
+    metrics["budget-violations"] = len(violations)
     for status in ("ok", "late", "infeasible", "error", "lost", "selected"):
-        metrics[f"status-{status}"] = int(counts.get(status, 0))  # type: ignore[union-attr]
+        metrics[f"status-{status}"] = int(counts.get(status, 0))
     return metrics
 
 

@@ -85,7 +85,7 @@ class ProfileKeeper:
         prov = {k: info[k] for k in ("l4t", "serial") if isinstance(info.get(k), str) and info[k]}
         probes = info.get("probes")
         if isinstance(probes, int) and info.get("origin") == "profiled":
-            prov["probes"] = probes  # type: ignore[assignment]
+            prov["probes"] = probes
         try:
             put_from_device(self.store, device, self.types[device], self.workload, text, **prov)
         except InputError as exc:

@@ -348,7 +348,8 @@ class SegmentedRound:
             arrays = msg.content.array_records.get(records.ARRAYS)
             if records.has_weights(arrays):
                 n = msg.content.metric_records[records.METRICS].get("num-examples", 0)
-                self.weights[name] = (arrays, float(n))  # type: ignore[arg-type]
+                if isinstance(n, (int, float)):  # a list here is no count: no weights from it
+                    self.weights[name] = (arrays, float(n))
         if self.plan and not done and not self.s.lockstep:
             self._replan()
 

@@ -123,8 +123,8 @@ def settings_from_run_config(run_config: dict[str, Any]) -> ServerSettings | Non
         raise InputError(f"run config: {exc}") from None
 
 
-def _segment_s(value: object) -> float:
-    seconds = float(value)  # type: ignore[arg-type]
+def _segment_s(value: float | str) -> float:
+    seconds = float(value)
     if not (seconds == 0 or 1e-3 <= seconds <= 86400 * 30):
         raise InputError(f"run config segment-s={value!r}: expected 0 or seconds in [0.001, 2.6e6]")
     return seconds
@@ -323,7 +323,8 @@ def _round_rows_on_disk(run_dir: Path, server_round: int) -> list[dict[str, obje
     from fleet.reports.report import read_report
 
     try:
-        return list(read_report(run_dir / "rounds" / f"round-{server_round:03d}")["devices"])
+        devices = read_report(run_dir / "rounds" / f"round-{server_round:03d}")["devices"]
+        return list(devices) if isinstance(devices, list) else []
     except (InputError, KeyError, TypeError):
         return []
 

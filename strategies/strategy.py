@@ -32,6 +32,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricReco
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg
 from flwr.supercore import log
+from flwr.supercore.run import Run
 
 from clients import records
 from strategies import coordinator
@@ -177,15 +178,22 @@ class ReportingGrid(Grid):
         self.poll_s = poll_s
 
     # Delegation -------------------------------------------------------------------------
-    def set_run(self, run):  # type: ignore[no-untyped-def]
-        return self.inner.set_run(run)
+    def set_run(self, run: Run) -> None:
+        self.inner.set_run(run)
 
     @property
-    def run(self):  # type: ignore[no-untyped-def]
+    def run(self) -> Run:
         return self.inner.run
 
-    def create_message(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-        return self.inner.create_message(*args, **kwargs)
+    def create_message(
+        self,
+        content: RecordDict,
+        message_type: str,
+        dst_node_id: int,
+        group_id: str,
+        ttl: float | None = None,
+    ) -> Message:
+        return self.inner.create_message(content, message_type, dst_node_id, group_id, ttl)
 
     def get_node_ids(self) -> Iterable[int]:
         return self.inner.get_node_ids()

@@ -158,6 +158,7 @@ def schedule_from_trace(
     for name, v in (("budget_dwell_s", dwell_s), ("budget_trace_start_s", start_s)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
             raise InputError(f"{where}: {name} must be a number of seconds, got {v!r}")
+    # both are None or numbers (checked above); the object-typed TOML values do not narrow
     start = None if start_s is None else float(start_s)  # type: ignore[arg-type]
     try:
         return trace_to_schedule(load_trace(path), float(dwell_s), start)  # type: ignore[arg-type]

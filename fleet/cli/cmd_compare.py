@@ -7,6 +7,7 @@ The methods and the speed-up columns come from the registries (``fleet.core.base
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from fleet.cli.common import (
     budget_label,
@@ -53,7 +54,10 @@ def run(args: argparse.Namespace) -> int:
     truth = load_efficiency(args.truth) if args.truth else None
     cap_profiles = [profile] + [load_profile(p) for p in args.cap_profile]
     budgets = parse_budgets(args.budgets)
-    rows = compare(profile, proxy, budgets, truth, parse_caps(args.caps), cap_profiles)
+    # plain data for JSON and the table (compare's rows: each key holds its column's type)
+    rows: list[dict[str, Any]] = compare(
+        profile, proxy, budgets, truth, parse_caps(args.caps), cap_profiles
+    )
     if args.json:
         emit_json(
             {

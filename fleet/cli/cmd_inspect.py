@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from typing import Any
 
 from fleet.cli.common import budget_label, console, emit_json, mhz, parse_budgets, table
 from fleet.core.profile import Profile, frontier, load_profile
@@ -17,7 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def summarise(profile: Profile, budgets: list[float | None]) -> dict[str, object]:
+def summarise(profile: Profile, budgets: list[float | None]) -> dict[str, Any]:
     """Everything inspect reports, as plain data (the JSON output and the tables use it)."""
     powered = [p.peak_power_w for p in profile.points if not math.isnan(p.peak_power_w)]
     fronts = {}

@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     load_profile(args.profile)  # validates the file: one line naming file/line/field
     coverage = read_coverage(args.profile)
     if args.batch_sizes:
-        batch_sizes = _numbers(args.batch_sizes, "--batch-sizes", True)
+        batch_sizes = [int(b) for b in _numbers(args.batch_sizes, "--batch-sizes", True)]
     else:
         batch_sizes = coverage.batch_sizes
     knobs = _numbers(args.freqs, "--freqs", False) if args.freqs else coverage.knobs

@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     budget = parse_budget(args.budget_w, "--budget-w")
     profile, eff, msg = align(load_profile(args.profile), load_efficiency(args.efficiency))
     context = objective_context(args)
-    choice = select(profile, eff, budget, args.objective, **context)
+    choice = select(profile, eff, budget, args.objective, "ours", **context)
     late = "deadline_s" in context and choice.predicted_time_s > context["deadline_s"] * (1 + 1e-9)
     coverage = read_coverage(args.profile)
     check_coverage(profile, coverage, eff, budget, choice)  # unmeasured but maybe better: exit 2

@@ -21,7 +21,7 @@ class _LazyConsole:
 
     _real: Any = None
 
-    @property  # type: ignore[misc]
+    @property  # type: ignore[misc]  # mypy refuses any __class__ override; this one is lazy
     def __class__(self) -> type:  # noqa: F811 - callers build siblings: console.__class__(stderr=True)
         return type(self._console())
 

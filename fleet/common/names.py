@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TypeGuard
 
 from fleet.common.errors import InputError
 
@@ -19,7 +20,7 @@ SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 RULE = "letters, digits, '.', '_' or '-', starting with a letter or digit (no '/', no '..')"
 
 
-def is_safe(name: object, max_len: int = MAX_NAME) -> bool:
+def is_safe(name: object, max_len: int = MAX_NAME) -> TypeGuard[str]:
     """True when ``name`` is a string usable as one path part under the shared alphabet."""
     return (
         isinstance(name, str)
@@ -31,10 +32,10 @@ def is_safe(name: object, max_len: int = MAX_NAME) -> bool:
 
 def check_name(where: str, kind: str, name: object, max_len: int = MAX_NAME) -> str:
     """``name`` if safe, else one InputError naming ``where`` (file, device...) and ``kind``."""
-    if not is_safe(name, max_len):
-        shown = name if not isinstance(name, str) or len(name) <= 80 else name[:80] + "..."
-        raise InputError(f"{where}: {kind} {shown!r} is not a safe name: use 1-{max_len} {RULE}")
-    return name  # type: ignore[return-value]
+    if is_safe(name, max_len):
+        return name
+    shown = name if not isinstance(name, str) or len(name) <= 80 else name[:80] + "..."
+    raise InputError(f"{where}: {kind} {shown!r} is not a safe name: use 1-{max_len} {RULE}")
 
 
 def child_dir(parent: str | Path, name: str, where: str = "run") -> Path:

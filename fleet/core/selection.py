@@ -149,10 +149,15 @@ def select(
 # ------------------------------------------------------------------------------- baselines
 
 
-class _HasPeak(Protocol):
-    batch_size: int
-    freq_mhz: float
-    peak_power_w: float
+class _HasPeak(Protocol):  # read-only: a Point (NamedTuple) and a Choice both have these
+    @property
+    def batch_size(self) -> int: ...
+
+    @property
+    def freq_mhz(self) -> float: ...
+
+    @property
+    def peak_power_w(self) -> float: ...
 
 
 def max_peak_by_freq(points: Iterable[_HasPeak]) -> dict[float, _HasPeak]:

@@ -98,8 +98,8 @@ def build_fashion_mnist(work: Path, out: Path, report: Report) -> dict[str, Any]
         report("checking IDX files", 0.7)
         counts = _fashion_counts(got)
         source = {"route": "debian", "package": "dataset-fashion-mnist", "version": version}
-    for src, dest in zip(got, stems.values(), strict=True):
-        shutil.copyfile(src, out / dest)
+    for src, name in zip(got, stems.values(), strict=True):
+        shutil.copyfile(src, out / name)
     return {"source": source, "counts": counts, "classes": FASHION_CLASSES}
 
 
@@ -164,9 +164,9 @@ def _mnist_csv(data: bytes, where: str) -> tuple[np.ndarray, np.ndarray]:
     x, y = table[:, :784], table[:, 784]
     if x.min() < 0 or x.max() > 255 or y.min() < 0 or y.max() > 9:
         raise DatasetError(f"{where}: pixels outside 0..255 or labels outside 0..9")
-    x = x.astype(np.uint8).reshape(5000, 28, 28)
-    _check_images(x, y, 5000, where)
-    return x, y.astype(np.uint8)
+    images = x.astype(np.uint8).reshape(5000, 28, 28)
+    _check_images(images, y, 5000, where)
+    return images, y.astype(np.uint8)
 
 
 def build_austen(work: Path, out: Path, report: Report) -> dict[str, Any]:

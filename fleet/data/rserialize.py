@@ -30,6 +30,7 @@ import lzma
 import math
 import struct
 import zlib
+from builtins import int as Int  # the reader's method ``int`` shadows the type in its class
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +97,7 @@ class _Reader:
     def int(self) -> int:
         return struct.unpack(self.endian + "i", self.take(4))[0]
 
-    def length(self) -> int:
+    def length(self) -> Int:
         n = self.int()
         if n == -1:  # long vector: two more ints, upper and lower 32 bits
             upper, lower = self.int(), self.int()
@@ -148,9 +149,9 @@ class _Reader:
         if kind in (PERSISTSXP, NAMESPACESXP, PACKAGESXP):
             names = self.string_vector()
             label = {PERSISTSXP: "persistent", NAMESPACESXP: "namespace", PACKAGESXP: "package"}
-            obj = REnvironment(label[kind], names)
-            self.refs.append(obj)
-            return obj
+            env = REnvironment(label[kind], names)
+            self.refs.append(env)
+            return env
         if kind == SYMSXP:
             sym = RSymbol(self.item() or "")
             self.refs.append(sym)
@@ -180,7 +181,7 @@ class _Reader:
             raise self.fail("malformed persistent-name string vector")
         return [self.item() for _ in range(self.int())]
 
-    def charsxp(self, levels: int) -> str | None:
+    def charsxp(self, levels: Int) -> str | None:
         n = self.int()
         if n == -1:
             return None  # NA_character_
@@ -191,9 +192,10 @@ class _Reader:
             return raw.decode("latin-1")
         return raw.decode("utf-8", errors="replace")
 
-    def vector(self, kind: int) -> RVector:
+    def vector(self, kind: Int) -> RVector:
         n = self.length()
         name = VECTOR_NAMES[kind]
+        items: list[Any]  # R's vector of this kind: bool, int, float, complex, str, None (NA)
         if kind in (LGLSXP, INTSXP):
             values = struct.unpack(f"{self.endian}{n}i", self.take(4 * n))
             if kind == LGLSXP:
@@ -221,7 +223,7 @@ class _Reader:
             items = [self.item() for _ in range(n)]
         return RVector(items, name)
 
-    def doubles(self, n: int) -> list[float | None]:
+    def doubles(self, n: Int) -> list[float | None]:
         raw = self.take(8 * n)
         values = list(struct.unpack(f"{self.endian}{n}d", raw))
         for i, v in enumerate(values):
@@ -239,7 +241,7 @@ class _Reader:
             raise self.fail("attributes are not a pairlist")
         return attrs.as_dict()
 
-    def pairlist(self, kind: int, has_attr: bool, has_tag: bool) -> RPairList:
+    def pairlist(self, kind: Int, has_attr: bool, has_tag: bool) -> RPairList:
         """Pairlists are CONS cells: attributes, tag, CAR, then the CDR (read iteratively)."""
         out = RPairList([], PAIR_NAMES[kind])
         first = True
@@ -286,6 +288,8 @@ class _Reader:
         state = self.item()
         attrs = self.item()
         cls = str(info[0][1]) if isinstance(info, RPairList) and info else "?"
+        start: float  # start and step: ints for compact_intseq
+        step: float
         if cls == "compact_intseq" and isinstance(state, RVector) and len(state) == 3:
             n, start, step = (int(v) for v in state)
             obj = RVector([start + i * step for i in range(n)], "integer")

@@ -18,7 +18,19 @@ import io
 import math
 import os
 import tempfile
-from typing import IO, Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import (
+    IO,
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    List,
+    Mapping,
+    NamedTuple,
+    Optional,
+    Sequence,
+    Tuple,
+)
 
 REQUIRED_COLUMNS = ("batch_size", "freq_mhz", "time_per_batch_s", "peak_power_w")
 OPTIONAL_COLUMNS = (
@@ -180,7 +192,7 @@ def _one_line(text: str) -> str:
 
 def write_rows(
     path: str,
-    rows: Iterable[Dict[str, object]],
+    rows: Iterable[Mapping[str, object]],
     comments: Sequence[str] = (),
     columns: Optional[Sequence[str]] = None,
 ) -> None:
@@ -223,7 +235,7 @@ def temp_prefix(path: str) -> str:
     return "." + os.path.basename(path) + ".tmp-"
 
 
-def atomic_write(path: str, write: Callable[[IO], None], mode: Optional[int] = None) -> None:
+def atomic_write(path: str, write: Callable[[IO], object], mode: Optional[int] = None) -> None:
     """Call ``write(binary_file)`` on a temp file beside ``path``, fsync, then os.replace.
 
     A reader sees the old file or the new one, never half of one; on any failure the temp file

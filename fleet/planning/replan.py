@@ -86,8 +86,8 @@ def fastest_finish(s: Standing) -> float | None:
 
 def revise(deadline_s: float | None, standings: list[Standing]) -> tuple[float | None, str]:
     """(new deadline, reason) — the same deadline and "" when no revision is due."""
-    finishes = [(fastest_finish(s), s.device) for s in standings]
-    finishes = [(f, d) for f, d in finishes if f is not None]
+    all_finishes = [(fastest_finish(s), s.device) for s in standings]
+    finishes = [(f, d) for f, d in all_finishes if f is not None]
     if not finishes or deadline_s is None:
         return deadline_s, ""
     latest, who = max(finishes)

@@ -24,13 +24,14 @@ import math
 import os
 from collections.abc import Sequence
 from functools import lru_cache
+from typing import TypeGuard
 
 from fleet.common.errors import InputError
 from fleet.core.profile import load_profile
 from fleet.rounds.device_round import TRAINED
 
 
-def _finite(v: object) -> bool:
+def _finite(v: object) -> TypeGuard[int | float]:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
@@ -57,8 +58,8 @@ def profile_idle_power(path: object) -> float | None:
 def idle_power_of(row: dict[str, object], memo: dict[str, float | None]) -> float | None:
     """A row's idle power: its own ``idle_power_w`` if it carries one, else its profile's."""
     own = row.get("idle_power_w")
-    if _finite(own) and own > 0:  # type: ignore[operator]
-        return float(own)  # type: ignore[arg-type]
+    if _finite(own) and own > 0:
+        return float(own)
     path = str(row.get("profile") or "")
     if path not in memo:
         memo[path] = profile_idle_power(path)
@@ -79,7 +80,8 @@ def round_energy(
     totals' fleet energy, which counts devices that reached the target), ``idle_wait_j``,
     ``round_energy_j`` and ``idle_unknown`` (devices whose waiting could not be charged).
     """
-    training = sum(float(r["energy_j"]) for r in rows if _ran(r) and _finite(r.get("energy_j")))  # type: ignore[arg-type]
+    ran_j = (r.get("energy_j") for r in rows if _ran(r))
+    training = sum(float(e) for e in ran_j if _finite(e))
     own_s = [_training_s(r) for r in rows]  # None: did not run, waits the whole round
     round_s = max((t for t in own_s if t is not None), default=0.0)
     memo: dict[str, float | None] = {}
@@ -114,7 +116,7 @@ def _ran(row: dict[str, object]) -> bool:
 def _training_s(row: dict[str, object]) -> float | None:
     """How long the device trained this round (None if it did not run)."""
     t = row.get("time_s")
-    return float(t) if _ran(row) and _finite(t) else None  # type: ignore[arg-type]
+    return float(t) if _ran(row) and _finite(t) else None
 
 
 def round_totals(rows: Sequence[dict[str, object]]) -> dict[str, object]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TypeGuard
 
 from fleet.common.errors import InputError
 from fleet.config.fleetfile import DeviceSpec, Fleet, RunSettings
@@ -111,8 +112,8 @@ def totals(rows: Sequence[dict[str, object]]) -> dict[str, object]:
     only) and round energy (training plus every device's idle waiting,
     ``fleet.planning.roundenergy``), counts."""
     done = [r for r in rows if r.get("status") in TRAINED]
-    times = [float(r["time_s"]) for r in done if _finite(r.get("time_s"))]
-    energy = [float(r["energy_j"]) for r in done if _finite(r.get("energy_j"))]
+    times = [float(t) for t in (r.get("time_s") for r in done) if _finite(t)]
+    energy = [float(e) for e in (r.get("energy_j") for r in done) if _finite(e)]
     rnd = round_totals(rows)
     return {
         "devices": len(rows),
@@ -128,7 +129,7 @@ def totals(rows: Sequence[dict[str, object]]) -> dict[str, object]:
     }
 
 
-def _finite(v: object) -> bool:
+def _finite(v: object) -> TypeGuard[int | float]:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
@@ -208,11 +209,13 @@ def deadline_vs_time(time_rows: Sequence[dict], deadline_rows: Sequence[dict]) -
     devices = []
     for d, d_wait in zip(deadline_rows, deadline_waits, strict=True):
         t, t_wait = by_name.get(d["device"], (None, None))
-        if t is None or t.get("status") not in TRAINED or d.get("status") not in TRAINED:
+        if t is None or t_wait is None or t.get("status") not in TRAINED:
+            continue
+        if d.get("status") not in TRAINED:
             continue
         t_time, d_time = float(t["time_s"]), float(d["time_s"])
         t_e, d_e = float(t["energy_j"]), float(d["energy_j"])
-        t_idle, d_idle = t_wait["idle_wait_j"], d_wait["idle_wait_j"]  # type: ignore[index]
+        t_idle, d_idle = t_wait["idle_wait_j"], d_wait["idle_wait_j"]
         t_round = None if t_idle is None else t_e + t_idle
         d_round = None if d_idle is None else d_e + d_idle
         round_saved = None if t_round is None or d_round is None else t_round - d_round
@@ -249,7 +252,7 @@ def _saved_pct(ref: object, got: object) -> float | None:
     """How much less ``got`` is than ``ref``, in % of ``ref`` (None without a reference)."""
     if not _finite(ref) or not ref or not _finite(got):
         return None
-    return 100.0 * (ref - got) / ref  # type: ignore[operator]
+    return 100.0 * (ref - got) / ref
 
 
 # ------------------------------------------------------------------------------------- what-if
@@ -329,6 +332,7 @@ def sweep(
                 v,
                 got.objective,
                 got.deadline_s,
+                # totals() is a dict[str, object]: its keys hold these numbers
                 t["round_time_s"],  # type: ignore[arg-type]
                 t["energy_j"],  # type: ignore[arg-type]
                 t["trained"],  # type: ignore[arg-type]

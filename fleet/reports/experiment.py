@@ -236,11 +236,13 @@ def _ratios(rows: list[dict[str, object]]) -> None:
         v = by.get(m, {}).get("time_mean_s")
         return v if isinstance(v, float) and math.isfinite(v) and v > 0 else None
 
+    oracle = t("oracle")
     for r in rows:
         mine = t(str(r["method"]))
         for ref in BASELINES:
-            r[speedup_column(ref)] = t(ref) / mine if mine and t(ref) else None
-        r["gap_to_oracle_pct"] = (mine / t("oracle") - 1) * 100 if mine and t("oracle") else None
+            base = t(ref)
+            r[speedup_column(ref)] = base / mine if mine and base else None
+        r["gap_to_oracle_pct"] = (mine / oracle - 1) * 100 if mine and oracle else None
 
 
 def run_grid(grid: Grid, progress=None) -> list[dict[str, object]]:
@@ -288,7 +290,7 @@ def proxy_sensitivity(
     for budget in budgets:
         mat = []
         for p in datasets:
-            row = []
+            row: list[float | None] = []
             for t in datasets:
                 try:
                     mine = evaluate(index.select(effs[p], budget), effs[t]).predicted_time_s

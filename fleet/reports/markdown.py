@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 from fleet.common.errors import InputError
 from fleet.core.baselines import BASELINES
@@ -142,10 +143,11 @@ def experiment_markdown(
     return "\n".join(lines) + "\n"
 
 
-def sensitivity_section(s: dict[str, object], out_dir: Path, heading: str) -> list[str]:
-    """Fig. 5/6 for one (model, device): the PNG and one Markdown matrix per budget."""
-    ds = list(s["datasets"])  # type: ignore[call-overload]
-    mats: dict[str, list[list[float | None]]] = s["matrices"]  # type: ignore[assignment]
+def sensitivity_section(s: dict[str, Any], out_dir: Path, heading: str) -> list[str]:
+    """Fig. 5/6 for one (model, device): the PNG and one Markdown matrix per budget (``s`` is
+    the experiment's JSON record: "datasets" a list of names, "matrices" budget -> rows)."""
+    ds = list(s["datasets"])
+    mats: dict[str, list[list[float | None]]] = s["matrices"]
     png = sensitivity_matrices(
         ds,
         mats,
@@ -254,7 +256,7 @@ def run_markdown(report: dict, run_dir: Path) -> str:
         "## Chosen operating points against each profile's frontier",
         "",
     ]
-    seen: dict[tuple[str, object], dict[str, tuple[int, float]]] = {}
+    seen: dict[tuple[str, float | None], dict[str, tuple[int, float]]] = {}
     for d in devs:
         if d.get("batch_size") is None or not d.get("profile"):
             continue

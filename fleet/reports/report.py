@@ -21,6 +21,7 @@ import json
 import math
 import statistics
 from pathlib import Path
+from typing import Any, overload
 
 from fleet.common.errors import InputError
 from fleet.core.baselines import BASELINES, speedup_column
@@ -46,9 +47,9 @@ def fleet_totals(rows: list[dict[str, object]]) -> dict[str, object]:
     times = _finite([r.get("time_s") for r in ok])
     energy = _finite([r.get("energy_j") for r in ok])
     acc_w = [
-        (float(r["accuracy"]), float(r.get("samples") or 0.0))
+        (float(a), float(n) if isinstance(n := r.get("samples"), (int, float)) else 0.0)
         for r in ok
-        if isinstance(r.get("accuracy"), (int, float))
+        if isinstance(a := r.get("accuracy"), (int, float))
     ]
     wsum = sum(w for _, w in acc_w)
     over = [r["device"] for r in ok if _over_budget(r)]
@@ -80,16 +81,22 @@ def fleet_totals(rows: list[dict[str, object]]) -> dict[str, object]:
 def _over_budget(r: dict[str, object]) -> bool:
     """Peak above the budget in force: per segment when the budget followed a schedule (a
     rising budget lets later segments draw more than the first budget)."""
-    spans = [(g.get("peak_power_w"), g.get("budget_w")) for g in r.get("segments") or []]
-    spans = spans or [(r.get("peak_power_w"), r.get("budget_w"))]  # type: ignore[list-item]
+    segments = r.get("segments")
+    segments = segments if isinstance(segments, list) else []
+    spans = [(g.get("peak_power_w"), g.get("budget_w")) for g in segments]
+    spans = spans or [(r.get("peak_power_w"), r.get("budget_w"))]
     return any(
         isinstance(p, (int, float)) and isinstance(b, (int, float)) and p > b + 1e-9
         for p, b in spans
     )
 
 
+@overload
+def json_safe(obj: dict[str, Any]) -> dict[str, Any]: ...
+@overload
+def json_safe(obj: object) -> object: ...
 def json_safe(obj: object) -> object:
-    """NaN/inf become null (JSON has neither), recursively."""
+    """NaN/inf become null (JSON has neither), recursively; a dict stays a dict."""
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     if isinstance(obj, dict):
@@ -113,7 +120,7 @@ def write_report(
         for r, w in zip(rows, waits, strict=True)
     ]
     report = {**meta, "devices": rows, "fleet": fleet_totals(rows)}
-    report = json_safe(report)  # type: ignore[assignment]
+    report = json_safe(report)
     atomic_write_text(str(run_dir / "report.json"), json.dumps(report, indent=2) + "\n")
     columns = row_columns() + list(WAIT_COLUMNS)
     buf = io.StringIO()
@@ -122,7 +129,7 @@ def write_report(
     for r in rows:
         w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in columns})
     atomic_write_text(str(run_dir / "devices.csv"), buf.getvalue())
-    return report  # type: ignore[return-value]
+    return report
 
 
 def read_report(run_dir: str | Path, token: str | None = None) -> dict[str, object]:

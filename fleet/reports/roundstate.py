@@ -173,7 +173,7 @@ def write_state(run_dir: str | Path, state: dict[str, Any]) -> None:
     try:  # no indent: 3x faster to write, and `status --json` re-serialises anyway
         clean, text = state, json.dumps(state, allow_nan=False)
     except ValueError:  # a NaN or an infinity: null in a copy (the caller's dicts stay its own)
-        clean = json_safe(state)  # type: ignore[assignment]
+        clean = json_safe(state)
         text = json.dumps(clean, allow_nan=False)
     check_state(clean, str(run_dir / STATE_FILE))
     text += "\n"

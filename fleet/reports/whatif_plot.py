@@ -6,6 +6,7 @@ points are the rows of the what-if table, so the figure cannot disagree with it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -35,7 +36,7 @@ def plot_front(
     fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=110)
     unit = "×" if scale else " W"
     pts = [s for s in steps if s.round_time_s is not None]
-    ax.scatter([s.round_time_s for s in pts], [s.energy_j / 1000 for s in pts], s=18, zorder=3)
+    ax.scatter([_secs(s) for s in pts], [s.energy_j / 1000 for s in pts], s=18, zorder=3)
     for s in pts:
         label = f"{s.value:g}{unit}" + (f" ({s.infeasible} inf.)" if s.infeasible else "")
         ax.annotate(
@@ -46,7 +47,7 @@ def plot_front(
             textcoords="offset points",
         )
     ax.plot(
-        [s.round_time_s for s in front],
+        [_secs(s) for s in front],
         [s.energy_j / 1000 for s in front],
         "-",
         label=f"front ({steps[0].objective if steps else ''})",
@@ -55,7 +56,7 @@ def plot_front(
     for name, other in (series or {}).items():
         o = [s for s in other if s.round_time_s is not None]
         ax.plot(
-            [s.round_time_s for s in o],
+            [_secs(s) for s in o],
             [s.energy_j / 1000 for s in o],
             "--",
             marker=".",
@@ -74,3 +75,8 @@ def plot_front(
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(str(path), lambda fh: fh.write(buf.getvalue()))
     return path
+
+
+def _secs(step: WhatIfStep) -> float:
+    """A step's round time; NaN (a gap in the line, as None is to matplotlib) without one."""
+    return math.nan if step.round_time_s is None else step.round_time_s

@@ -146,8 +146,8 @@ class DeviceResult:
         for n, t in times.items():
             out[time_column(n)] = t
         for n, t in times.items():
-            ok = self.status in TRAINED and t and self.time_s
-            out[speedup_column(n)] = t / self.time_s if ok else None  # type: ignore[operator]
+            ok = self.status in TRAINED
+            out[speedup_column(n)] = t / self.time_s if ok and t and self.time_s else None
         return out
 
 
@@ -213,7 +213,10 @@ class Round:
 
 class Runner(Protocol):
     learning: str | None  # the row's ``learning`` label; None keeps the fleet entry's
-    truth: Efficiency | None  # the device's true samples-to-accuracy, when the runner knows it
+
+    @property
+    def truth(self) -> Efficiency | None:
+        """The device's true samples-to-accuracy, when the runner knows it (read only)."""
 
     def run(self, rnd: Round, res: DeviceResult) -> None: ...
 
@@ -344,7 +347,7 @@ def baseline_times(rnd: Round, truth: Efficiency) -> dict[str, float]:
         cap = rnd.index.safe_cap(budget)
     except InfeasibleError:
         return {}
-    out: dict[str, float] = {}
+    out = {}
     for name in BASELINES:
         try:
             c = evaluate(run_baseline(name, rnd.profile, rnd.shipped, budget, cap), truth)

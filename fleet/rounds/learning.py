@@ -156,7 +156,7 @@ class ReplayLearning:
 
     def rechoose(
         self, rnd: Round, k: int, clock_s: float, running: Choice, fixed: int | None
-    ) -> Choice | None:
+    ) -> Choice:
         """The point to run from here with what the device now believes; ``running`` when a
         switch is not worth it. The deadline objective's chooser decides for itself (it weighs
         the deadline against the learned work left); the others switch only when the learned
@@ -202,6 +202,7 @@ class ReplayLearning:
         """The objective's per-step chooser on the learned work, priced ``DEADLINE_Z`` sd up:
         a deadline is met with some confidence, not by a coin toss."""
         obj = OBJECTIVES.get_entry(rnd.run.objective)
+        assert obj.steps is not None  # rnd.chooser is set: the objective has its steps
         eff = self.efficiency(rnd, DEADLINE_Z)
         return obj.steps(rnd.profile.points, eff, rnd.schedule, rnd.context, "learned")
 

@@ -151,7 +151,11 @@ class VirtualClock:
                     break
                 if run == to_end:
                     break
-                if run == to_eval and learning.evaluate(choice.batch_size, done, clock, samples):
+                if (
+                    learning is not None
+                    and run == to_eval
+                    and learning.evaluate(choice.batch_size, done, clock, samples)
+                ):
                     new = learning.rechoose(rnd, k, clock, choice, fixed)
                     if (new.batch_size, new.freq_mhz) != (choice.batch_size, choice.freq_mhz):
                         choice, seg, reason = new, None, "learned"

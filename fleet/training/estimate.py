@@ -19,7 +19,7 @@ import json
 import math
 import os
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -69,10 +69,10 @@ class RunResult:
     train_time_s: float
     curve: list[tuple[int, float]]  # (samples, test accuracy) at every evaluation
     # (samples, mean training loss since the evaluation before); absent in older caches
-    loss_curve: list[tuple[int, float]] = ()  # type: ignore[assignment]
+    loss_curve: Sequence[tuple[int, float]] = ()
     # (samples, gradient noise scale, se of its log) read from the training steps at every
     # evaluation (fleet.agent.learning.noise_scale.NoiseTracker); absent in older caches
-    noise_curve: list[tuple[int, float, float]] = ()  # type: ignore[assignment]
+    noise_curve: Sequence[tuple[int, float, float]] = ()
 
 
 def file_sha256(path: str) -> str:
@@ -152,8 +152,8 @@ def run_one(spec: EstimateSpec, batch_size: int, seed: int) -> RunResult:
         res.samples,
         res.final_accuracy,
         res.train_time_s,
-        [tuple(c) for c in res.curve],
-        [tuple(c) for c in res.loss_curve],
+        [(s, a) for s, a in res.curve],  # the trainer's [samples, value] pairs
+        [(s, v) for s, v in res.loss_curve],
         noise,
     )
 
@@ -224,7 +224,7 @@ def estimate(
     # fail fast, in this process, on a dataset that is not prepared or weights that do not fit
     build(spec, load_proxy(spec), 0)
     jobs = [(b, s) for b in spec.batch_sizes for s in range(spec.seeds)]
-    runs: list[RunResult] = []
+    runs = []
     if ray_address:
         runs = _ray_runs(spec, jobs, ray_address, progress)
     else:

@@ -36,12 +36,12 @@ def load_task(
         test = datasets.load_dataset(dataset, data_dir, "test", subset=subset, seed=seed)
     except DatasetError as exc:
         raise InputError(str(exc)) from None
-    text = train.vocab is not None
+    vocab = train.vocab
     return Task(
         (train.x, train.y),
         (test.x, test.y),
-        "char" if text else "classification",
-        len(train.vocab) if text else train.num_classes,
+        "char" if vocab is not None else "classification",
+        len(vocab) if vocab is not None else train.num_classes,
         "x".join(str(d) for d in train.x.shape[1:]),
     )
 

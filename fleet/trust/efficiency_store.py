@@ -34,7 +34,7 @@ import json
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
@@ -75,11 +75,12 @@ class Observation:
             row.get("learned_samples"),
             row.get("learned_log_sd"),
         )
-        ok = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (b, n, sd))
-        if not ok or not (b >= 1 and 0 < n < 1e15 and 0 < sd < 100) or b != int(b):  # type: ignore[operator]
+        if not (_is_number(b) and _is_number(n) and _is_number(sd)):
+            return None
+        if not (b >= 1 and 0 < n < 1e15 and 0 < sd < 100) or b != int(b):
             return None
         return cls(
-            int(server_round), str(row.get("device")), int(b), float(n), float(sd),  # type: ignore[arg-type]
+            int(server_round), str(row.get("device")), int(b), float(n), float(sd),
             row.get("status") in ("ok", "late"),
             datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), shipped,
         )  # fmt: skip
@@ -218,3 +219,8 @@ def store_path(run: Any, fleet_path: str, run_dir: str | Path) -> Path:
         return default_store(run_dir)
     path = Path(raw).expanduser()
     return path if path.is_absolute() else Path(fleet_path).resolve().parent / path
+
+
+def _is_number(v: object) -> TypeGuard[int | float]:
+    """A number of a report row (a bool is an int to Python, not a number here)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool)

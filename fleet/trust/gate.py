@@ -103,6 +103,7 @@ def trust(
         return unchanged
     if measure is None:
         check_coverage(profile, cov, shipped, budget_w, first)
+        assert first is not None  # no gap (check_coverage raised): the choice is predicted
         return Trusted(
             profile, index, first, f"choice {first.batch_size}@{first.freq_mhz:g} is a "
             "predicted point (not verified: this runner cannot measure)",

@@ -246,7 +246,7 @@ def put(
             except InputError as exc:
                 msg = str(exc).replace(str(tmp_path), "profile store: rows")
                 raise InputError(msg) from None
-    models = {r.get("model") for r in rows if r.get("model")}
+    models = {str(r["model"]) for r in rows if r.get("model")}
     if models and models != {workload.model}:
         raise InputError(
             f"profile store: the profile's model column says {', '.join(sorted(models))}, "

@@ -141,13 +141,13 @@ def select_verified(
     corrections: list[Correction] = []
     for _ in range(max_probes + 1):
         choice = select(profile_from_rows(table), eff, budget_w, objective)
-        key: tuple[int, float] | None = (choice.batch_size, choice.freq_mhz)
+        key = (choice.batch_size, choice.freq_mhz)
         row = next(r for r in table if _key(r) == key)
         if row.get("source") != "predicted":
-            key = _near_miss(table, eff, budget, choice, margin)
-            if key is None:
+            near = _near_miss(table, eff, budget, choice, margin)
+            if near is None:
                 return Verified(choice, table, corrections)
-            row = next(r for r in table if _key(r) == key)
+            key, row = near, next(r for r in table if _key(r) == near)
         if len(corrections) >= max_probes:
             break
         got = dict(measure(*key))

@@ -99,10 +99,10 @@ def cifar_files(folder: str) -> Optional[Tuple[List[str], List[str], Optional[st
         meta = os.path.join(folder, "batches.meta")
         train = [os.path.join(folder, f) for f in batches]
         return train, [os.path.join(folder, "test_batch")], meta if os.path.isfile(meta) else None
-    train, test = os.path.join(folder, "train"), os.path.join(folder, "test")
-    if os.path.isfile(train) and os.path.isfile(test):
+    train_file, test_file = os.path.join(folder, "train"), os.path.join(folder, "test")
+    if os.path.isfile(train_file) and os.path.isfile(test_file):
         meta = os.path.join(folder, "meta")
-        return [train], [test], meta if os.path.isfile(meta) else None
+        return [train_file], [test_file], meta if os.path.isfile(meta) else None
     return None
 
 

@@ -223,9 +223,8 @@ def _image_sets(
     test = idx_pair(path, ["test-", "t10k-"])
     if train and test:
         return {"train": read_idx_set(*train), "test": read_idx_set(*test)}, classes
-    single = idx_pair(path, [""])
-    if single or train or test:
-        pair = single or train or test
+    pair = idx_pair(path, [""]) or train or test
+    if pair:
         return {"all": read_idx_set(*pair)}, classes
     cifar = cifar_files(path)
     if cifar:
@@ -282,18 +281,18 @@ def _load_images(
         chosen = (np.concatenate([train[0], test[0]]), np.concatenate([train[1], test[1]]))
     else:
         chosen = train if split == "train" else test
-    x = torch.from_numpy(chosen[0].astype(np.float32) / np.float32(255.0))
+    xt = torch.from_numpy(chosen[0].astype(np.float32) / np.float32(255.0))
     mean = std = None
     if standardize:
         ref = train[0].astype(np.float64) / 255.0
         m = ref.mean(axis=(0, 2, 3))
         s = np.maximum(ref.std(axis=(0, 2, 3)), 1e-6)
-        x = (x - torch.from_numpy(m.astype(np.float32))[None, :, None, None]) / torch.from_numpy(
+        xt = (xt - torch.from_numpy(m.astype(np.float32))[None, :, None, None]) / torch.from_numpy(
             s.astype(np.float32)
         )[None, :, None, None]
         mean, std = [float(v) for v in m], [float(v) for v in s]
-    y = torch.from_numpy(np.ascontiguousarray(chosen[1], dtype=np.int64))
-    return LoadedDataset(name, "image", split, x, y, source, classes=classes, mean=mean, std=std)
+    yt = torch.from_numpy(np.ascontiguousarray(chosen[1], dtype=np.int64))
+    return LoadedDataset(name, "image", split, xt, yt, source, classes=classes, mean=mean, std=std)
 
 
 def _text_documents(path: str, manifest: Dict[str, Any]) -> List[str]:

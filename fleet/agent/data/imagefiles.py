@@ -154,7 +154,8 @@ def _as_uint8(x: np.ndarray, path: str) -> np.ndarray:
 
 def _pnm_tokens(raw: bytes, path: str, count: int) -> Tuple[List[int], int]:
     """The first ``count`` whitespace-separated header numbers and the offset after them."""
-    values, pos, n = [], 2, len(raw)
+    values: List[int] = []
+    pos, n = 2, len(raw)
     while len(values) < count:
         while pos < n and (raw[pos : pos + 1].isspace() or raw[pos : pos + 1] == b"#"):
             if raw[pos : pos + 1] == b"#":
@@ -234,9 +235,10 @@ def read_image(path: str) -> np.ndarray:
         ) from None
     try:
         with Image.open(path) as im:
+            img: Image.Image = im
             if im.mode not in ("L", "RGB"):
-                im = im.convert("L" if im.mode in ("1", "I", "I;16", "F", "LA") else "RGB")
-            arr = np.asarray(im, dtype=np.uint8)
+                img = im.convert("L" if im.mode in ("1", "I", "I;16", "F", "LA") else "RGB")
+            arr = np.asarray(img, dtype=np.uint8)
     except (OSError, ValueError, SyntaxError) as exc:
         raise DatasetError(f"{path}: unreadable image ({exc})") from None
     if arr.ndim == 2:

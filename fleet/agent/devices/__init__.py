@@ -242,7 +242,7 @@ def preferred_torch_device(kind: str, cuda_available: Optional[bool] = None) -> 
         return "cpu"
     if cuda_available is None:
         try:
-            import torch  # type: ignore
+            import torch
 
             cuda_available = bool(torch.cuda.is_available())
         except ImportError:

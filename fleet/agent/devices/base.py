@@ -30,8 +30,9 @@ class Backend(abc.ABC):
         """
 
     @abc.abstractmethod
-    def lock(self, freq_mhz: float) -> None:
-        """Pin the GPU at exactly this frequency; raise DeviceError if not allowed/available."""
+    def lock(self, freq_mhz: float) -> Optional[bool]:
+        """Pin the GPU at exactly this frequency; raise DeviceError if not allowed/available.
+        A backend that can wait for the clock to settle returns whether it did (Jetson)."""
 
     @abc.abstractmethod
     def restore(self) -> None:

@@ -17,7 +17,7 @@ of ``DEFAULT_RAILS`` found; else an error listing the rails, so the user can nam
 Python 3.6 compatible, stdlib only (this runs on JetPack 4.6).
 """
 
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from fleet.agent.devices import boards
 from fleet.agent.devices.base import DeviceError
@@ -153,7 +153,7 @@ def _named(found: Scan, wanted: str) -> List[Rail]:
 
 def _sensors(rails: Sequence[Rail]) -> str:
     """Rails by sensor: "A, B, C (ina3221x iio 6-0040); D (ina238 hwmon 2-0044)"."""
-    groups = []  # type: List[Tuple[str, List[str]]]
+    groups: List[Tuple[str, List[str]]] = []
     for r in rails:
         key = sensor_name(r)
         for k, names in groups:

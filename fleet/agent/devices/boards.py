@@ -59,8 +59,13 @@ def _steps(first: float, step: float, count: int) -> Tuple[int, ...]:
 
 
 _NANO_HZ = _steps(76.8, 76.8, 12)
-_ORIN_NODES = {5: ("17000000.ga10b",), 6: ("17000000.gpu",), 7: ("17000000.gpu",)}
-_XAVIER_NODES = {4: ("17000000.gv11b",), 5: ("17000000.gv11b",)}
+# L4T major release -> the GPU's devfreq node names there
+_ORIN_NODES = {
+    5: ("17000000.ga10b",),
+    6: ("17000000.gpu",),
+    7: ("17000000.gpu",),
+}  # type: Dict[int, Tuple[str, ...]]
+_XAVIER_NODES = {4: ("17000000.gv11b",), 5: ("17000000.gv11b",)}  # type: Dict[int, Tuple[str, ...]]
 _P3767 = (Sensor("ina3221", "1-0040", ("VDD_IN", "VDD_CPU_GPU_CV", "VDD_SOC")),)
 
 # Most specific first: ``identify`` returns the first row that matches. Tokens name modules, not

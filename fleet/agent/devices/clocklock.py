@@ -73,7 +73,7 @@ class DevfreqClockLock(object):
     write in ``writes`` (path, value); ``recovered`` is the state record restored at start."""
 
     sysfs_root = "/"
-    node = None  # type: DevfreqNode  # the primary, set by the backend before _init_clocks
+    node: DevfreqNode  # the primary, set by the backend before _init_clocks
 
     def _init_clocks(
         self, gpu_node: Optional[str], state_dir: Optional[str], settle_timeout_s: float

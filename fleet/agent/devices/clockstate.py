@@ -134,7 +134,7 @@ def load(state_dir: str) -> Optional[Dict[str, Any]]:
         ]
     nodes = record.get("nodes") if ok else None
     ok = ok and isinstance(nodes, list) and len(nodes) > 0
-    for entry in nodes if ok else ():
+    for entry in nodes if ok and isinstance(nodes, list) else ():
         ok = ok and isinstance(entry, dict) and isinstance(entry.get("devfreq"), str)
         for key in ("min_freq", "max_freq"):
             ok = ok and _positive_int(entry.get(key))

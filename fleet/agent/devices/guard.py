@@ -29,7 +29,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
 from fleet.agent.devices.base import Backend, DeviceError
 
@@ -39,7 +39,7 @@ DEFAULT_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 STOP = threading.Event()
 
 _critical_depth = [0]  # main thread only: how deep in deferred_signals() it is
-_pending = []  # (handler, signum, frame) postponed to the section's end
+_pending: List[Tuple[Any, int, Any]] = []  # (handler, signum, frame) postponed to the end
 
 
 @contextlib.contextmanager

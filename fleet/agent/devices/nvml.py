@@ -13,7 +13,7 @@ used when the driver has it.
 Python 3.6 compatible; pynvml and torch are optional imports.
 """
 
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 from fleet.agent.devices.base import Backend, BackendSpec, Capabilities, DeviceError, Option
 
@@ -28,9 +28,9 @@ _VALUE_FIELDS = {
 }
 
 
-def _import_pynvml():  # type: () -> object
+def _import_pynvml() -> Any:  # the module: nvidia-ml-py ships no types
     try:
-        import pynvml  # type: ignore
+        import pynvml
     except ImportError:
         raise DeviceError(
             "NVML backend needs the nvidia-ml-py package (import pynvml failed); "
@@ -76,7 +76,7 @@ class NvmlBackend(Backend):
             raise self._error("read the graphics clock", exc) from exc
         self._current_mhz = float(clock)
         self._supported = None  # type: Optional[List[float]]
-        self._torch_cuda = None  # type: Optional[object]
+        self._torch_cuda = None  # type: Any  # the module torch.cuda, False (none), None (not yet)
 
     def _error(self, what: str, exc: Exception) -> DeviceError:
         code = getattr(exc, "value", None)
@@ -165,13 +165,13 @@ class NvmlBackend(Backend):
     def synchronize(self) -> None:
         if self._torch_cuda is None:
             try:
-                import torch  # type: ignore
+                import torch
 
                 self._torch_cuda = torch.cuda if torch.cuda.is_available() else False
             except ImportError:
                 self._torch_cuda = False
         if self._torch_cuda:
-            self._torch_cuda.synchronize()  # type: ignore
+            self._torch_cuda.synchronize()
 
     def describe(self) -> Dict[str, object]:
         nv = self._nv

@@ -9,7 +9,7 @@ the staircase plan a ready-made measuring function.
 Python 3.6 compatible, stdlib only.
 """
 
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from fleet.agent.devices.base import Backend, BackendSpec, Capabilities, DeviceError, Option
 from fleet.method.profile_io import REQUIRED_COLUMNS, Measurement, ProfileFormatError, read_rows
@@ -52,7 +52,7 @@ class ReplayBackend(Backend):
                 )
             )
         # (batch, freq) -> Measurement, or None for points recorded as not runnable (e.g. oom).
-        self._points = {}  # type: Dict[Tuple[int, float], Optional[Measurement]]
+        self._points: Dict[Tuple[int, float], Optional[Measurement]] = {}
         freqs = set()
         self._device = ""
         # the recorded board's idle power (a profile's idle_power_w), passed on by the profiler

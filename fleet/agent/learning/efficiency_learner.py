@@ -297,7 +297,13 @@ class EfficiencyLearner(object):
                 (int(b), r) for b, r in _pairs(shape.get("ratios", []), "shape", 64) if r > 0
             )
             ve, vt = shape.get("var_each"), shape.get("var_tilt")
-            if ratios and all(isinstance(v, (int, float)) and v >= 0 for v in (ve, vt)):
+            if (
+                ratios
+                and isinstance(ve, (int, float))
+                and isinstance(vt, (int, float))
+                and ve >= 0
+                and vt >= 0
+            ):
                 self._shape = (ratios, float(ve), float(vt), "noise")
         fit = _fit_of(state.get("fit"))
         if fit is not None:
@@ -394,7 +400,10 @@ def _map(s: float, bounds: List[Tuple[float, float]]) -> float:
 
 
 def worth_switching(
-    belief: Belief, running: Tuple[int, float], candidate: Tuple[int, float], z: float = None
+    belief: Belief,
+    running: Tuple[int, float],
+    candidate: Tuple[int, float],
+    z: Optional[float] = None,
 ) -> bool:
     """Is a switch from the running (batch, cost per sample) to a candidate worth it? Only when
     the candidate saves ``SWITCH_MARGIN`` of the remaining cost even ``z`` standard deviations

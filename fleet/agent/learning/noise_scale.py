@@ -29,7 +29,7 @@ Python 3.6 + torch 1.10 compatible.
 """
 
 import math
-from typing import Any, List, NamedTuple, Optional, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 import torch
 
@@ -125,9 +125,9 @@ def noise_scale(
     finally:
         model.train(was_training)
     n_small = batches * micro
-    v = torch.cat([s.flatten() for s in small_sq]) / n_small  # E[g_small^2] per coordinate
-    weights = {"none": torch.ones_like(v), "adam": 1.0 / (v.sqrt() + ADAM_EPS) ** 2}
-    out = {}  # type: Dict[str, float]
+    g2 = torch.cat([s.flatten() for s in small_sq]) / n_small  # E[g_small^2] per coordinate
+    weights = {"none": torch.ones_like(g2), "adam": 1.0 / (g2.sqrt() + ADAM_EPS) ** 2}
+    out: Dict[str, float] = {}
     for name, w in weights.items():
         out[name] = _ratio(
             [float((w * s).sum()) / micro for s, _ in per_batch],
@@ -252,16 +252,18 @@ class NoiseTracker(object):
                 self._scale = self._scales(params, optimizer)
                 self._acc = [g.detach().clone() for g in grads]
                 self._small = torch.zeros((), device=grads[0].device)
+            acc = self._acc
+            assert acc is not None  # the window's sum, started above on its first step
             for k, g in enumerate(grads):
                 t = g if self._scale is None else g * self._scale[k]
                 self._small += torch.dot(t.reshape(-1), t.reshape(-1))
                 if not first:
-                    self._acc[k].add_(g)
+                    acc[k].add_(g)
             self._count += 1
             if self._count < self.window:
                 return
             big = torch.zeros((), device=grads[0].device)
-            for k, a in enumerate(self._acc):
+            for k, a in enumerate(acc):
                 m = a / self._count
                 if self._scale is not None:
                     m = m * self._scale[k]
@@ -287,7 +289,7 @@ class NoiseTracker(object):
         """(B_simple, standard error of its log) over the windows kept; None before two."""
         if len(self.windows) < 2:
             return None
-        g2, tr = [], []  # type: List[float]
+        g2, tr = [], []  # type: Tuple[List[float], List[float]]
         for small, big, n, b in self.windows:  # read back here, not during the steps
             gs, gb = float(small) / n, float(big)
             B = n * float(b)

@@ -151,7 +151,7 @@ class DriftWatch(object):
         self._due = False  # a refresh waits for the next segment boundary
         self._probes = None  # type: Optional[List[Key]]
         self._probe_rows = []  # type: List[Row]
-        self._probe_seen = []  # type: List[Tuple[float, float, Optional[float]]]
+        self._probe_seen = []  # type: List[Tuple[float, Optional[float], Optional[float]]]
         self._unit = None  # type: Optional[_Unit]
         self._step_t0 = None  # type: Optional[float]
         self._power = False
@@ -191,7 +191,7 @@ class DriftWatch(object):
         step_s = u.step_time / u.steps
         peak = max(u.samples) if u.samples else None
         mean = sum(u.samples) / len(u.samples) if u.samples else None
-        if self.probing():
+        if self._probes:  # probing()
             if key == self._probes[0]:
                 self._probe_seen.append((step_s, peak, mean))
             return None

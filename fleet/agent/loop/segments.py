@@ -192,7 +192,8 @@ def merge_record(prior: Dict[str, Any], this: Dict[str, Any]) -> Dict[str, Any]:
     """The run's record: ``prior`` (the calls before, from the checkpoint) then ``this`` call's,
     shifted by the loop time before it. Energy and peak are None only when no call measured."""
     prior = prior if isinstance(prior, dict) else {}
-    offset = prior.get("time_s") if isinstance(prior.get("time_s"), (int, float)) else 0.0
+    prior_s = prior.get("time_s")
+    offset = prior_s if isinstance(prior_s, (int, float)) else 0.0
     segs = _shifted(this["segments"], offset, ("start_s", "end_s"))
     if prior.get("segments") and segs and segs[0].get("reason") == REASON_START:
         segs[0]["reason"] = REASON_RESUME

@@ -32,7 +32,7 @@ class ReplayMeasurer:
         self.backend = backend
 
     def __call__(self, b: int, f: float) -> Row:
-        m = self.backend.measure(b, f)  # type: ignore[attr-defined]
+        m = self.backend.measure(b, f)  # type: ignore[attr-defined]  # replay's, not in Backend
         if m is None:
             # Recorded as not runnable, or not recorded at all: the replay cannot tell which.
             return _row(b, f, None, None, None, None, "unavailable")
@@ -99,7 +99,7 @@ class TrainingMeasurer:
             model = models.build_model(self.name, self.classes, self.spec.shape, seed=seed)
         self.model = model.to(self.device)
         self.model.train()
-        self.opt = torch.optim.Adam(self.model.parameters(), lr=1e-3)
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=1e-3)  # type: Any  # None: closed
         self.steps = steps
         self.warmup = warmup
         self.seed = seed

@@ -323,7 +323,7 @@ def _choose_freqs(backend: Backend, freqs: Optional[Sequence[float]]) -> List[fl
                 ", ".join("{:g}".format(a) for a in available),
             )
         )
-    return [min(available, key=lambda a, f=f: abs(a - f)) for f in wanted]
+    return [min(available, key=lambda a: abs(a - f)) for f in wanted]
 
 
 def _current_freq(backend: Backend) -> float:

@@ -25,7 +25,7 @@ from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
 try:
     import resource
 except ImportError:  # not on Windows
-    resource = None  # type: ignore
+    resource = None  # type: ignore[assignment]  # no such module there: checked before use
 
 WindowStats = NamedTuple(
     "WindowStats",

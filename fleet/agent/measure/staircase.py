@@ -98,6 +98,8 @@ def staircase_plan(
             if not feasible(nxt):
                 break
             best += 1
-        frontier[b] = FrontierPoint(b, fs[best], cache[(b, best)])
+        top = cache[(b, best)]
+        assert top is not None  # feasible: it ran within the budget
+        frontier[b] = FrontierPoint(b, fs[best], top)
         start = best
     return StaircaseResult(frontier, probes, len(bs) * len(fs))

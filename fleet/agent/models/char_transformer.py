@@ -29,6 +29,8 @@ class CausalSelfAttention(nn.Module):
     cost of 2 extra inner dims (< 1% of the attention parameters).
     """
 
+    mask: torch.Tensor  # a buffer (register_buffer): the causal mask, not a parameter
+
     def __init__(self, d_model: int, n_heads: int, max_len: int, dropout: float = 0.0) -> None:
         super(CausalSelfAttention, self).__init__()
         self.n_heads = n_heads

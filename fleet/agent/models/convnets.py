@@ -12,6 +12,8 @@ Torch
 1.10 APIs and Python 3.6 syntax only (JetPack 4.6 on the boards).
 """
 
+from typing import List
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -104,7 +106,7 @@ class InvertedResidual(nn.Module):
         super(InvertedResidual, self).__init__()
         hidden = int(round(inp * expand_ratio))
         self.use_residual = stride == 1 and inp == out
-        layers = []
+        layers: List[nn.Module] = []
         if expand_ratio != 1:
             layers.append(_conv_bn_relu6(inp, hidden, 1, 1))
         layers.append(_conv_bn_relu6(hidden, hidden, 3, stride, groups=hidden))
@@ -143,7 +145,7 @@ class MobileNetV2(nn.Module):
             raise ValueError("width_mult must be > 0, got {}".format(width_mult))
         inp = _make_divisible(32 * width_mult)
         self.last_channels = _make_divisible(1280 * max(1.0, width_mult))
-        layers = [_conv_bn_relu6(in_channels, inp, 3, 1 if cifar else 2)]
+        layers: List[nn.Module] = [_conv_bn_relu6(in_channels, inp, 3, 1 if cifar else 2)]
         for i, (t, c, n, s) in enumerate(self.SETTINGS):
             if cifar and i == 1:
                 s = 1

@@ -25,7 +25,7 @@ for a model by name and a batch of the right shape; the layers live in
 and ``fleet.agent.models.char_transformer``.
 """
 
-from typing import Callable, Dict, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -61,15 +61,15 @@ ModelInfo = NamedTuple(
 )
 
 
-def _build_resnet18(classes: int, shape: Tuple[int, ...], **options: object) -> nn.Module:
+def _build_resnet18(classes: int, shape: Tuple[int, ...], **options: Any) -> nn.Module:
     return ResNet18(num_classes=classes, in_channels=shape[0], **options)
 
 
-def _build_mobilenetv2(classes: int, shape: Tuple[int, ...], **options: object) -> nn.Module:
+def _build_mobilenetv2(classes: int, shape: Tuple[int, ...], **options: Any) -> nn.Module:
     return MobileNetV2(num_classes=classes, in_channels=shape[0], **options)
 
 
-def _build_char_transformer(classes: int, shape: Tuple[int, ...], **options: object) -> nn.Module:
+def _build_char_transformer(classes: int, shape: Tuple[int, ...], **options: Any) -> nn.Module:
     return CharTransformer(vocab_size=classes, seq_len=shape[0], **options)
 
 
@@ -78,14 +78,14 @@ SMALL_TRANSFORMER = {"n_layers": 2, "n_heads": 4, "d_model": 64}
 
 
 def _build_char_transformer_small(
-    classes: int, shape: Tuple[int, ...], **options: object
+    classes: int, shape: Tuple[int, ...], **options: Any
 ) -> nn.Module:
-    merged = dict(SMALL_TRANSFORMER)
+    merged: Dict[str, Any] = dict(SMALL_TRANSFORMER)
     merged.update(options)
     return CharTransformer(vocab_size=classes, seq_len=shape[0], **merged)
 
 
-def _build_small_cnn(classes: int, shape: Tuple[int, ...], **options: object) -> nn.Module:
+def _build_small_cnn(classes: int, shape: Tuple[int, ...], **options: Any) -> nn.Module:
     return SmallCNN(num_classes=classes, in_channels=shape[0], **options)
 
 

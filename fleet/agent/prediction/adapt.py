@@ -20,8 +20,8 @@ Row = Dict[str, Any]
 
 def _num(row: Row, col: str) -> float:
     try:
-        return float(row.get(col))
-    except (TypeError, ValueError):
+        return float(row[col])
+    except (KeyError, TypeError, ValueError):  # missing, empty or not a number
         return math.nan
 
 

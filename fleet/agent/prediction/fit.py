@@ -127,17 +127,17 @@ def fit_surface(
     prev = None
     for _ in range(int(iterations)):
         for b, pts in rows_of.items():
-            j = np.array([p[0] for p in pts])
-            y = np.array([p[1] for p in pts])
-            w = 1.0 / y**2
-            a = np.vstack([np.ones_like(y), h[j]]).T
-            ata = (a * w[:, None]).T.dot(a)
+            ja = np.array([p[0] for p in pts])  # arrays of this batch size's probes
+            ya = np.array([p[1] for p in pts])
+            wa = 1.0 / ya**2
+            a = np.vstack([np.ones_like(ya), h[ja]]).T
+            ata = (a * wa[:, None]).T.dot(a)
             if abs(np.linalg.det(ata)) < 1e-18 * max(1.0, float(np.trace(ata)) ** 2):
                 raise PredictError(
                     "batch size {}: its probes do not separate the knob curve (probe two "
                     "knob values further apart)".format(b)
                 )
-            sol = np.linalg.solve(ata, (a * w[:, None]).T.dot(y))
+            sol = np.linalg.solve(ata, (a * wa[:, None]).T.dot(ya))
             u[b], v[b] = float(sol[0]), float(sol[1])
         known = {}  # type: Dict[int, float]
         for jj in observed_j:
@@ -167,11 +167,11 @@ def fit_surface(
     h = _smooth_curve(kx, {jj: float(h[jj]) for jj in observed_j})
     # Final row solve on the final curve so u, v match h exactly.
     for b, pts in rows_of.items():
-        j = np.array([p[0] for p in pts])
-        y = np.array([p[1] for p in pts])
-        w = 1.0 / y**2
-        a = np.vstack([np.ones_like(y), h[j]]).T
-        sol = np.linalg.solve((a * w[:, None]).T.dot(a), (a * w[:, None]).T.dot(y))
+        ja = np.array([p[0] for p in pts])
+        ya = np.array([p[1] for p in pts])
+        wa = 1.0 / ya**2
+        a = np.vstack([np.ones_like(ya), h[ja]]).T
+        sol = np.linalg.solve((a * wa[:, None]).T.dot(a), (a * wa[:, None]).T.dot(ya))
         u[b], v[b] = float(sol[0]), float(sol[1])
     n = sum(len(p) for p in rows_of.values())
     sse = sum(((u[b] + v[b] * h[j] - y) / y) ** 2 for b, pts in rows_of.items() for j, y in pts)

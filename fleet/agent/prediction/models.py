@@ -27,7 +27,7 @@ Runs on the board: Python 3.6, numpy 1.19 (only old, stable numpy API).
 """
 
 import math
-from typing import Callable, Dict, Optional, Sequence, Tuple
+from typing import Callable, Dict, Optional, Sequence, Tuple, TypeVar
 
 import numpy as np
 
@@ -91,7 +91,10 @@ def frame(obs: Obs, bs: Sequence[int], ks: Sequence[float], points: Sequence[Key
     return out
 
 
-def _bracket(values: Sequence[float], at: float) -> Optional[Tuple[float, float]]:
+_N = TypeVar("_N", int, float)  # a batch size or a knob value
+
+
+def _bracket(values: Sequence[_N], at: _N) -> Optional[Tuple[_N, _N]]:
     lower = [v for v in values if v < at]
     upper = [v for v in values if v > at]
     if not lower or not upper:

@@ -108,10 +108,10 @@ def predict_profile(
                 meta[col] = r[col]
     out = []  # type: List[Row]
     for key in sorted(measured):
-        row = dict(measured[key])
-        if row.get("source") in (None, ""):
-            row["source"] = "measured"
-        out.append(row)
+        kept = dict(measured[key])
+        if kept.get("source") in (None, ""):
+            kept["source"] = "measured"
+        out.append(kept)
     for b, f in todo:
         row = {"batch_size": b, "freq_mhz": _clean(f)}  # type: Row
         for q in QUANTITIES:
