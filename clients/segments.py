@@ -150,8 +150,8 @@ def instruction_key(cfg: ConfigRecord) -> str:
     run or round is not ours): the run's id, the round and the work. Not the whole instruction:
     the coordinator re-plans the deadline (``run-settings``) and refreshes shipped profiles
     mid-round, and neither makes the samples already trained any less this round's."""
-    keep = (RUN_TOKEN, "run-name", "server-round", "fleet-path", "model", "target-accuracy")
-    keep += ("batch-sizes", "samples-to-accuracy", "efficiency-source")
+    keep: tuple[str, ...] = (RUN_TOKEN, "run-name", "server-round", "fleet-path", "model")
+    keep += ("target-accuracy", "batch-sizes", "samples-to-accuracy", "efficiency-source")
     items = {k: cfg.get(k) for k in keep}
     text = json.dumps(items, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
@@ -307,11 +307,11 @@ def _whole_round(
         time_s=min(num("time_s", resume.time_s), MAX_SECONDS),
         samples=num("samples", resume.samples),
         energy_j=num("energy_j", resume.energy_j),
-        accuracy=row["accuracy"] if trained else resume.accuracy,  # type: ignore[arg-type]
+        accuracy=row["accuracy"] if trained else resume.accuracy,
         end_batch_size=row.get("end_batch_size"),
         end_freq_mhz=row.get("end_freq_mhz"),
-        budget_w=row.get("budget_w"),  # type: ignore[arg-type]
-        power_w=row.get("mean_power_w"),  # type: ignore[arg-type]
+        budget_w=row.get("budget_w"),
+        power_w=row.get("mean_power_w"),
         done=1.0 if trained else resume.done,
         eta_s=0.0 if trained else None,
         segments=resume.segments + 1,

@@ -342,7 +342,8 @@ def _profile_first(args, backend, task, model, source, device) -> list[Any]:
 def _report(result: Any, summary: dict[str, Any], args: argparse.Namespace, ckpt: str | None):
     from fleet.agent.loop.segments import OBJECTIVE_KEYS
 
-    start = next((s for s in summary["segments"] if s.get("batch_size") is not None), {})
+    started = (s for s in summary["segments"] if s.get("batch_size") is not None)
+    start: dict[str, Any] = next(started, {})
     out = {
         "status": summary["status"],
         "samples": result.samples,

@@ -33,6 +33,7 @@ default: the run directory's ``profile-store``; fleet/trust/store.py).
 
 from __future__ import annotations
 
+import functools
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -264,7 +265,7 @@ def load_fleet(path: str | Path) -> Fleet:
         check_keys(d, (k.name for k in DEVICE_KEYS), locate)
         for key in DEVICE_KEYS:  # types, ranges; the budget grammar reads budget_*
             if key.name in d and key.name != "name" and not key.name.startswith("budget"):
-                check_value(key, d[key.name], lambda n=key.name, at=locate: at(n))
+                check_value(key, d[key.name], functools.partial(locate, key.name))
         name = check_name(w, "device name", require_field(d, "name", w, str))
         dtype = str(require_field(d, "type", w, str))
         if dtype not in DEVICE_TYPES:

@@ -15,6 +15,7 @@ scanning the text, which is good enough to point at a misspelling.
 from __future__ import annotations
 
 import difflib
+import functools
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -94,9 +95,9 @@ RUN_KEYS: tuple[Key, ...] = (
         None,
         "the accuracy a device trains to",
         expect="an accuracy in (0, 1]",
-        ok=lambda v: 0 < v <= 1,
+        ok=lambda v: isinstance(v, (int, float)) and 0 < v <= 1,
         required=True,
-    ),  # type: ignore[operator]
+    ),
     Key(
         "mode", str, "local", "local: devices keep their weights; federated: FedAvg", choices=MODES
     ),
@@ -405,7 +406,7 @@ def read_table(
     for key in keys:
         if key.name in table:
             name = key.name
-            out[name] = check_value(key, table[name], lambda name=name: locate(name))
+            out[name] = check_value(key, table[name], functools.partial(locate, name))
         elif key.required:
             raise InputError(f"{locate(key.name)}: missing field '{key.name}' "
                              f"({key.expectation()})")  # fmt: skip

@@ -151,9 +151,9 @@ def choose_among(
             key = (e, f) + tie
             if best_ok is None or key < best_ok[0]:
                 best_ok = (key, r, f, e)
-        key = (f,) + tie
-        if best_any is None or key < best_any[0]:
-            best_any = (key, r, f, e)
+        key_any = (f,) + tie
+        if best_any is None or key_any < best_any[0]:
+            best_any = (key_any, r, f, e)
     if best_ok is not None:
         return best_ok[1], False, best_ok[2], best_ok[3]
     assert best_any is not None

@@ -26,7 +26,7 @@ reference pair is ``lr_ref_batch``/``lr_ref``. Python 3.6, standard library only
 
 import json
 import math
-from typing import Any, Dict, Optional, Tuple  # noqa: F401 - used in type comments
+from typing import Any, Dict, List, Optional, Tuple  # noqa: F401 - used in type comments
 
 from fleet.method.record_base import Field, Record, RecordError, closest  # noqa: F401
 
@@ -72,6 +72,17 @@ class Segment(Record):
         _num("done", 0.0, 1.0),
     )
     __slots__ = tuple(f.name for f in FIELDS)
+    # the fields as a type checker sees them (set from FIELDS by Record.__init__)
+    start_s: float
+    end_s: float
+    budget_w: Optional[float]
+    batch_size: Optional[int]
+    freq_mhz: Optional[float]
+    samples: Any
+    energy_j: Any
+    peak_power_w: Optional[float]
+    reason: str
+    done: Optional[float]
 
     def to_dict(self) -> Dict[str, Any]:
         """``done`` only when the segment has one (a deadline run's)."""
@@ -160,6 +171,23 @@ class Progress(Record):
         Field("learning", "dict"),
     )
     __slots__ = tuple(f.name for f in FIELDS)
+    # the fields as a type checker sees them (set from FIELDS by Record.__init__)
+    time_s: float
+    samples: float
+    energy_j: float
+    accuracy: Optional[float]
+    end_batch_size: Optional[int]
+    end_freq_mhz: Optional[float]
+    budget_w: Optional[float]
+    power_w: Optional[float]
+    done: float
+    eta_s: Optional[float]
+    segments: int
+    deadline_s: Optional[float]
+    samples_to_target: Optional[float]
+    samples_to_target_sd: Optional[float]
+    fastest_finish_s: Optional[float]
+    learning: Optional[Dict[str, Any]]
 
     @classmethod
     def _checked(cls, f: Field, value: Any) -> Any:
@@ -241,6 +269,49 @@ class TrainRequest(Record):
         Field("efficiency_law_err", "any"),
     )
     __slots__ = tuple(f.name for f in FIELDS)
+    # the fields as a type checker sees them (set from FIELDS by Record.__init__)
+    model: Optional[str]
+    input_shape: Any
+    num_classes: Optional[int]
+    vocab_size: Optional[int]
+    model_options: Optional[Dict[str, Any]]
+    weights: Optional[str]
+    data: Optional[str]
+    batch_size: Optional[int]
+    lr: Optional[float]
+    lr_ref_batch: Optional[int]
+    lr_ref: Optional[float]
+    optimizer: Optional[str]
+    target_accuracy: Optional[float]
+    eval_every_samples: Optional[int]
+    max_samples: Optional[int]
+    seed: Optional[int]
+    checkpoint: Optional[str]
+    segment_s: Optional[float]
+    out_weights: Optional[str]
+    freq_mhz: Optional[float]
+    device: Optional[str]
+    task: Optional[str]
+    eval_batch_size: Optional[int]
+    eval_at_start: Optional[bool]
+    sampler_hz: Optional[float]
+    budget_w: Any
+    budget_schedule: Any
+    budget_file: Optional[str]
+    profile: Any
+    efficiency: Any
+    objective: Optional[str]
+    deadline_s: Any
+    guard_window_s: Optional[float]
+    drift: Optional[bool]
+    drift_time_tol: Optional[float]
+    drift_power_tol: Optional[float]
+    refreshed_profile: Optional[str]
+    pace: Optional[bool]
+    learn_efficiency: Optional[str]
+    efficiency_std: Optional[Dict[str, Any]]
+    efficiency_source: Any
+    efficiency_law_err: Any
 
     def budgeted(self) -> bool:
         """Whether it asks for the closed loop (any budget argument turns it on)."""
@@ -280,6 +351,24 @@ class ProfileRequest(Record):
         Field("adapt_probes", "int"),
     )
     __slots__ = tuple(f.name for f in FIELDS)
+    # the fields as a type checker sees them (set from FIELDS by Record.__init__)
+    model: Optional[str]
+    input_shape: Any
+    batch_sizes: Any
+    freqs: Any
+    budget_w: Any
+    steps: Optional[int]
+    warmup: Optional[int]
+    sampler_hz: Optional[float]
+    num_classes: Optional[int]
+    device: Optional[str]
+    out: Optional[str]
+    rows: Optional[bool]
+    predict: Optional[bool]
+    max_probes: Optional[int]
+    adapt_budgets: Optional[List[Any]]
+    adapt_efficiency: Any
+    adapt_probes: Optional[int]
 
 
 class LockRequest(Record):
@@ -288,6 +377,8 @@ class LockRequest(Record):
     NAME = "lock request"
     FIELDS = (Field("freq_mhz", "float", required=True, null=False),)
     __slots__ = tuple(f.name for f in FIELDS)
+    # the fields as a type checker sees them (set from FIELDS by Record.__init__)
+    freq_mhz: float
 
 
 class BareRequest(Record):
@@ -387,6 +478,73 @@ class TrainReply(Record):
         Field("done_fraction", "float"),
     )
     __slots__ = tuple(f.name for f in FIELDS)
+    # the fields as a type checker sees them (set from FIELDS by Record.__init__)
+    status: Optional[str]
+    samples_to_accuracy: Optional[int]
+    samples: float
+    steps: Optional[int]
+    epochs: Optional[int]
+    final_accuracy: Optional[float]
+    best_accuracy: Optional[float]
+    target_accuracy: Optional[float]
+    curve: Optional[List[Any]]
+    loss_curve: Optional[List[Any]]
+    train_time_s: Optional[float]
+    eval_time_s: Optional[float]
+    checkpoint_time_s: Optional[float]
+    wall_time_s: Optional[float]
+    energy_j: Optional[float]
+    peak_power_w: Optional[float]
+    mean_power_w: Optional[float]
+    power_samples: Optional[int]
+    batch_size: Optional[int]
+    lr: Optional[float]
+    optimizer: Optional[str]
+    seed: Optional[int]
+    eval_every_samples: Optional[int]
+    max_samples: Optional[int]
+    sessions: Optional[int]
+    resumed_from_samples: Optional[int]
+    reached: Optional[bool]
+    samples_per_s: Optional[float]
+    time_s: Optional[float]
+    accuracy: Optional[float]
+    model: Optional[str]
+    task: Optional[str]
+    device: Optional[str]
+    freq_mhz: Optional[float]
+    restored: Optional[bool]
+    power_measured: Optional[bool]
+    checkpoint: Optional[str]
+    out_weights: Optional[str]
+    notes: Optional[List[Any]]
+    segment_s: Optional[float]
+    progress: Optional[Dict[str, Any]]
+    lr_ref_batch: Optional[int]
+    lr_ref: Optional[float]
+    start_batch_size: Optional[int]
+    start_freq_mhz: Optional[float]
+    end_batch_size: Optional[int]
+    end_freq_mhz: Optional[float]
+    segments: Optional[List[Any]]
+    guard_events: Optional[List[Any]]
+    drift_events: Optional[List[Any]]
+    refreshes: Optional[List[Any]]
+    refreshed_profile: Optional[str]
+    refreshed_profile_csv: Optional[str]
+    loop_time_s: Optional[float]
+    call_time_s: Optional[float]
+    loop_energy_j: Optional[float]
+    loop_peak_power_w: Optional[float]
+    stop_reason: Optional[str]
+    learning: Optional[Dict[str, Any]]
+    objective: Optional[str]
+    deadline_s: Optional[float]
+    predicted_finish_s: Optional[float]
+    predicted_energy_j: Optional[float]
+    late: Optional[bool]
+    behind_at_s: Optional[float]
+    done_fraction: Optional[float]
 
     @classmethod
     def _checked(cls, f: Field, value: Any) -> Any:

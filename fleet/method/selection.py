@@ -345,7 +345,7 @@ class ChooseIndex(object):
             n = efficiency.get(b)
             k = self.fitting(b, budget_w) if n is not None else 0
             p = runs[b][k - 1] if k else None
-            if p is None:
+            if p is None or n is None:
                 continue
             key = choice_key(p, cost(p), n)
             if best is None or key < best[0]:

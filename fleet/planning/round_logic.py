@@ -99,7 +99,12 @@ def join_segments(kept: list[dict], new: list[dict]) -> list[dict]:
         same = prev is not None and all(
             prev.get(k) == seg.get(k) for k in ("batch_size", "freq_mhz", "budget_w")
         )
-        if same and seg.get("reason") in ("", None) and _close(prev["end_s"], seg["start_s"]):
+        if (
+            prev is not None
+            and same
+            and seg.get("reason") in ("", None)
+            and _close(prev["end_s"], seg["start_s"])
+        ):
             prev["end_s"] = seg.get("end_s")
             for k in ("samples", "energy_j"):
                 prev[k] = float(prev.get(k) or 0.0) + float(seg.get(k) or 0.0)
@@ -211,7 +216,7 @@ def settle(devices: Iterable[dict], plan: dict[str, Any] | None) -> None:
     for e in devices:
         row = e.get("row")
         got = pricing.settle(row, deadline) if row else None
-        if got is None:
+        if got is None or row is None:
             continue
         status, note = got
         row["status"], e["status"] = status, status

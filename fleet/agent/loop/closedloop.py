@@ -330,6 +330,7 @@ class ClosedLoop(object):
     def _drift_step(self) -> None:
         """Run the refresh the drift watch began: the next re-probe point, or the refresh."""
         drift = self.drift
+        assert drift is not None  # a drift step is only ever taken while a refresh is active
         p = drift.next_probe(self.table(), self.budget_w)
         if p is not None:
             self._switch(p, self.now(), REASON_REPROBE)

@@ -57,8 +57,13 @@ class LearnerHook(object):
     def active(self) -> bool:
         return self.learner is not None
 
+    def _active(self) -> EfficiencyLearner:
+        """The learner, for what only an active hook is asked (the loop checks ``active()``)."""
+        assert self.learner is not None
+        return self.learner
+
     def _learnt(self) -> Dict[int, float]:
-        eff = self.learner.efficiency(self._z)
+        eff = self._active().efficiency(self._z)
         return dict((b, n) for b, n in eff.items() if b in self.shipped)
 
     def stepped(self, batch: int) -> None:
@@ -87,7 +92,7 @@ class LearnerHook(object):
 
     def done(self) -> float:
         """The fraction of the target done, as the learner prices it."""
-        return self.learner.done()
+        return self._active().done()
 
     def switch(
         self, table: Table, budget: Optional[float], objective: str, running: Key
@@ -99,7 +104,8 @@ class LearnerHook(object):
         if p is None or cur is None or (p.batch_size, p.freq_mhz) == running:
             return None
         now, then = (cur.batch_size, _cost(cur, objective)), (p.batch_size, _cost(p, objective))
-        if worth_switching(self.learner.belief, now, then, self.learner.switch_z(p.batch_size)):
+        learner = self._active()
+        if worth_switching(learner.belief, now, then, learner.switch_z(p.batch_size)):
             return p
         return None
 

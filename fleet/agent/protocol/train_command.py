@@ -241,7 +241,8 @@ def _train_closed_loop(
     # the trainer's batch and lr are the reference pair here: named so (lr_ref_batch, lr_ref)
     del response["batch_size"]
     response["lr_ref"] = response.pop("lr")
-    start = next((s for s in summary["segments"] if s.get("batch_size") is not None), {})
+    started = (s for s in summary["segments"] if s.get("batch_size") is not None)
+    start = next(started, {})  # type: Dict[str, Any]
     response.update(
         {
             "status": summary["status"],
