@@ -47,6 +47,7 @@ from benchmarks.predict_eval import (  # noqa: E402
 )
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REAL = os.path.join(ROOT, "benchmarks", "published", "dlbench_dvfs")
 PER_STEP: set[str] = set()  # grids whose first axis is not a batch size (predict_eval.fixed_batch)
 GOALS = {"time_mean": 0.03, "power_mean": 0.03, "regret_max": 0.05, "over_budget": 0}
 
@@ -109,11 +110,11 @@ def _pct(x: float) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    default_real = os.path.join(os.path.dirname(ROOT), "shared", "measured")
     ap.add_argument(
         "--real",
-        default=default_real if os.path.isdir(default_real) else None,
-        help="folder of real measured full-grid profile CSVs (default ../shared/measured)",
+        default=REAL,
+        help="folder of real measured full-grid profile CSVs (default: the committed "
+        "benchmarks/published/dlbench_dvfs)",
     )
     ap.add_argument("--designs", default="frame,frame+adapt,default,default+adapt")
     ap.add_argument("--json", action="store_true", help="one JSON object on stdout")
