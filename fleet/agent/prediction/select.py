@@ -38,6 +38,9 @@ Obs = Dict[Key, float]
 SIMPLICITY = ("separable", "frame", "cap", "shape", "interp")
 """Candidates from the fewest assumptions to the most: the order the one-standard-error rule
 walks, and the order of preference when nothing can be validated is ``MODELS``' (physical)."""
+NOISE = 0.005
+"""Differences in held-out error below half a percent are measurement noise on any grid we have
+(repeat measurements of one point differ by that much), whatever the folds' spread says."""
 UNVALIDATED_MARGIN = 0.10  # too few probes to validate: assume the model may be 10 % low
 
 Choice = NamedTuple(
@@ -119,7 +122,7 @@ def within_noise(residuals: Dict[str, List[float]], common: Sequence[int]) -> Li
     out = []
     for m in sorted(err, key=_rank):
         diff = [a - b for a, b in zip(err[m], err[best])]
-        if _mean(diff) <= _standard_error(diff) or m == best:
+        if _mean(diff) <= max(_standard_error(diff), NOISE) or m == best:
             out.append(m)
     return out
 
