@@ -104,6 +104,33 @@ def run(real: str | None, designs: list[str]) -> dict:
     return out
 
 
+def markdown(doc: dict) -> list[str]:
+    """Per set and grid, frame design: ours and the separable fit of the same probes."""
+    out = [
+        "| set | grid | models (time/power) | time err | power err | over budget "
+        "| regret worst/median | separable: time / power / over / worst regret |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, per in doc["sets"].items():
+        ours, sep = per["frame/ours"], per["frame/separable"]
+        rows = [(g, r, sep["grids"][g]) for g, r in ours["grids"].items()]
+        rows.append(("**all**", ours["summary"], sep["summary"]))
+        for grid, r, s in rows:
+            methods = r.get("methods") or {}
+            chosen = "/".join(methods.get(q, "") for q in ("time_per_batch_s", "peak_power_w"))
+            regrets = r.get("regrets")
+            worst = max(regrets) if regrets else r["regret_max"]
+            median = statistics.median(regrets) if regrets else r["regret_median"]
+            s_worst = max(s["regrets"]) if "regrets" in s else s["regret_max"]
+            out.append(
+                f"| {name} | {grid.removesuffix('.csv')} | {chosen} | {_pct(r['time_mean'])} "
+                f"| {_pct(r['power_mean'])} | {r['over_budget']} | {_pct(worst)} / "
+                f"{_pct(median)} | {_pct(s['time_mean'])} / {_pct(s['power_mean'])} / "
+                f"{s['over_budget']} / {_pct(s_worst)} |"
+            )
+    return out
+
+
 def _pct(x: float) -> str:
     return "inf" if math.isinf(x) else f"{100 * x:.2f}%"
 
@@ -118,8 +145,18 @@ def main() -> int:
     )
     ap.add_argument("--designs", default="frame,frame+adapt,default,default+adapt")
     ap.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    ap.add_argument(
+        "--markdown",
+        action="store_true",
+        help="the per-grid table of docs/published-data.md (frame design, ours vs separable)",
+    )
     args = ap.parse_args()
+    if args.markdown:
+        args.designs = "frame"
     doc = run(args.real, [d.strip() for d in args.designs.split(",") if d.strip()])
+    if args.markdown:
+        print("\n".join(markdown(doc)))
+        return 0
     if args.json:
         json.dump(doc, sys.stdout, default=str)
         print()

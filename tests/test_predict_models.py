@@ -210,3 +210,93 @@ def test_verification_probes_a_better_point_the_bound_held_back(true_peak, chose
     got = select_verified(rows, Efficiency({8: 1000.0}), 5.0, measure)
     assert probed == [(8, 900.0)]
     assert got.choice.freq_mhz == chosen
+
+
+# --- issue 30: out of sample, on the published real grids committed in the repo ---------------
+
+REAL = "benchmarks/published/dlbench_dvfs"
+
+
+@pytest.fixture(scope="module")
+def real_results():
+    """Frame design on every committed real grid: ours and the separable fit of the same probes
+    (scored by the benchmark's own code; a few seconds of CPU, no timing in any verdict)."""
+    import glob
+    import os
+
+    from benchmarks.predict_eval import fixed_batch
+
+    out = {}
+    for path in sorted(glob.glob(f"{REAL}/*.csv")):
+        table = load_grid(path)
+        per_step = fixed_batch(path)
+        out[os.path.basename(path)] = {
+            p: evaluate_grid(table, "frame", p, per_step) for p in ("ours", "separable")
+        }
+    return out
+
+
+def test_the_published_grids_carry_their_provenance_and_are_full():
+    import glob
+
+    from fleet.method.profile_io import read_rows
+
+    paths = sorted(glob.glob(f"{REAL}/*.csv"))
+    assert len(paths) == 12
+    for path in paths:
+        _header, _rows, comments = read_rows(path)
+        assert any(
+            c.startswith("source: https://github.com/blackjack2015/dlbench_dvfs") for c in comments
+        )
+        assert "commit: 18fe93d0c00ed9f9b0686ee1f3bfdd1410eafd4e" in comments
+        assert "licence: none stated; published measurements are facts" in comments
+        assert "derived by: benchmarks/published/derive_dlbench.py" in comments
+        assert is_full(load_grid(path)), path
+
+
+def test_goals_on_the_published_real_grids_with_the_frame_design(real_results):
+    """Issue 30's goals on real grids, frame design, no extra probes: time and power <= 3 %
+    mean error, 0 picks over budget; worst regret <= 10 % on every grid but the GTX 980
+    winograd convolution (time not monotone in either clock, up to 11 % noise: its worst regret
+    is 23.9 %, docs/published-data.md), and never worse than separable beyond the 0.5 % noise
+    floor on any grid's held-out cells."""
+    import statistics
+
+    ours = {g: r["ours"] for g, r in real_results.items()}
+    assert statistics.mean(r["time_mean"] for r in ours.values()) <= 0.03
+    assert statistics.mean(r["power_mean"] for r in ours.values()) <= 0.03
+    assert sum(r["over_budget"] for r in ours.values()) == 0
+    missed = sorted(g for g, r in ours.items() if max(r["regrets"]) > 0.10)
+    assert missed == ["gtx980_conv_winograd.csv"]
+    assert statistics.median(x for r in ours.values() for x in r["regrets"]) <= 0.01
+    for grid, r in real_results.items():
+        for q in ("time_mean", "power_mean"):
+            assert r["ours"][q] <= r["separable"][q] + 0.005, (grid, q)
+    # the separable fit alone is not safe: its predicted power picks points over the budget
+    assert sum(r["separable"]["over_budget"] for r in real_results.values()) > 0
+
+
+def test_folds_hold_out_a_whole_row_interior_and_keep_its_ends():
+    from fleet.agent.prediction.select import folds
+
+    obs = {p: 1.0 for p in frame_probes([4, 8, 16, 32], [100.0, 200.0, 300.0, 400.0])}
+    got = folds(obs)
+    assert [f.held for f in got] == [[(4, 200.0), (4, 300.0)], [(32, 200.0), (32, 300.0)]]
+    for f in got:
+        assert set(f.kept) == set(obs) - set(f.held)
+
+
+def test_the_simplest_model_within_one_standard_error_is_kept():
+    from fleet.agent.prediction.select import within_noise
+
+    cells = list(range(6))
+    noisy = {  # interp 0.1 % better on average than separable: noise, separable kept
+        "separable": [0.010, -0.012, 0.011, -0.010, 0.012, -0.011],
+        "interp": [0.009, -0.011, 0.010, -0.009, 0.011, -0.010],
+    }
+    assert within_noise(noisy, cells)[0] == "separable"
+    clear = {  # shape 3 % better on every cell: it earns its place
+        "separable": [0.04, -0.04, 0.04, -0.04, 0.04, -0.04],
+        "shape": [0.01, -0.01, 0.01, -0.01, 0.01, -0.01],
+    }
+    assert within_noise(clear, cells) == ["shape"]
