@@ -15,15 +15,19 @@ device's verify-before-trust has probed the predicted choice and the points its 
 Sets:
 - ``modeled``: the reference Nano / TX2 NX profiles (``simulations/profiles``, clock knob);
 - ``modeled-cap``: the same devices driven by a power limit in watts (``power_limit_view``);
-- ``real``: every full grid under ``--real DIR`` (default: ``../shared/measured`` beside the
-  repo when it exists). Published measurements are not committed (docs/published-data.md says
-  which grids were used and where they come from).
+- ``modeled-cap-noisy``: those power-limit grids as a real card would read them: each batch
+  size at its own fraction of the limit, 1 % noise on every reading (``noisy_limit_view``);
+- ``real``: every full grid under ``--real DIR`` (default: the committed published grids,
+  ``benchmarks/published/dlbench_dvfs``, derived by ``benchmarks/published/derive_dlbench.py``
+  from a pinned snapshot; docs/published-data.md).
 
 Designs: ``frame`` (both end batch sizes at every knob, both end knobs at every batch size: the
 frame a device can probe in one sweep of each axis), ``default`` (the profiler's design, a
 quarter of the grid), ``+adapt`` (then up to a tenth of the grid more, where a measurement could
 change a choice: ``fleet.agent.prediction.adapt``).
-Goals (issue 21): time and power error <= 3 % mean, worst regret <= 5 %, 0 picks over budget.
+Goals (issue 30, frame design, no extra probes): time and power error <= 3 % mean, 0 picks over
+budget, worst regret <= 10 %. ``--markdown`` prints the per-grid table of
+docs/published-data.md.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import math
 import os
 import statistics
 import sys
+import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -43,13 +48,14 @@ from benchmarks.predict_eval import (  # noqa: E402
     fixed_batch,
     is_full,
     load_grid,
+    noisy_limit_view,
     power_limit_view,
 )
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REAL = os.path.join(ROOT, "benchmarks", "published", "dlbench_dvfs")
 PER_STEP: set[str] = set()  # grids whose first axis is not a batch size (predict_eval.fixed_batch)
-GOALS = {"time_mean": 0.03, "power_mean": 0.03, "regret_max": 0.05, "over_budget": 0}
+GOALS = {"time_mean": 0.03, "power_mean": 0.03, "regret_max": 0.10, "over_budget": 0}
 
 
 def grid_sets(real: str | None) -> dict[str, dict[str, dict]]:
@@ -60,6 +66,11 @@ def grid_sets(real: str | None) -> dict[str, dict[str, dict]]:
     sets = {
         "modeled": {k: t for k, t in modeled.items() if is_full(t)},
         "modeled-cap": {k: power_limit_view(t) for k, t in modeled.items() if is_full(t)},
+        "modeled-cap-noisy": {
+            k: noisy_limit_view(power_limit_view(t), zlib.crc32(k.encode()))
+            for k, t in modeled.items()
+            if is_full(t)
+        },
     }
     if real:
         found = {os.path.basename(p): p for p in sorted(glob.glob(f"{real}/*.csv"))}

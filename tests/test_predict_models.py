@@ -300,3 +300,43 @@ def test_the_simplest_model_within_one_standard_error_is_kept():
         "shape": [0.01, -0.01, 0.01, -0.01, 0.01, -0.01],
     }
     assert within_noise(clear, cells) == ["shape"]
+
+
+def test_the_cap_model_learns_each_rows_own_share_of_the_limit():
+    """Power ``min(share_b * limit, free_b)`` with a different share per batch size (a real card
+    sits at 0.9-1.0 of a limit): the frame's probes give the power model exactly."""
+    from fleet.agent.prediction.models import cap
+
+    bs, ks = [8, 16, 32, 64], [100.0, 150.0, 200.0, 250.0, 300.0]
+    share = {8: 0.93, 16: 0.99, 32: 0.95, 64: 0.97}
+    free = {8: 160.0, 16: 230.0, 32: 280.0, 64: 1e9}
+
+    def power(b: int, k: float) -> float:
+        return min(share[b] * k, free[b])
+
+    probes = {p: power(*p) for p in frame_probes(bs, ks)}
+    inner = [(b, k) for b in bs[1:-1] for k in ks[1:-1]]
+    got = cap(probes, bs, ks, inner, {"peak_power_w": probes})
+    for p in inner:
+        assert got[p] == pytest.approx(power(*p), rel=1e-12), p
+
+
+def test_goals_on_noisy_power_limit_grids():
+    """The modeled power-limit grids as a card reads them (own share of the limit per batch
+    size, 1 % noise per reading): the power-limit model is kept, 0 picks over budget, time and
+    power within 3 %; the separable fit of the same probes goes over budget."""
+    import zlib
+
+    from benchmarks.predict_eval import noisy_limit_view
+
+    over = {"ours": 0, "separable": 0}
+    for name in PROFILES:
+        grid = power_limit_view(load_grid(f"simulations/profiles/{name}.csv"))
+        grid = noisy_limit_view(grid, zlib.crc32(f"{name}.csv".encode()))
+        for predictor in over:
+            got = evaluate_grid(grid, "frame", predictor)
+            over[predictor] += got["over_budget"]
+            if predictor == "ours":
+                assert got["methods"]["peak_power_w"] == "cap", name
+                assert got["time_mean"] <= 0.03 and got["power_mean"] <= 0.03, name
+    assert over["ours"] == 0 and over["separable"] > 0
