@@ -340,3 +340,24 @@ def test_goals_on_noisy_power_limit_grids():
                 assert got["methods"]["peak_power_w"] == "cap", name
                 assert got["time_mean"] <= 0.03 and got["power_mean"] <= 0.03, name
     assert over["ours"] == 0 and over["separable"] > 0
+
+
+def test_one_or_two_held_out_cells_give_at_least_the_unvalidated_margin():
+    """A 3 x 3 frame holds out two cells. The data are exact for separable, which misses them by
+    nothing; but two misses say little about the next, so the bound keeps the 10 % margin of an
+    unvalidated model. With one cell its spread is unknown: only the 0.5 % noise floor protects
+    the simpler model, and a model far better on that cell is kept."""
+    from fleet.agent.prediction.select import UNVALIDATED_MARGIN, choose, within_noise
+
+    bs, ks = [4, 8, 16], [100.0, 200.0, 300.0]
+
+    def y(b: int, k: float) -> float:
+        return math.exp(0.3 * math.log2(b) + 0.002 * k)
+
+    probes = {p: y(*p) for p in frame_probes(bs, ks)}
+    got = choose("peak_power_w", {"peak_power_w": probes}, bs, ks, [(8, 200.0)])
+    assert got.model == "separable" and got.cv_error == pytest.approx(0.0, abs=1e-12)
+    assert got.margin == pytest.approx(UNVALIDATED_MARGIN)
+    assert got.upper[(8, 200.0)] == pytest.approx(y(8, 200.0) * (1 + UNVALIDATED_MARGIN))
+    assert within_noise({"separable": [0.05], "shape": [0.0]}, [0]) == ["shape"]
+    assert within_noise({"separable": [0.003], "shape": [0.0]}, [0])[0] == "separable"

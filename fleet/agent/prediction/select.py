@@ -42,6 +42,7 @@ NOISE = 0.005
 """Differences in held-out error below half a percent are measurement noise on any grid we have
 (repeat measurements of one point differ by that much), whatever the folds' spread says."""
 UNVALIDATED_MARGIN = 0.10  # too few probes to validate: assume the model may be 10 % low
+MIN_CELLS = 3  # held-out cells below which the bound's margin is at least UNVALIDATED_MARGIN
 
 Choice = NamedTuple(
     "Choice",
@@ -108,8 +109,10 @@ def _mean(xs: Sequence[float]) -> float:
 
 
 def _standard_error(xs: Sequence[float]) -> float:
+    """Of the mean; 0 for a single cell (its spread is unknown: only ``NOISE`` then protects
+    the simpler model, and a model far better on the one cell there is still taken)."""
     if len(xs) < 2:
-        return math.inf
+        return 0.0
     m = _mean(xs)
     return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1) / len(xs))
 
@@ -179,6 +182,8 @@ def choose(
     seen = [r for r in residuals[best] if not math.isnan(r)]
     # Symmetric on purpose: a model that over-predicted the held-out cells may under-predict
     # elsewhere by as much; the bound covers the largest miss either way.
-    margin = max([0.0] + [abs(r) for r in seen]) if seen else UNVALIDATED_MARGIN
+    margin = max([0.0] + [abs(r) for r in seen])
+    if len(seen) < MIN_CELLS:  # the largest of one or two misses says little about the next
+        margin = max(margin, UNVALIDATED_MARGIN)
     upper = dict((p, max(fitted[m][p] for m in plausible) * (1.0 + margin)) for p in points)
     return Choice(best, fitted[best], scores.get(best), scores, margin, upper)
