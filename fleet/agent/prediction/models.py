@@ -234,22 +234,18 @@ def cap(obs: Obs, bs: Sequence[int], ks: Sequence[float], points: Sequence[Key],
 
 def _capped_power(power: Obs, rho: float, b: int, k: float) -> float:
     """Power at limit k: ``min(rho_b * k, free_b)``. ``rho_b`` is the row's own ratio of power
-    to limit, the mean over its probes pinned to their limit (within 3 % of its largest ratio:
-    cards and batch sizes sit at different fractions of a limit, 0.9-1.0, and one reading is
-    noisy); ``free_b`` the row's top probe when it draws less than its own limit there (else
-    unbounded). ``rho`` (the grid's) only stands in for a row without probes
+    to limit at its lowest probed limit (cards and batch sizes sit at different fractions of
+    a limit, 0.9-1.0); ``free_b`` the row's top probe when it draws less than its own limit
+    there (else unbounded). ``rho`` (the grid's) only stands in for a row without probes
     below its top."""
     if (b, k) in power:
         return power[(b, k)]
     row = sorted((kk, p) for (bb, kk), p in power.items() if bb == b)
     if not row:
         raise PredictError("batch size {} has no power probe".format(b))
+    low_k, low_p = row[0]
     top_k, top_p = row[-1]
-    ratios = [p / kk for kk, p in row if kk > 0]
-    own = rho
-    if len(row) >= 2 and ratios:  # the mean over the row's probes pinned to their limit
-        pinned = [r for r in ratios if r >= 0.97 * max(ratios)]
-        own = sum(pinned) / len(pinned)
+    own = low_p / low_k if len(row) >= 2 and low_k > 0 else rho
     free = top_p if top_p < 0.97 * own * top_k else math.inf
     return min(own * k, free)
 
