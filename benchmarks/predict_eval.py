@@ -12,6 +12,7 @@ they bind; efficiencies are a few shapes of samples-to-accuracy over batch size.
 from __future__ import annotations
 
 import math
+import random
 import statistics
 from collections.abc import Callable, Sequence
 
@@ -76,6 +77,24 @@ def power_limit_view(table: Table, steps: int = 9) -> Table:
                 "peak_power_w": peak,
                 "mean_power_w": peak * ratio,
             }
+    return out
+
+
+def noisy_limit_view(table: Table, seed: int) -> Table:
+    """A power-limit grid as a real card measures it: each batch size sits at its own fraction
+    (0.92-1.0) of a limit it is pinned to, and every reading carries 1 % noise (time and power,
+    independent). Deterministic for a seed. The modeled power-limit view is exact, which no
+    real grid is; this one asks whether the model choice and the bound survive the noise."""
+    rnd = random.Random(seed)
+    share = {b: rnd.uniform(0.92, 1.0) for b in axes(table)[0]}
+    out: Table = {}
+    for (b, k), row in sorted(table.items()):
+        e_power, e_time = rnd.gauss(0.0, 0.01), rnd.gauss(0.0, 0.01)
+        out[(b, k)] = {
+            "time_per_batch_s": row["time_per_batch_s"] * (1 + e_time),
+            "peak_power_w": row["peak_power_w"] * share[b] * (1 + e_power),
+            "mean_power_w": row["mean_power_w"] * share[b] * (1 + e_power),
+        }
     return out
 
 

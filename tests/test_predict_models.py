@@ -210,3 +210,154 @@ def test_verification_probes_a_better_point_the_bound_held_back(true_peak, chose
     got = select_verified(rows, Efficiency({8: 1000.0}), 5.0, measure)
     assert probed == [(8, 900.0)]
     assert got.choice.freq_mhz == chosen
+
+
+# --- issue 30: out of sample, on the published real grids committed in the repo ---------------
+
+REAL = "benchmarks/published/dlbench_dvfs"
+
+
+@pytest.fixture(scope="module")
+def real_results():
+    """Frame design on every committed real grid: ours and the separable fit of the same probes
+    (scored by the benchmark's own code; a few seconds of CPU, no timing in any verdict)."""
+    import glob
+    import os
+
+    from benchmarks.predict_eval import fixed_batch
+
+    out = {}
+    for path in sorted(glob.glob(f"{REAL}/*.csv")):
+        table = load_grid(path)
+        per_step = fixed_batch(path)
+        out[os.path.basename(path)] = {
+            p: evaluate_grid(table, "frame", p, per_step) for p in ("ours", "separable")
+        }
+    return out
+
+
+def test_the_published_grids_carry_their_provenance_and_are_full():
+    import glob
+
+    from fleet.method.profile_io import read_rows
+
+    paths = sorted(glob.glob(f"{REAL}/*.csv"))
+    assert len(paths) == 12
+    for path in paths:
+        _header, _rows, comments = read_rows(path)
+        assert any(
+            c.startswith("source: https://github.com/blackjack2015/dlbench_dvfs") for c in comments
+        )
+        assert "commit: 18fe93d0c00ed9f9b0686ee1f3bfdd1410eafd4e" in comments
+        assert "licence: none stated; published measurements are facts" in comments
+        assert "derived by: benchmarks/published/derive_dlbench.py" in comments
+        assert is_full(load_grid(path)), path
+
+
+def test_goals_on_the_published_real_grids_with_the_frame_design(real_results):
+    """Issue 30's goals on real grids, frame design, no extra probes: time and power <= 3 %
+    mean error, 0 picks over budget; worst regret <= 10 % on every grid but the GTX 980
+    winograd convolution (time not monotone in either clock, up to 11 % noise: its worst regret
+    is 23.9 %, docs/published-data.md), and never worse than separable beyond the 0.5 % noise
+    floor on any grid's held-out cells."""
+    import statistics
+
+    ours = {g: r["ours"] for g, r in real_results.items()}
+    assert statistics.mean(r["time_mean"] for r in ours.values()) <= 0.03
+    assert statistics.mean(r["power_mean"] for r in ours.values()) <= 0.03
+    assert sum(r["over_budget"] for r in ours.values()) == 0
+    missed = sorted(g for g, r in ours.items() if max(r["regrets"]) > 0.10)
+    assert missed == ["gtx980_conv_winograd.csv"]
+    assert statistics.median(x for r in ours.values() for x in r["regrets"]) <= 0.01
+    for grid, r in real_results.items():
+        for q in ("time_mean", "power_mean"):
+            assert r["ours"][q] <= r["separable"][q] + 0.005, (grid, q)
+    # the separable fit alone is not safe: its predicted power picks points over the budget
+    assert sum(r["separable"]["over_budget"] for r in real_results.values()) > 0
+
+
+def test_folds_hold_out_a_whole_row_interior_and_keep_its_ends():
+    from fleet.agent.prediction.select import folds
+
+    obs = {p: 1.0 for p in frame_probes([4, 8, 16, 32], [100.0, 200.0, 300.0, 400.0])}
+    got = folds(obs)
+    assert [f.held for f in got] == [[(4, 200.0), (4, 300.0)], [(32, 200.0), (32, 300.0)]]
+    for f in got:
+        assert set(f.kept) == set(obs) - set(f.held)
+
+
+def test_the_simplest_model_within_one_standard_error_is_kept():
+    from fleet.agent.prediction.select import within_noise
+
+    cells = list(range(6))
+    noisy = {  # interp 0.1 % better on average than separable: noise, separable kept
+        "separable": [0.010, -0.012, 0.011, -0.010, 0.012, -0.011],
+        "interp": [0.009, -0.011, 0.010, -0.009, 0.011, -0.010],
+    }
+    assert within_noise(noisy, cells)[0] == "separable"
+    clear = {  # shape 3 % better on every cell: it earns its place
+        "separable": [0.04, -0.04, 0.04, -0.04, 0.04, -0.04],
+        "shape": [0.01, -0.01, 0.01, -0.01, 0.01, -0.01],
+    }
+    assert within_noise(clear, cells) == ["shape"]
+
+
+def test_the_cap_model_learns_each_rows_own_share_of_the_limit():
+    """Power ``min(share_b * limit, free_b)`` with a different share per batch size (a real card
+    sits at 0.9-1.0 of a limit): the frame's probes give the power model exactly."""
+    from fleet.agent.prediction.models import cap
+
+    bs, ks = [8, 16, 32, 64], [100.0, 150.0, 200.0, 250.0, 300.0]
+    share = {8: 0.93, 16: 0.99, 32: 0.95, 64: 0.97}
+    free = {8: 160.0, 16: 230.0, 32: 280.0, 64: 1e9}
+
+    def power(b: int, k: float) -> float:
+        return min(share[b] * k, free[b])
+
+    probes = {p: power(*p) for p in frame_probes(bs, ks)}
+    inner = [(b, k) for b in bs[1:-1] for k in ks[1:-1]]
+    got = cap(probes, bs, ks, inner, {"peak_power_w": probes})
+    for p in inner:
+        assert got[p] == pytest.approx(power(*p), rel=1e-12), p
+
+
+def test_goals_on_noisy_power_limit_grids():
+    """The modeled power-limit grids as a card reads them (own share of the limit per batch
+    size, 1 % noise per reading): the power-limit model is kept, 0 picks over budget, time and
+    power within 3 %; the separable fit of the same probes goes over budget."""
+    import zlib
+
+    from benchmarks.predict_eval import noisy_limit_view
+
+    over = {"ours": 0, "separable": 0}
+    for name in PROFILES:
+        grid = power_limit_view(load_grid(f"simulations/profiles/{name}.csv"))
+        grid = noisy_limit_view(grid, zlib.crc32(f"{name}.csv".encode()))
+        for predictor in over:
+            got = evaluate_grid(grid, "frame", predictor)
+            over[predictor] += got["over_budget"]
+            if predictor == "ours":
+                assert got["methods"]["peak_power_w"] == "cap", name
+                assert got["time_mean"] <= 0.03 and got["power_mean"] <= 0.03, name
+    assert over["ours"] == 0 and over["separable"] > 0
+
+
+def test_one_or_two_held_out_cells_give_at_least_the_unvalidated_margin():
+    """A 3 x 3 frame holds out two cells. The data are exact for separable, which misses them by
+    nothing; but two misses say little about the next, so the bound keeps the 10 % margin of an
+    unvalidated model. With one cell its spread is unknown: only the 0.5 % noise floor protects
+    the simpler model, and a model far better on that cell is kept."""
+    from fleet.agent.prediction.select import UNVALIDATED_MARGIN, choose, within_noise
+
+    bs, ks = [4, 8, 16], [100.0, 200.0, 300.0]
+
+    def y(b: int, k: float) -> float:
+        return math.exp(0.3 * math.log2(b) + 0.002 * k)
+
+    probes = {p: y(*p) for p in frame_probes(bs, ks)}
+    got = choose("peak_power_w", {"peak_power_w": probes}, bs, ks, [(8, 200.0)])
+    assert got.model == "separable" and got.cv_error == pytest.approx(0.0, abs=1e-12)
+    assert got.margin == pytest.approx(UNVALIDATED_MARGIN)
+    assert got.upper[(8, 200.0)] == pytest.approx(y(8, 200.0) * (1 + UNVALIDATED_MARGIN))
+    assert within_noise({"separable": [0.05], "shape": [0.0]}, [0]) == ["shape"]
+    assert within_noise({"separable": [0.003], "shape": [0.0]}, [0])[0] == "separable"

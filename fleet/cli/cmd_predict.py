@@ -2,7 +2,7 @@
 
 The measured rows are written back exactly as read; each missing (batch size, knob) point of
 the requested grid gets a row with ``source=predicted``, and ``#`` lines say how they were made
-(method and leave-one-out error per column). The prediction itself lives in
+(method and held-out-row validation error per column). The prediction itself lives in
 ``fleet.agent.prediction.predict`` so the board's profiler uses the same code.
 """
 

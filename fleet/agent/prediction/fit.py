@@ -13,7 +13,7 @@ Fitting is alternating weighted least squares on relative error. Between probed 
 interpolated as a fitted power law ``alpha + beta * k^gamma`` plus a linearly interpolated
 residual, which is exact for ``1/f`` and close for ``f V(f)^2``. It is one of the candidate
 models of ``predict_models.py`` (``shape``); ``predict_select.py`` scores it against the others
-by leave-one-out on the probes.
+by validation across whole probed rows.
 
 Separate from ``predict.py`` because this is the numerical model of one column on its own
 (observations in, a surface out); filling a whole profile table (which quantities, failed batch

@@ -167,11 +167,17 @@ class NotApplicable(PredictError):
     when another model fails for a real reason."""
 
 
+PINNED = 0.85
+"""How close to the largest power/limit ratio a probe must be to count as pinned to its limit."""
+
+
 def cap_ratio(peak: Obs) -> Optional[float]:
     """If the knob is a power limit in watts, the ratio power/limit where power sits at it.
 
-    Recognised when 3+ probes, at 2+ different knobs, draw the same fraction (within 3 %,
-    between 0.5 and 1.2) of their knob: power pinned to the limit. A clock in MHz never looks
+    Recognised when 3+ probes, at 2+ different knobs, draw nearly the same fraction (within
+    ``PINNED`` of the largest, which is between 0.5 and 1.2) of their knob: power pinned to the
+    limit. Real cards sit at 0.9-1.0 of a limit, different per batch size, and a reading is
+    noisy by a percent or two, so "the same" is loose. A clock in MHz never looks
     like that (watts per MHz are a hundredth of that, and power is affine in the clock). None
     otherwise.
     """
@@ -181,7 +187,7 @@ def cap_ratio(peak: Obs) -> Optional[float]:
     best = max(r for _k, r in ratios)
     if not 0.5 <= best <= 1.2:
         return None
-    pinned = [(k, r) for k, r in ratios if r >= 0.97 * best]
+    pinned = [(k, r) for k, r in ratios if r >= PINNED * best]
     if len(pinned) < 3 or len(set(k for k, _r in pinned)) < 2:
         return None
     return float(np.median([r for _k, r in pinned]))
@@ -230,16 +236,21 @@ def cap(obs: Obs, bs: Sequence[int], ks: Sequence[float], points: Sequence[Key],
 
 
 def _capped_power(power: Obs, rho: float, b: int, k: float) -> float:
-    """Power at limit k: pinned to ``rho * k`` unless the row draws less when free (its top
-    probe is below its own limit)."""
+    """Power at limit k: ``min(rho_b * k, free_b)``. ``rho_b`` is the row's own ratio of power
+    to limit at its lowest probed limit (cards and batch sizes sit at different fractions of
+    a limit, 0.9-1.0); ``free_b`` the row's top probe when it draws less than its own limit
+    there (else unbounded). ``rho`` (the grid's) only stands in for a row without probes
+    below its top."""
     if (b, k) in power:
         return power[(b, k)]
     row = sorted((kk, p) for (bb, kk), p in power.items() if bb == b)
     if not row:
         raise PredictError("batch size {} has no power probe".format(b))
+    low_k, low_p = row[0]
     top_k, top_p = row[-1]
-    free = top_p if top_p < 0.97 * rho * top_k else math.inf
-    return min(rho * k, free)
+    own = low_p / low_k if len(row) >= 2 and low_k > 0 else rho
+    free = top_p if top_p < 0.97 * own * top_k else math.inf
+    return min(own * k, free)
 
 
 MODELS = {

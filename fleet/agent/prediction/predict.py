@@ -2,7 +2,8 @@
 
 :func:`predict_profile` fills the grid ``batch sizes x knobs`` from the measured rows. For each
 column (time, peak and mean power) every candidate model of ``predict_models.py`` is fitted and
-scored by leave-one-out on the probes, and the best is kept (``predict_select.py``): the
+validated across whole probed rows (a row's interior held out, its ends kept: what a target row
+knows), and the simplest within the noise of the best is kept (``select.py``): the
 physical shared-curve model where the device behaves like one, a separable or frame fit, plain
 interpolation, or the power-limit model where the knob is a power limit in watts. Predicted
 rows say ``source=predicted`` and carry ``peak_power_bound_w``, an upper bound on their peak
@@ -31,7 +32,7 @@ Prediction = NamedTuple(
     [
         ("rows", List[Row]),  # the full grid: measured rows as given, then predicted ones
         ("errors", Dict[str, Optional[float]]),  # per quantity: the chosen model's mean
-        # |relative| leave-one-out error on the probes (None: too few probes to validate)
+        # |relative| error on the held-out probes of whole rows (None: too few to validate)
         ("methods", Dict[str, str]),  # per quantity: the chosen model (predict_models.MODELS)
         ("measured", int),
         ("predicted", int),
@@ -152,7 +153,8 @@ def describe(prediction: Prediction) -> List[str]:
     lines = [
         "predicted: {} of {} rows; source=predicted rows come from "
         "fleet/agent/prediction/predict.py "
-        "(per column the candidate model with the lowest leave-one-out error on the probes; "
+        "(per column the simplest candidate model within one standard error of the lowest "
+        "error on held-out probed rows; "
         "{} = upper bound on predicted peak power, used by selection)".format(
             prediction.predicted, prediction.predicted + prediction.measured, BOUND_COLUMN
         )

@@ -1,16 +1,27 @@
-"""Choose a profile column's model by cross-validation on the probes, and bound its power.
+"""Choose a profile column's model by validation across whole rows, and bound its power.
 
 Why per grid: a model that is right on one device is wrong on another (see
-``predict_models.py``), and the only data a device has about itself are its probes. So every
-candidate predicts each probe from the others (leave-one-out: the probe is removed from every
-column, as if it had never been measured), and the candidate with the lowest mean relative
-error is kept. Because the simple models are candidates too, the choice is never worse on the
-probes than the simplest one. Ties go to the earlier model in ``MODELS``.
+``predict_models.py``), and the only data a device has about itself are its probes.
+
+Why whole rows (issue 30): a point to predict sits in a row that was probed at its two end knobs
+only. Leaving out one probe at a time, with the rest of its row still there, asked an easier
+question than the targets pose, and on grids nobody had seen the kept model (``interp`` once,
+with 16.7 % validation error) was worse than the plain separable fit. So a *fold* is one probed
+row whose interior probes are all held out at once, its two ends kept: exactly the
+knowledge a target row has. Every candidate predicts every held-out cell of every fold.
+
+Why the simplest within the noise: with a handful of folds, the lowest validation error is
+partly luck, and the more flexible models are the luckier. The model kept is the first one in
+``SIMPLICITY`` whose validation error exceeds the best one's by no more than one standard error
+of their paired per-cell difference (the one-standard-error rule), so a flexible model must earn
+its place by more than the folds' noise; ``separable``, the simplest, is kept unless another is
+clearly better.
 
 Why a bound: an error of 2 % on power is harmless for time but decides whether a point is over
-a budget. The chosen model's leave-one-out residuals say how far the truth has been above its
-prediction on this very device; predicted power carries ``prediction * (1 + that margin)`` as an
-upper bound, and selection on predicted points uses the bound (``fleet.core.profile.feasible``).
+a budget. The kept model's held-out residuals say how far the truth has been from its
+prediction on this very device; predicted power carries an upper bound, the largest of the
+plausible models' predictions (those within the noise of the best) times ``1 + margin``, and
+selection on predicted points uses the bound (``fleet.core.profile.feasible``).
 
 Runs on the board: Python 3.6, numpy 1.19.
 """
@@ -24,75 +35,103 @@ from fleet.agent.prediction.models import MODELS, NotApplicable
 Key = Tuple[int, float]
 Obs = Dict[Key, float]
 
-MIN_MARGIN = (
-    0.0  # the bound is the largest under-prediction seen on the probes, never below the prediction
-)
+SIMPLICITY = ("separable", "frame", "cap", "shape", "interp")
+"""Candidates from the fewest assumptions to the most: the order the one-standard-error rule
+walks, and the order of preference when nothing can be validated is ``MODELS``' (physical)."""
+NOISE = 0.005
+"""Differences in held-out error below half a percent are measurement noise on any grid we have
+(repeat measurements of one point differ by that much), whatever the folds' spread says."""
 UNVALIDATED_MARGIN = 0.10  # too few probes to validate: assume the model may be 10 % low
+MIN_CELLS = 3  # held-out cells below which the bound's margin is at least UNVALIDATED_MARGIN
 
 Choice = NamedTuple(
     "Choice",
     [
         ("model", str),
         ("values", Dict[Key, float]),  # the chosen model at the requested points
-        ("cv_error", Optional[float]),  # its mean |relative| leave-one-out error on the probes
+        ("cv_error", Optional[float]),  # its mean |relative| error on the held-out cells
         ("cv_errors", Dict[str, float]),  # every candidate's, for the report
         ("margin", float),  # upper-bound margin: largest relative miss seen in validation
         ("upper", Dict[Key, float]),  # upper bound at the requested points (see ``choose``)
     ],
 )
 
+Fold = NamedTuple("Fold", [("kept", Obs), ("held", List[Key])])
 
-def validation_keys(obs: Obs) -> List[Key]:
-    """The probes to hold out, most telling first available:
 
-    1. *transfer* probes: strictly inside their batch size's probed knob range, at a knob some
-       other batch size was probed at too. The points prediction fills lie between a batch
-       size's end probes, at knobs measured on other batch sizes; holding out such a probe asks
-       exactly that question (does the knob's effect carry from one batch size to another?);
-    2. else *interior* probes (inside their row's range, knob probed nowhere else);
-    3. else every probe.
-    Holding out a row's end would test extrapolation, which no target needs.
-    """
-    rows = {}  # type: Dict[int, List[float]]
-    cols = {}  # type: Dict[float, int]
-    for b, k in obs:
-        rows.setdefault(b, []).append(k)
-        cols[k] = cols.get(k, 0) + 1
-    inner = [key for key in sorted(obs) if min(rows[key[0]]) < key[1] < max(rows[key[0]])]
-    transfer = [key for key in inner if cols[key[1]] >= 2]
-    return transfer or inner or sorted(obs)
+def folds(obs: Obs) -> List[Fold]:
+    """One fold per probed batch size with 3 or more probed knobs: its interior probes held out
+    together, its two end knobs (and every other probe) kept. A held-out cell is then predicted
+    as a target is: from its own row's ends and the knob's effect on the other rows.
+
+    Rows only, not columns: a column's held-out cells would leave their rows with one end,
+    which no target has (a power-limit row without its top limit does not know its free
+    power), and the model good at the targets would look bad at a question nobody asks."""
+    rows = {}  # type: Dict[int, List[Key]]
+    for key in obs:
+        rows.setdefault(key[0], []).append(key)
+    out = []  # type: List[Fold]
+    for b in sorted(rows):
+        line = sorted(rows[b])
+        if len(line) < 3:
+            continue
+        gone = set(line[1:-1])
+        out.append(Fold(dict((p, y) for p, y in obs.items() if p not in gone), line[1:-1]))
+    return out
 
 
 def cross_validate(
     name: str, columns: Dict[str, Obs], bs: Sequence[int], ks: Sequence[float], model: str
 ) -> List[float]:
-    """Signed leave-one-out residuals ``truth / prediction - 1`` of one model on one column,
-    over :func:`validation_keys` (NaN where the model cannot fit without that probe)."""
+    """Signed residuals ``truth / prediction - 1`` of one model on one column, one per held-out
+    cell of :func:`folds` in order (NaN where the model cannot fit that fold). Every column
+    loses the fold's cells, as if they had never been measured."""
     fn = MODELS[model]
-    out = []
-    for key in validation_keys(columns[name]):
-        rest = dict((q, _as_target_row(obs, key)) for q, obs in columns.items())
+    out = []  # type: List[float]
+    for fold in folds(columns[name]):
+        gone = set(fold.held)
+        rest = dict(
+            (q, dict((p, y) for p, y in obs.items() if p not in gone)) for q, obs in columns.items()
+        )
         try:
-            guess = fn(rest[name], bs, ks, [key], rest)[key]
+            guess = fn(rest[name], bs, ks, fold.held, rest)
         except PredictError:
-            out.append(math.nan)
+            out.extend([math.nan] * len(fold.held))
             continue
-        y = columns[name][key]
-        out.append(y / guess - 1.0 if guess > 0 else math.nan)
+        for key in fold.held:
+            g = guess.get(key, math.nan)
+            out.append(columns[name][key] / g - 1.0 if g > 0 else math.nan)
     return out
 
 
-def _as_target_row(obs: Obs, key: Key) -> Obs:
-    """The probes without ``key`` and with ``key``'s batch size cut to its two end knobs.
+def _mean(xs: Sequence[float]) -> float:
+    return sum(xs) / len(xs)
 
-    A point to predict sits in a row that was probed at its ends only; a held-out probe of a
-    richly probed row would otherwise be judged with neighbours no target has, which favours
-    plain interpolation exactly where it fails.
-    """
-    b = key[0]
-    row = [k for (bb, k) in obs if bb == b and (bb, k) != key]
-    ends = (min(row), max(row)) if row else ()
-    return dict((p, y) for p, y in obs.items() if p[0] != b or p[1] in ends)
+
+def _standard_error(xs: Sequence[float]) -> float:
+    """Of the mean; 0 for a single cell (its spread is unknown: only ``NOISE`` then protects
+    the simpler model, and a model far better on the one cell there is still taken)."""
+    if len(xs) < 2:
+        return 0.0
+    m = _mean(xs)
+    return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1) / len(xs))
+
+
+def within_noise(residuals: Dict[str, List[float]], common: Sequence[int]) -> List[str]:
+    """The models whose held-out error is within one standard error of the best one's (paired,
+    per cell, on the ``common`` cells every model predicted), in ``SIMPLICITY`` order."""
+    err = dict((m, [abs(residuals[m][i]) for i in common]) for m in residuals)
+    best = min(err, key=lambda m: (_mean(err[m]), _rank(m)))
+    out = []
+    for m in sorted(err, key=_rank):
+        diff = [a - b for a, b in zip(err[m], err[best])]
+        if _mean(diff) <= max(_standard_error(diff), NOISE) or m == best:
+            out.append(m)
+    return out
+
+
+def _rank(model: str) -> int:
+    return SIMPLICITY.index(model) if model in SIMPLICITY else len(SIMPLICITY)
 
 
 def choose(
@@ -103,11 +142,13 @@ def choose(
     points: Sequence[Key],
     models: Optional[Sequence[str]] = None,
 ) -> Choice:
-    """Fit every candidate on all probes, score it by leave-one-out, keep the best.
+    """Fit every candidate on all probes, validate it across whole rows, keep the simplest
+    within the noise of the best.
 
     Candidates that cannot fit the full probe set are dropped; if none can, the first error
-    is raised (naming the column). With too few probes to validate (every residual missing)
-    the first candidate that fits is kept and its error reported as unknown.
+    is raised (naming the column). With too few probes to validate (no fold, or no cell every
+    candidate predicts) the first candidate of ``MODELS`` that fits is kept and its error
+    reported as unknown.
     """
     fitted = {}  # type: Dict[str, Dict[Key, float]]
     first_error = None
@@ -124,30 +165,25 @@ def choose(
     if not fitted:
         raise PredictError("{}: {}".format(name, first_error or "no model fits the probes"))
     residuals = dict((m, cross_validate(name, columns, bs, ks, m)) for m in fitted)
-    # Compare like with like: on the probes every validated model could predict. A model that
-    # could predict none of them is not ranked by validation (it keeps its place in MODELS).
+    # Compare like with like: on the cells every validated model could predict. A model that
+    # could predict none of them is not ranked by validation.
     validated = [m for m in fitted if any(not math.isnan(r) for r in residuals[m])]
-    common = [
-        i
-        for i in range(len(validation_keys(columns[name])))
-        if validated and all(not math.isnan(residuals[m][i]) for m in validated)
-    ]
+    n = len(residuals[validated[0]]) if validated else 0
+    common = [i for i in range(n) if all(not math.isnan(residuals[m][i]) for m in validated)]
     scores = dict(
         (m, sum(abs(residuals[m][i]) for i in common) / len(common)) for m in validated if common
     )
     if scores:
-        best = min(scores, key=lambda m: (scores[m], list(MODELS).index(m)))
+        plausible = within_noise(dict((m, residuals[m]) for m in scores), common)
+        best = plausible[0]
     else:  # nothing validated: the physical prior's order (a power limit's own model first)
         best = min(fitted, key=lambda m: list(MODELS).index(m))
+        plausible = [best]
     seen = [r for r in residuals[best] if not math.isnan(r)]
-    # Symmetric on purpose: a model that over-predicted the held-out probes may under-predict
+    # Symmetric on purpose: a model that over-predicted the held-out cells may under-predict
     # elsewhere by as much; the bound covers the largest miss either way.
-    margin = max([MIN_MARGIN] + [abs(r) for r in seen]) if seen else UNVALIDATED_MARGIN
-    # The bound also covers what the plausible models (validated within twice the best error)
-    # disagree on: where they part, the probes have not settled the value.
-    limit = 2.0 * scores.get(best, math.inf) if scores else math.inf
-    plausible = [m for m in fitted if scores.get(m, math.inf) <= limit] or [best]
-    upper = dict(
-        (p, max(fitted[m][p] for m in plausible + [best]) * (1.0 + margin)) for p in points
-    )
+    margin = max([0.0] + [abs(r) for r in seen])
+    if len(seen) < MIN_CELLS:  # the largest of one or two misses says little about the next
+        margin = max(margin, UNVALIDATED_MARGIN)
+    upper = dict((p, max(fitted[m][p] for m in plausible) * (1.0 + margin)) for p in points)
     return Choice(best, fitted[best], scores.get(best), scores, margin, upper)
