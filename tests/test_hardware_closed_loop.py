@@ -26,6 +26,7 @@ from tests.hardware_helpers import (
     BATCH,
     MHZ,
     ONE_THREAD,
+    SETTLE_GUARD_S,
     ClockLog,
     board_profile,
     check_clocks_follow,
@@ -54,7 +55,11 @@ def jetson_settings(board, state) -> AgentSettings:
     test's tmp_path, which holds the data. Paced: steps last the profile's step time."""
     return AgentSettings(
         backend="jetson",
-        options={"sysfs_root": str(board.root), "state_dir": str(state)},
+        options={
+            "sysfs_root": str(board.root),
+            "state_dir": str(state),
+            "settle_timeout_s": SETTLE_GUARD_S,
+        },
         timeout_s=30,
         long_timeout_s=150,
         work_dir=str(Path(state).parent),
@@ -175,6 +180,7 @@ def test_a_live_budget_file_named_in_the_node_config_drives_the_board(tmp_path):
         "sysfs-root": str(board.root),
         "state-dir": str(tmp_path / "state"),
         "budget-file": str(budget),
+        "settle-timeout-s": str(SETTLE_GUARD_S),
         "work-dir": str(tmp_path),
         "pace-to-profile": "true",
     }
