@@ -26,7 +26,7 @@ from fleet.agent.devices.clockstate import STATE_FILE, default_state_dir
 from fleet.agent.devices.guard import install_restore_handlers
 from fleet.agent.devices.jetson import JetsonBackend
 from simulations.virtual_jetson import build_board, wait_for
-from tests.conftest import run_cli
+from tests.conftest import AGENT_GUARD_S, run_cli
 
 REPO = Path(__file__).resolve().parents[1]
 HZ_230 = 230400000
@@ -129,7 +129,7 @@ def test_sigkill_leaves_pin_then_next_agent_start_restores(tmp_path):
     state = tmp_path / "state"
     with board.kernel(process=True, lag_s=0.02):
         original = board.bounds()
-        link = AgentLink(agent_argv(board.root, state), timeout_s=30).start()
+        link = AgentLink(agent_argv(board.root, state), timeout_s=AGENT_GUARD_S).start()
         try:
             link.request("lock", freq_mhz=230.4)
             assert pinned(board, HZ_230)
@@ -143,7 +143,7 @@ def test_sigkill_leaves_pin_then_next_agent_start_restores(tmp_path):
         assert json.loads((state / STATE_FILE).read_text())["max_freq"] == original["max_freq"]
 
         # ...until the next start, which restores before reading anything as "original".
-        link = AgentLink(agent_argv(board.root, state), timeout_s=30).start()
+        link = AgentLink(agent_argv(board.root, state), timeout_s=AGENT_GUARD_S).start()
         try:
             link.request("hello")
             assert board.bounds() == original
@@ -523,7 +523,9 @@ def test_agent_sigterm_restores_and_exits_143(tmp_path):
     board = build_board(tmp_path / "root", "orin")
     state = tmp_path / "state"
     original = board.bounds()
-    link = AgentLink(agent_argv(board.root, state), timeout_s=30, close_timeout_s=2).start()
+    link = AgentLink(
+        agent_argv(board.root, state), timeout_s=AGENT_GUARD_S, close_timeout_s=2
+    ).start()
     try:
         link.request("lock", freq_mhz=612.0)
         assert pinned(board, 612000000) and (state / STATE_FILE).exists()

@@ -22,6 +22,7 @@ from fleet.budgets.codec import parse_schedule
 from fleet.config.fleetfile import DeviceSpec, RunSettings
 from fleet.core.efficiency import Efficiency
 from simulations.virtual_jetson import build_board, wait_for
+from tests.conftest import AGENT_GUARD_S
 from tests.hardware_helpers import (
     BATCH,
     MHZ,
@@ -60,7 +61,7 @@ def jetson_settings(board, state) -> AgentSettings:
             "state_dir": str(state),
             "settle_timeout_s": SETTLE_GUARD_S,
         },
-        timeout_s=30,
+        timeout_s=AGENT_GUARD_S,
         long_timeout_s=150,
         work_dir=str(Path(state).parent),
         pace_to_profile=True,
@@ -84,7 +85,7 @@ def run_round(
     spec: DeviceSpec, ins: records.TrainInstruction, settings: AgentSettings, replies=None
 ) -> dict:
     """``run_on_agent`` against a live ``python -m fleet.agent`` (one torch thread)."""
-    with RecordingLink(settings.argv(), timeout_s=30, env=ONE_THREAD) as link:
+    with RecordingLink(settings.argv(), timeout_s=AGENT_GUARD_S, env=ONE_THREAD) as link:
         row = run_on_agent(link, spec, ins, settings)
     if replies is not None:
         replies.extend(link.replies)
