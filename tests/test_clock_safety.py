@@ -124,6 +124,7 @@ def test_state_file_written_before_first_write_and_removed_after_restore(tmp_pat
     assert not (state / STATE_FILE).exists()
 
 
+@pytest.mark.slow
 def test_sigkill_leaves_pin_then_next_agent_start_restores(tmp_path):
     board = build_board(tmp_path / "root", "nano")
     state = tmp_path / "state"
@@ -317,6 +318,7 @@ STRESS_CHILD = textwrap.dedent(
 ).format(repo=str(REPO))
 
 
+@pytest.mark.slow
 def test_sigterm_at_random_moments_of_relocking_always_restores(tmp_path):
     board = build_board(tmp_path / "root", "nano")
     state = tmp_path / "state"
@@ -414,6 +416,7 @@ def _others_can_enter(path: Path) -> bool:
     return all(os.stat(p).st_mode & 0o001 for p in [path, *path.parents])
 
 
+@pytest.mark.slow
 def test_no_permission_is_one_line_exit_2_clocks_untouched():
     """A real EACCES: the command runs as 'nobody' on a root-owned tree (tests run as root)."""
     if os.geteuid() != 0:
@@ -471,6 +474,7 @@ class RecordingBackend(JetsonBackend):
         return ok
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("settle_timeout_s,lag_s,settled", [(10.0, 0.3, True), (0.0, 10.0, False)])
 def test_settling_drops_samples_taken_before_the_clock_arrived(
     tmp_path, settle_timeout_s, lag_s, settled

@@ -192,6 +192,7 @@ def test_budget_file_garbage_keeps_last_good_and_warns_once(tmp_path):
         make_source("5", "0:5", None)
 
 
+@pytest.mark.slow
 def test_budget_file_drives_the_loop(tmp_path):
     path = tmp_path / "budget"
     path.write_text("6\n")
@@ -227,6 +228,7 @@ def test_budget_file_drives_the_loop(tmp_path):
 # ------------------------------------------------------------------------------ the loop
 
 
+@pytest.mark.slow
 def test_schedule_lowers_the_clock_at_the_step():
     backend = FollowBackend()
     result, summary = run_loop(backend, ScheduleBudget(parse_schedule("0:6,1.5:4.2")), 3200)
@@ -249,6 +251,7 @@ def test_schedule_lowers_the_clock_at_the_step():
     assert backend.locked is None and backend.restores >= 1
 
 
+@pytest.mark.slow
 def test_guard_steps_down_within_half_a_second_and_never_reselects():
     backend = FollowBackend()
     drift_at = [None]
@@ -337,6 +340,7 @@ def test_frequencies_are_locked_only_from_the_lut():
 # ------------------------------------------------------------------------------ the agent
 
 
+@pytest.mark.slow
 def test_agent_train_runs_the_closed_loop_and_falls_back_to_cpu(tmp_path):
     from fleet.agent.protocol.handler_api import Context
     from fleet.agent.protocol.train_command import handle_train
@@ -375,6 +379,7 @@ def test_agent_train_runs_the_closed_loop_and_falls_back_to_cpu(tmp_path):
     assert backend.locked is None
 
 
+@pytest.mark.slow
 def test_closed_loop_resume_is_exact_under_a_fixed_budget(tmp_path):
     def run(max_samples, ckpt):
         model = build_model("small_cnn", num_classes=2, input_shape="1x8x8", seed=0, width=4)

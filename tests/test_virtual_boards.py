@@ -354,6 +354,7 @@ def _restore(board, state: Path, *extra: str) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", rows())
 def test_sigkill_while_locked_then_powerfleet_restore(tmp_path, key):
     board = build_board(tmp_path / "root", key)

@@ -132,6 +132,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rules,before,after", CASES, ids=[f"{r}-{b}-{a}" for r, b, a in CASES])
 def test_a_lock_written_anywhere_in_a_poll_is_taken_whole(tmp_path, monkeypatch, rules, before,
                                                           after):  # fmt: skip

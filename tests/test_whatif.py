@@ -35,6 +35,7 @@ def per_device(fleet, objective):
     return [simulate_device(d, shipped, run).to_dict() for d in fleet.devices]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("objective", ["time", "energy", "deadline"])
 @pytest.mark.parametrize("scale", [False, True])
 def test_sweep_equals_per_budget_direct_simulation(objective, scale):
@@ -81,6 +82,7 @@ def test_parse_range():
             parse_range(bad)
 
 
+@pytest.mark.slow
 def test_pareto_front_keeps_only_non_dominated():
     fleet = load_fleet(DEFAULT)
     steps = sweep(fleet, [3.0, 4.5, 6.0, 7.0, 10.0], False, "time")
@@ -127,6 +129,7 @@ def test_cli_whatif_bad_budgets_is_one_line_exit_2():
     assert r.stderr.count("\n") == 1 and "--budgets" in r.stderr
 
 
+@pytest.mark.slow
 def test_direct_engine_deadline_report_compares_with_time(tmp_path):
     src = DEFAULT.read_text().replace('objective = "time"', 'objective = "deadline"')
     src = src.replace('"../', f'"{ROOT}/simulations/')
