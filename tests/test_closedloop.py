@@ -67,12 +67,12 @@ def after_start(backend, delay_s, action):
     return th
 
 
-def run_loop(backend, source, max_samples, checkpoint=None, **kw):
+def run_loop(backend, source, max_samples, checkpoint=None, augment=slow_step, **kw):
     model = build_model("small_cnn", num_classes=2, input_shape="1x8x8", seed=0, width=4)
     return train_under_budget(
         backend, model, TRAIN, TEST, lut_from_rows(lut_rows()), EFF, source, 16, 1e-3,
         target_accuracy=1.0, max_samples=max_samples, eval_every_samples=256,
-        augment=slow_step, checkpoint_path=checkpoint, **kw
+        augment=augment, checkpoint_path=checkpoint, **kw
     )  # fmt: skip
 
 
@@ -300,8 +300,19 @@ def test_guard_reacts_during_a_long_step():
 def test_lowest_clock_still_over_stops_with_checkpoint_and_restores(tmp_path):
     backend = FollowBackend()
     ckpt = str(tmp_path / "ckpt.pt")
-    after_start(backend, 0.6, lambda: setattr(backend, "drift_w", 2.0))
-    result, summary = run_loop(backend, FixedBudget(3.2), 100000, checkpoint=ckpt)
+    steps = [0]
+
+    def drift_after_three_steps(x, gen):
+        # paced by training, not the wall clock: a drift 0.6 s after the first lock could
+        # come before the first step on a loaded machine, and the run then stopped at 0 samples
+        steps[0] += 1
+        if steps[0] == 4:
+            backend.drift_w = 2.0
+        return slow_step(x, gen)
+
+    result, summary = run_loop(
+        backend, FixedBudget(3.2), 100000, checkpoint=ckpt, augment=drift_after_three_steps
+    )
     assert result.status == STATUS_OVER_BUDGET and summary["status"] == STATUS_OVER_BUDGET
     ev = summary["guard_events"]
     assert [(e["from_mhz"], e["to_mhz"]) for e in ev] == [(400.0, 200.0), (200.0, None)]
@@ -310,7 +321,10 @@ def test_lowest_clock_still_over_stops_with_checkpoint_and_restores(tmp_path):
     assert backend.locked is None and backend.restores >= 1
     # The checkpoint resumes (the drift gone): the counts carry on from where it stopped.
     backend2 = FollowBackend()
-    result2, summary2 = run_loop(backend2, FixedBudget(3.2), result.samples + 256, checkpoint=ckpt)
+    result2, summary2 = run_loop(
+        backend2, FixedBudget(3.2), result.samples + 256, checkpoint=ckpt,
+        augment=drift_after_three_steps,  # the run's own (its fourth step is long past)
+    )  # fmt: skip
     assert result2.resumed_from_samples == result.samples
     # the run's record is cumulative: the first call's guard events, and no new ones
     assert result2.samples >= result.samples + 256 and summary2["guard_events"] == ev
