@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION := 1
 
-.PHONY: run test lint format bench clean data
+.PHONY: run test test-fast lint format bench clean data
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,6 +25,11 @@ run: $(VENV)/.installed
 # no verdict depends on how fast a test runs, so tests may share the cores.
 test: $(VENV)/.installed
 	$(PY) -m pytest -q -n 3
+
+# The fast tier, for every change: the method's kernel, core, config, CLI refusals and the agent
+# protocol on replay; no test marked `slow` or `integration` (pyproject's markers).
+test-fast: $(VENV)/.installed
+	$(PY) -m pytest -q -n 2 -m "not slow and not integration"
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

@@ -17,10 +17,23 @@ and code that is right on one is wrong on the other (``/work/notes/boards-facts.
 
 A write to a file is noticed at the next poll: by its content (einval, as before) or by the
 file's identity and time stamp changing (pmqos, where rewriting the value already shown is a
-real request). Under pmqos the clock follows a request at once, but the files are rewritten
-with the effective bounds only at a poll that saw no new write (one poll later): rewriting a
-file while the writer is still on the second of a pair could lose that write.
-:func:`kernel_accepts` replays a write log by the same rules, node by node.
+real request). Under pmqos the clock follows a request at once and the files are rewritten
+with the effective bounds in the same poll. :func:`kernel_accepts` replays a write log by the
+same rules, node by node.
+
+A real kernel takes a write in one syscall; here the writer (a test, powerfleet) and the stand-in
+share plain files, so two races are closed however slowly either side runs (a loaded machine
+holds a process or a thread between any two file operations for as long as it likes):
+
+* a *torn read*: the pair is read file by file, so a writer's ``min_freq`` + ``max_freq`` pair
+  landing between the two reads would combine the old min with the new max (and on JetPack 4 be
+  "rejected", undoing a valid lock). The pair is read between two looks at both files' stamps
+  and taken only when neither changed (:meth:`NodeState._read_pair`); else the next poll.
+* a *lost write*: when the stand-in puts its answer in a file (the effective bound, a put-back,
+  a snapped OPP), a write that arrived since it last looked must not be overwritten, nor taken
+  as seen. :meth:`NodeState._show` replaces a file only when it is as last seen, and keeps the
+  replaced file open: a writer that had opened it just before the replace wrote into it, and
+  that write is forwarded to the new file at the next poll (:meth:`NodeState._forward`).
 """
 
 from __future__ import annotations
@@ -50,12 +63,27 @@ def read_int(path: Path) -> int | None:
         return None  # mid-write (truncated) or unreadable: look again at the next poll
 
 
-def _stamp(path: Path) -> tuple[int, int, int] | None:
+Stamp = tuple[int, int, int]
+
+
+def _of(st: os.stat_result) -> Stamp:
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def _stamp(path: Path) -> Stamp | None:
     try:
-        st = os.stat(path)
+        return _of(os.stat(path))
     except OSError:
         return None
-    return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def _replace(path: Path, text: str) -> Stamp:
+    """``atomic_write`` returning the stamp the new file has (a rename keeps it)."""
+    tmp = path.parent / f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp"
+    tmp.write_text(text)
+    stamp = _of(os.stat(tmp))
+    os.replace(tmp, path)
+    return stamp
 
 
 def snap(table: Sequence[int], value: int, up: bool) -> int:
@@ -112,17 +140,74 @@ class NodeState:
         self.rejected = 0
         self.snapped = 0
         self.requests = 0
+        # files this stand-in replaced while a writer may have held them open: (attr, fd,
+        # stamp of the file that replaced it); see _show and _forward
+        self._replaced: list[tuple[str, int, Stamp]] = []
+
+    # -- the files, shared with writers --------------------------------------------------------
+    def _read_pair(self) -> tuple[dict[str, Stamp | None], int | None, int | None] | None:
+        """Both bounds as one consistent snapshot (stamps, min, max), or None when a write
+        landed while they were read (the next poll reads again)."""
+        paths = [self.path / a for a in BOUNDS]
+        before = {a: _stamp(p) for a, p in zip(BOUNDS, paths, strict=True)}
+        raw_min, raw_max = (read_int(p) for p in paths)
+        after = {a: _stamp(p) for a, p in zip(BOUNDS, paths, strict=True)}
+        return (after, raw_min, raw_max) if after == before else None
+
+    def _show(self, attr: str, value: int, seen: Stamp | None) -> Stamp | None:
+        """Put ``value`` in ``attr`` as the kernel's answer, unless the file changed since the
+        poll that saw it as ``seen`` (a write this poll has not taken in: the next one does).
+        Returns the stamp of the file now there (ours), or None when nothing was written."""
+        path = self.path / attr
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            return None
+        keep = False
+        try:
+            before = _of(os.fstat(fd))
+            if before != seen:
+                return None
+            if os.pread(fd, 64, 0).decode(errors="replace").strip() == str(value):
+                return before  # already says it: nothing to replace
+            ours = _replace(path, f"{value}\n")
+            if _of(os.fstat(fd)) != before:  # a writer opened it before the rename
+                self._replaced.append((attr, fd, ours))
+                keep = True
+            return ours
+        finally:
+            if not keep:
+                os.close(fd)
+
+    def _forward(self) -> None:
+        """A write that went into a file this stand-in had just replaced is copied to the file
+        there now, where the next look sees it as the writer's (unless a newer write is there
+        already). A writer still between its truncate and its write is waited for."""
+        pending, self._replaced = self._replaced, []
+        for attr, fd, ours in pending:
+            text = os.pread(fd, 64, 0).decode(errors="replace").strip()
+            path = self.path / attr
+            if not text and _stamp(path) == ours:
+                self._replaced.append((attr, fd, ours))  # truncated, not yet written
+                continue
+            os.close(fd)
+            if text and _stamp(path) == ours:
+                self.stamps[attr] = None  # the forwarded write is a new one, whatever it says
+                _replace(path, text + "\n")
 
     # -- the bounds -------------------------------------------------------------------------
     def tick(self, clamp_hz: int | None) -> None:
+        self._forward()
         if self.rules == "pmqos":
             self._tick_pmqos(clamp_hz)
         else:
             self._tick_einval()
 
     def _tick_einval(self) -> None:
-        raw_min = read_int(self.path / "min_freq")
-        raw_max = read_int(self.path / "max_freq")
+        pair = self._read_pair()
+        if pair is None:
+            return
+        stamps, raw_min, raw_max = pair
         raw_min = self.seen_min if raw_min is None else raw_min
         raw_max = self.seen_max if raw_max is None else raw_max
         if raw_min == self.seen_min and raw_max == self.seen_max:
@@ -133,24 +218,22 @@ class NodeState:
             # EINVAL: the write that made min > max never took effect; show the old values.
             self.rejected += 1
             for attr, value in (("min_freq", self.eff_min), ("max_freq", self.eff_max)):
-                atomic_write(self.path / attr, f"{value}\n")
+                self._show(attr, value, stamps[attr])
             self.seen_min, self.seen_max = self.eff_min, self.eff_max
             return
         for attr, raw, new in (("min_freq", raw_min, new_min), ("max_freq", raw_max, new_max)):
             if raw != new:
                 self.snapped += 1
-                atomic_write(self.path / attr, f"{new}\n")  # show the OPP actually in force
+                self._show(attr, new, stamps[attr])  # show the OPP actually in force
         self.eff_min, self.eff_max = new_min, new_max
         self.seen_min, self.seen_max = new_min, new_max
 
     def _tick_pmqos(self, clamp_hz: int | None) -> None:
-        written = False
         for attr in BOUNDS:
             path = self.path / attr
             stamp = _stamp(path)
             if stamp == self.stamps[attr]:
                 continue
-            written = True
             value = read_int(path)
             if value is None:
                 continue  # truncated by a writer that has not written yet: next poll
@@ -168,15 +251,13 @@ class NodeState:
         bottom = min(max(self.table[0], self.req_min or 0), top)  # min > max: min reads as max
         hi = snap(self.table, top, up=False)
         self.eff_min, self.eff_max = min(snap(self.table, bottom, up=True), hi), hi
-        if written:
-            return  # the clock follows now; the files show it once a write pair is complete
         for attr, value in (("min_freq", bottom), ("max_freq", top)):
             if self.shown[attr] == value:
                 continue
-            if read_int(self.path / attr) != value:
-                atomic_write(self.path / attr, f"{value}\n")
-            self.shown[attr] = value
-            self.stamps[attr] = _stamp(self.path / attr)
+            ours = self._show(attr, value, self.stamps[attr])
+            if ours is not None:  # else a write arrived since the look above: the next poll
+                self.shown[attr] = value
+                self.stamps[attr] = ours
 
     def clock_range(self, clamp_hz: int | None) -> tuple[int, int]:
         """The OPPs the governor may pick from: the bounds in force, under the clamp (which on

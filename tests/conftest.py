@@ -11,6 +11,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
+#: How long a test waits for an agent's reply before it calls the agent hung: a hang guard, not a
+#: timing claim (a reply ends the wait at once). On a loaded 2-core machine an agent's start
+#: alone (torch imported) has taken over 20 s, and a tighter wait turned that into an "error" row.
+AGENT_GUARD_S = 120.0
+
 
 def write_csv(path: Path, header: str, rows: list[str], comments: list[str] = ()) -> Path:
     lines = [f"# {c}" for c in comments] + [header] + rows

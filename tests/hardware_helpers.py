@@ -28,6 +28,10 @@ from fleet.agent.data import tensorfile
 MHZ = 1_000_000
 BATCH = 16
 STEP_TOP_S = 0.02  # board_profile's step at the top clock (b=16); ~1/f below it
+# The agent's wait for ``cur_freq`` to reach a lock, as a hang guard: the kernel stand-in is a
+# process a loaded machine may hold for seconds, and a wait that gave up first would let the
+# closed loop's guard read the old clock's power on the rail and step a clock down.
+SETTLE_GUARD_S = 60.0
 # The agent's environment: one torch thread (several on a loaded 2-core machine crawl).
 ONE_THREAD = dict(os.environ, OMP_NUM_THREADS="1")
 ROOT = Path(__file__).resolve().parents[1]

@@ -20,6 +20,7 @@ from fleet.core.choice import align
 from fleet.core.efficiency import load_efficiency
 from fleet.core.profile import load_profile
 from fleet.core.selection import select
+from tests.conftest import AGENT_GUARD_S
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 
@@ -114,10 +115,10 @@ def test_hardware_steps_choose_what_selection_chooses(tmp_path: Path, budget: fl
     settings = AgentSettings(
         backend="replay",
         options={"profile_csv": PROFILE},
-        timeout_s=20,
+        timeout_s=AGENT_GUARD_S,
         work_dir=str(tmp_path / "w"),
     )
-    with AgentLink(settings.argv(), timeout_s=20) as link:
+    with AgentLink(settings.argv(), timeout_s=AGENT_GUARD_S) as link:
         res = run_on_agent(link, spec, ins, settings)
     assert res["status"] == "selected", res["message"]
     assert new_profile.exists() and res["profile"] == str(new_profile)
@@ -148,10 +149,10 @@ def test_hardware_round_reuses_profile_and_reports_selected(tmp_path: Path) -> N
     settings = AgentSettings(
         backend="replay",
         options={"profile_csv": PROFILE},
-        timeout_s=20,
+        timeout_s=AGENT_GUARD_S,
         work_dir=str(tmp_path / "w"),
     )
-    with AgentLink(settings.argv(), timeout_s=20) as link:
+    with AgentLink(settings.argv(), timeout_s=AGENT_GUARD_S) as link:
         row = run_on_agent(link, spec, ins, settings)
     assert row["status"] == "selected" and row["time_s"] is None and row["energy_j"] is None
     assert row["profile"] == PROFILE
@@ -164,10 +165,10 @@ def test_hardware_round_infeasible_budget(tmp_path: Path) -> None:
     settings = AgentSettings(
         backend="replay",
         options={"profile_csv": PROFILE},
-        timeout_s=20,
+        timeout_s=AGENT_GUARD_S,
         work_dir=str(tmp_path / "w"),
     )
-    with AgentLink(settings.argv(), timeout_s=20) as link:
+    with AgentLink(settings.argv(), timeout_s=AGENT_GUARD_S) as link:
         row = run_on_agent(link, spec, _instruction(), settings)
     assert row["status"] == "infeasible" and row["batch_size"] is None
     lowest = min(p.peak_power_w for p in load_profile(PROFILE).points)  # brute force

@@ -25,6 +25,7 @@ from fleet.agent.models.registry import (
         ("char_transformer", "16", 40, (2, 16, 40)),
     ],
 )
+@pytest.mark.slow
 def test_forward_backward_shapes(name, shape, classes, out_shape):
     model = build_model(name, classes, shape, seed=0)
     x, y = make_batch(name, 2, shape, classes)
@@ -36,6 +37,7 @@ def test_forward_backward_shapes(name, shape, classes, out_shape):
     assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
 
 
+@pytest.mark.slow
 def test_parameter_counts_match_reference_figures():
     # CIFAR ResNet-18 (kuangliu-style, 10 classes): 11,173,962 parameters.
     assert count_parameters(build_model("resnet18", 10)) == 11_173_962
@@ -46,6 +48,7 @@ def test_parameter_counts_match_reference_figures():
     assert count_parameters(build_model("mobilenetv2", 1000, cifar=False)) == 3_504_872
 
 
+@pytest.mark.slow
 def test_mobilenetv2_cifar_variant_keeps_resolution_and_width_multiplier_shrinks():
     full = build_model("mobilenetv2", 10)
     feats = full.features(torch.zeros(1, 3, 32, 32))
@@ -63,6 +66,7 @@ def test_transformer_heads_round_up_to_equal_width():
     assert model.tok_emb.embedding_dim == 256
 
 
+@pytest.mark.slow
 def test_transformer_is_causal():
     model = build_model("char_transformer", 50, "64", seed=1).eval()
     x, _ = make_batch("char_transformer", 2, "64", 50, seed=3)

@@ -127,6 +127,7 @@ def frontier(rows, budget):
     return best
 
 
+@pytest.mark.slow
 def test_cpu_profile_time_only_writes_valid_csv(tmp_path):
     calls = []
     result = profile_grid(
@@ -167,6 +168,7 @@ def test_cpu_profile_time_only_writes_valid_csv(tmp_path):
     assert no_sampler_threads()
 
 
+@pytest.mark.slow
 def test_power_is_sampled_over_the_timed_window_and_frequencies_restored():
     gpu = FakeGpu(watts=6.5)
     result = profile_grid(
@@ -241,6 +243,7 @@ def test_replay_passes_on_the_recorded_idle_power(tmp_path):
         assert load_profile(str(out)).idle_power_w == want
 
 
+@pytest.mark.slow
 def test_out_of_memory_is_recorded_and_profiling_continues(tmp_path):
     gpu = FakeGpu()
     model = Raising(8, RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"))
@@ -269,6 +272,7 @@ def test_out_of_memory_is_recorded_and_profiling_continues(tmp_path):
     assert (row["batch_size"], row["time_per_batch_s"], row["peak_power_w"]) == ("8", "", "")
 
 
+@pytest.mark.slow
 def test_out_of_memory_under_a_budget_skips_the_batch_size():
     gpu = FakeGpu(watts=4.0)
     model = Raising(16, MemoryError())
@@ -283,6 +287,7 @@ def test_out_of_memory_under_a_budget_skips_the_batch_size():
     assert result.probes == 4 and result.grid_size == 6
 
 
+@pytest.mark.slow
 def test_frequency_restored_after_an_exception_mid_profile():
     gpu = FakeGpu()
     model = Raising(8, ValueError("boom in forward"))

@@ -11,6 +11,7 @@ import json
 import random
 from pathlib import Path
 
+import pytest
 import torch
 
 from fleet.agent.models.registry import build_model, count_parameters
@@ -78,6 +79,7 @@ def _prose(seed: int, chars: int, words: list[str]) -> str:
     return "".join(out)
 
 
+@pytest.mark.slow
 def test_study_on_tiny_text_writes_valid_efficiency_files_and_report(tmp_path):
     data = tmp_path / "data"
     words = ["the", "and", "of", "to", "whale", "sea", "lady", "king"]

@@ -78,11 +78,13 @@ def test_the_architecture_page_declares_every_product_package():
     assert not missing, f"declared in {DOC} but not in the tree: {missing}"
 
 
+@pytest.mark.slow
 def test_the_product_has_no_import_cycle():
     found = cycles(edges(ROOT, PACKAGES))
     assert found == [], "import cycles:\n" + "\n".join(" -> ".join(c) for c in found)
 
 
+@pytest.mark.slow
 def test_no_import_runs_against_the_layers():
     bad = against_layers(edges(ROOT, PACKAGES), LAYERS)
     lines = [f"{e.path.relative_to(ROOT)}:{e.line}: {e.source} imports {e.target}" for e in bad]

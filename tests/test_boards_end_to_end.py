@@ -54,6 +54,7 @@ def cli(capsys, *args: str) -> tuple[int, dict | None, str]:
     return rc, (json.loads(out) if rc == 0 and out.strip() else None), err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", ROW_KEYS)
 def test_profile_measures_the_board_total_at_each_clock(tmp_path, capsys, key):
     board = build_board(tmp_path / "root", key)
@@ -82,6 +83,7 @@ def test_profile_measures_the_board_total_at_each_clock(tmp_path, capsys, key):
     assert prof.metadata.get("device") == key
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", ROW_KEYS)
 def test_train_follows_the_schedule_and_the_guard_on_every_board(tmp_path, capsys, key):
     board = build_board(tmp_path / "root", key)

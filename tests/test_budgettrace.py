@@ -68,6 +68,7 @@ def traces(draw):
     return list(zip(times, watts, strict=True))
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(traces(), st.floats(0.0, 600.0))
 def test_schedule_properties(readings, dwell):
@@ -157,6 +158,7 @@ def test_shipped_solar_scenario_follows_the_sun():
         assert not math.isinf(d.schedule[-1].at_s)
 
 
+@pytest.mark.slow
 def test_solar_round_stays_under_the_sun(tmp_path):
     from simulations.runner import run_direct
 

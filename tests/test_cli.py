@@ -63,6 +63,7 @@ def test_select_energy_objective_and_table(files):
     assert "objective: energy" in r.stdout and "460.8" in r.stdout
 
 
+@pytest.mark.slow
 def test_infeasible_budget_exits_2_naming_lowest_peak(files):
     prof, eff = files
     r = run_cli(

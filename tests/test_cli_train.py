@@ -52,6 +52,7 @@ def run_cli(args, timeout=240):
     )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_train_json_contract_and_consistent_numbers(inputs):
     out_dir = inputs["tmp"] / "run"
     proc = run_cli(
@@ -108,6 +109,7 @@ def test_train_json_contract_and_consistent_numbers(inputs):
     assert (out_dir / "checkpoint.pt").is_file() and (out_dir / "weights.pt").is_file()
 
 
+@pytest.mark.slow
 def test_train_profiles_first_without_a_profile(inputs):
     proc = run_cli(
         base_args(inputs)

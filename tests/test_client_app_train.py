@@ -1,6 +1,7 @@
 """The ClientApp's real-learning mode as a plain function (no Flower processes)."""
 
 import numpy as np
+import pytest
 from flwr.app import ArrayRecord, RecordDict
 
 from clients import records
@@ -12,6 +13,7 @@ from tests.test_estimate import tiny_idx
 from tests.test_learning import HEADER
 
 
+@pytest.mark.slow
 def test_federated_device_trains_and_sends_fine_tuned_weights(tmp_path):
     data = tiny_idx(tmp_path / "tiny")
     prof = tmp_path / "p.csv"

@@ -313,6 +313,7 @@ def test_hardware_node_without_segment_support_is_an_error_row():
     assert row["status"] == "error" and "hardware_segment" in row["message"]
 
 
+@pytest.mark.slow
 def test_host_training_runs_its_whole_round_in_one_segment(tmp_path):
     """Host training cannot stop mid-round: one segment is its whole (final) round."""
     from tests.test_estimate import tiny_idx

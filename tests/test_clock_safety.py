@@ -26,7 +26,7 @@ from fleet.agent.devices.clockstate import STATE_FILE, default_state_dir
 from fleet.agent.devices.guard import install_restore_handlers
 from fleet.agent.devices.jetson import JetsonBackend
 from simulations.virtual_jetson import build_board, wait_for
-from tests.conftest import run_cli
+from tests.conftest import AGENT_GUARD_S, run_cli
 
 REPO = Path(__file__).resolve().parents[1]
 HZ_230 = 230400000
@@ -124,12 +124,13 @@ def test_state_file_written_before_first_write_and_removed_after_restore(tmp_pat
     assert not (state / STATE_FILE).exists()
 
 
+@pytest.mark.slow
 def test_sigkill_leaves_pin_then_next_agent_start_restores(tmp_path):
     board = build_board(tmp_path / "root", "nano")
     state = tmp_path / "state"
     with board.kernel(process=True, lag_s=0.02):
         original = board.bounds()
-        link = AgentLink(agent_argv(board.root, state), timeout_s=30).start()
+        link = AgentLink(agent_argv(board.root, state), timeout_s=AGENT_GUARD_S).start()
         try:
             link.request("lock", freq_mhz=230.4)
             assert pinned(board, HZ_230)
@@ -143,7 +144,7 @@ def test_sigkill_leaves_pin_then_next_agent_start_restores(tmp_path):
         assert json.loads((state / STATE_FILE).read_text())["max_freq"] == original["max_freq"]
 
         # ...until the next start, which restores before reading anything as "original".
-        link = AgentLink(agent_argv(board.root, state), timeout_s=30).start()
+        link = AgentLink(agent_argv(board.root, state), timeout_s=AGENT_GUARD_S).start()
         try:
             link.request("hello")
             assert board.bounds() == original
@@ -317,6 +318,7 @@ STRESS_CHILD = textwrap.dedent(
 ).format(repo=str(REPO))
 
 
+@pytest.mark.slow
 def test_sigterm_at_random_moments_of_relocking_always_restores(tmp_path):
     board = build_board(tmp_path / "root", "nano")
     state = tmp_path / "state"
@@ -414,6 +416,7 @@ def _others_can_enter(path: Path) -> bool:
     return all(os.stat(p).st_mode & 0o001 for p in [path, *path.parents])
 
 
+@pytest.mark.slow
 def test_no_permission_is_one_line_exit_2_clocks_untouched():
     """A real EACCES: the command runs as 'nobody' on a root-owned tree (tests run as root)."""
     if os.geteuid() != 0:
@@ -471,6 +474,7 @@ class RecordingBackend(JetsonBackend):
         return ok
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("settle_timeout_s,lag_s,settled", [(10.0, 0.3, True), (0.0, 10.0, False)])
 def test_settling_drops_samples_taken_before_the_clock_arrived(
     tmp_path, settle_timeout_s, lag_s, settled
@@ -523,7 +527,9 @@ def test_agent_sigterm_restores_and_exits_143(tmp_path):
     board = build_board(tmp_path / "root", "orin")
     state = tmp_path / "state"
     original = board.bounds()
-    link = AgentLink(agent_argv(board.root, state), timeout_s=30, close_timeout_s=2).start()
+    link = AgentLink(
+        agent_argv(board.root, state), timeout_s=AGENT_GUARD_S, close_timeout_s=2
+    ).start()
     try:
         link.request("lock", freq_mhz=612.0)
         assert pinned(board, 612000000) and (state / STATE_FILE).exists()

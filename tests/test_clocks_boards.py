@@ -414,6 +414,7 @@ def test_restore_waits_for_a_late_gpu_node(tmp_path):
     assert not (state / STATE_FILE).exists()
 
 
+@pytest.mark.slow
 def test_restore_wait_gives_up_in_one_line(tmp_path):
     root, state, _, _ = crashed_orin_jp7(tmp_path)
     kept = (state / STATE_FILE).read_text()

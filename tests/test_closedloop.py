@@ -66,12 +66,12 @@ def after_start(backend, delay_s, action):
     return th
 
 
-def run_loop(backend, source, max_samples, checkpoint=None, **kw):
+def run_loop(backend, source, max_samples, checkpoint=None, augment=slow_step, **kw):
     model = build_model("small_cnn", num_classes=2, input_shape="1x8x8", seed=0, width=4)
     return train_under_budget(
         backend, model, TRAIN, TEST, lut_from_rows(lut_rows()), EFF, source, 16, 1e-3,
         target_accuracy=1.0, max_samples=max_samples, eval_every_samples=256,
-        augment=slow_step, checkpoint_path=checkpoint, **kw
+        augment=augment, checkpoint_path=checkpoint, **kw
     )  # fmt: skip
 
 
@@ -169,6 +169,7 @@ def test_budget_file_garbage_keeps_last_good_and_warns_once(tmp_path):
         make_source("5", "0:5", None)
 
 
+@pytest.mark.slow
 def test_budget_file_drives_the_loop(tmp_path):
     path = tmp_path / "budget"
     path.write_text("6\n")
@@ -204,6 +205,7 @@ def test_budget_file_drives_the_loop(tmp_path):
 # ------------------------------------------------------------------------------ the loop
 
 
+@pytest.mark.slow
 def test_schedule_lowers_the_clock_at_the_step():
     backend = FollowBackend()
     result, summary = run_loop(backend, ScheduleBudget(parse_schedule("0:6,1.5:4.2")), 3200)
@@ -226,6 +228,7 @@ def test_schedule_lowers_the_clock_at_the_step():
     assert backend.locked is None and backend.restores >= 1
 
 
+@pytest.mark.slow
 def test_guard_steps_down_within_half_a_second_and_never_reselects():
     backend = FollowBackend()
     drift_at = [None]
@@ -274,8 +277,19 @@ def test_guard_reacts_during_a_long_step():
 def test_lowest_clock_still_over_stops_with_checkpoint_and_restores(tmp_path):
     backend = FollowBackend()
     ckpt = str(tmp_path / "ckpt.pt")
-    after_start(backend, 0.6, lambda: setattr(backend, "drift_w", 2.0))
-    result, summary = run_loop(backend, FixedBudget(3.2), 100000, checkpoint=ckpt)
+    steps = [0]
+
+    def drift_after_three_steps(x, gen):
+        # paced by training, not the wall clock: a drift 0.6 s after the first lock could
+        # come before the first step on a loaded machine, and the run then stopped at 0 samples
+        steps[0] += 1
+        if steps[0] == 4:
+            backend.drift_w = 2.0
+        return slow_step(x, gen)
+
+    result, summary = run_loop(
+        backend, FixedBudget(3.2), 100000, checkpoint=ckpt, augment=drift_after_three_steps
+    )
     assert result.status == STATUS_OVER_BUDGET and summary["status"] == STATUS_OVER_BUDGET
     ev = summary["guard_events"]
     assert [(e["from_mhz"], e["to_mhz"]) for e in ev] == [(400.0, 200.0), (200.0, None)]
@@ -284,7 +298,10 @@ def test_lowest_clock_still_over_stops_with_checkpoint_and_restores(tmp_path):
     assert backend.locked is None and backend.restores >= 1
     # The checkpoint resumes (the drift gone): the counts carry on from where it stopped.
     backend2 = FollowBackend()
-    result2, summary2 = run_loop(backend2, FixedBudget(3.2), result.samples + 256, checkpoint=ckpt)
+    result2, summary2 = run_loop(
+        backend2, FixedBudget(3.2), result.samples + 256, checkpoint=ckpt,
+        augment=drift_after_three_steps,  # the run's own (its fourth step is long past)
+    )  # fmt: skip
     assert result2.resumed_from_samples == result.samples
     # the run's record is cumulative: the first call's guard events, and no new ones
     assert result2.samples >= result.samples + 256 and summary2["guard_events"] == ev
@@ -314,6 +331,7 @@ def test_frequencies_are_locked_only_from_the_lut():
 # ------------------------------------------------------------------------------ the agent
 
 
+@pytest.mark.slow
 def test_agent_train_runs_the_closed_loop_and_falls_back_to_cpu(tmp_path):
     from fleet.agent.protocol.handler_api import Context
     from fleet.agent.protocol.train_command import handle_train
@@ -353,6 +371,7 @@ def test_agent_train_runs_the_closed_loop_and_falls_back_to_cpu(tmp_path):
     assert backend.locked is None
 
 
+@pytest.mark.slow
 def test_closed_loop_resume_is_exact_under_a_fixed_budget(tmp_path):
     def run(max_samples, ckpt):
         model = build_model("small_cnn", num_classes=2, input_shape="1x8x8", seed=0, width=4)

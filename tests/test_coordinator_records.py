@@ -109,6 +109,7 @@ def test_instruction_errors_are_one_line(fleet, shipped) -> None:
 # ----------------------------------------------------------------------------- replies
 
 
+@pytest.mark.slow
 def test_reply_round_trip_for_every_default_device(fleet, shipped) -> None:
     for spec in fleet.devices:
         row = simulate_device(spec, shipped, fleet.run).to_dict()
@@ -200,6 +201,7 @@ def _instruction_content(fleet, shipped, mode: str = "local", arrays=None) -> Re
     return RecordDict({"arrays": arrays or ArrayRecord(), "config": cfg})
 
 
+@pytest.mark.slow
 def test_simulated_round_in_process_equals_direct(fleet, shipped) -> None:
     for pid, spec in enumerate(fleet.devices):
         out = simulated_round({"partition-id": pid}, _instruction_content(fleet, shipped))

@@ -72,6 +72,7 @@ def predicted(tmp_path_factory) -> str:
     return str(out)
 
 
+@pytest.mark.slow
 def test_staircase_profile_refused_above_its_budget_naming_it(staircase5):
     r = select_json(staircase5, "7")
     assert r.returncode == 2
@@ -83,6 +84,7 @@ def test_staircase_profile_refused_above_its_budget_naming_it(staircase5):
     assert "Traceback" not in r.stderr
 
 
+@pytest.mark.slow
 def test_staircase_profile_answers_at_its_own_budget_as_the_full_grid(staircase5):
     mine = json.loads(select_json(staircase5, "5").stdout)
     full = json.loads(select_json(NANO, "5").stdout)
@@ -90,6 +92,7 @@ def test_staircase_profile_answers_at_its_own_budget_as_the_full_grid(staircase5
     assert mine["predicted"] is False
 
 
+@pytest.mark.slow
 def test_refusal_lifted_once_the_grid_is_filled(staircase5, predicted):
     full = json.loads(select_json(NANO, "7").stdout)
     assert (full["batch_size"], full["freq_mhz"]) == full_grid(7.0)
@@ -99,6 +102,7 @@ def test_refusal_lifted_once_the_grid_is_filled(staircase5, predicted):
     assert (got["batch_size"], got["freq_mhz"]) == full_grid(7.0)  # prediction is that good
 
 
+@pytest.mark.slow
 def test_select_json_says_predicted_on_a_predicted_choice(predicted):
     rows = {
         (int(r["batch_size"]), float(r["freq_mhz"])): r["source"]
@@ -126,6 +130,7 @@ def test_missing_points_are_what_the_device_should_probe(staircase5):
     check_coverage(profile, cov, eff, 5.0, select(profile, eff, 5.0))  # no raise at 5 W
 
 
+@pytest.mark.slow
 def test_predict_cli_round_trip_keeps_measured_rows(tmp_path, predicted):
     header, numbered, comments = read_rows(predicted)
     sparse = tmp_path / "sparse.csv"

@@ -164,6 +164,7 @@ class FakeResponse(io.BytesIO):
         return False
 
 
+@pytest.mark.slow
 def test_canonical_url_is_used_when_online(tmp_path: Path, monkeypatch):
     payload = mnist_csv_gz()
     urls = []

@@ -68,6 +68,7 @@ def brute_force(profile, eff, budget, deadline):
     st.one_of(st.none(), st.floats(2.0, 16.0)),
     st.floats(0.5, 5e3),
 )
+@pytest.mark.slow
 def test_choice_equals_brute_force_min_energy_meeting_deadline(pe, budget, deadline):
     profile, eff = pe
     got = select_deadline(profile.points, eff, budget, deadline)
@@ -154,6 +155,7 @@ def schedules(draw):
     return tuple(BudgetStep(t, b) for t, b in zip([0.0, *times], budgets, strict=True))
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(profiles(), schedules(), st.floats(1.0, 500.0), st.sampled_from([1.0, 0.7, 1.6]))
 def test_replay_with_deadline_never_exceeds_any_budget(pe, steps, deadline, truth_factor):
@@ -187,6 +189,7 @@ def test_plan_deadline_is_the_slowest_fastest_finish():
     assert plan_deadline([None, math.inf]) is None
 
 
+@pytest.mark.slow
 def test_default_fleet_deadline_objective_end_to_end():
     fleet = load_fleet(ROOT / "simulations" / "fleets" / "default.toml")
     t = simulate_fleet(fleet, "time")
@@ -218,6 +221,7 @@ def test_default_fleet_deadline_objective_end_to_end():
         assert pred_e <= ref_e * (1 + 1e-9)
 
 
+@pytest.mark.slow
 def test_explicit_deadline_in_run_table_makes_devices_late(tmp_path):
     src = (ROOT / "simulations" / "fleets" / "default.toml").read_text()
     src = src.replace('objective = "time"', 'objective = "deadline"\ndeadline_s = 100')
@@ -240,6 +244,7 @@ def test_explicit_deadline_in_run_table_makes_devices_late(tmp_path):
         simulate_fleet(load_fleet(f))
 
 
+@pytest.mark.slow
 def test_select_cli_deadline_needs_a_deadline_and_picks_like_brute_force():
     import json
 
@@ -271,6 +276,7 @@ def test_select_cli_deadline_needs_a_deadline_and_picks_like_brute_force():
         assert got["late"] is late is want.late
 
 
+@pytest.mark.slow
 def test_planning_wire_and_device_plan_match_the_direct_planner():
     """What a device replies in the planning exchange (plan_for_device through the wire
     format) gives the direct engine's deadline, and the deadline travels in the instruction."""

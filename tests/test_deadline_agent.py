@@ -149,6 +149,7 @@ def same(got, want):
     st.floats(1.0, 5e3),
     st.sets(st.tuples(st.sampled_from(BATCHES), st.sampled_from(FREQS)), max_size=4),
 )
+@pytest.mark.slow
 def test_one_budget_equals_brute_force_for_the_remaining_work(lut, budget, done, clock, deadline,
                                                               exclude):  # fmt: skip
     points, n = lut
@@ -174,6 +175,7 @@ def test_one_budget_equals_brute_force_for_the_remaining_work(lut, budget, done,
     st.floats(0.0, 300.0),
     st.floats(1.0, 5e3),
 )
+@pytest.mark.slow
 def test_schedule_look_ahead_equals_brute_force_and_the_host(lut, budgets, done, clock, deadline):
     points, n = lut
     steps = [(60.0 * j, w) for j, w in enumerate(budgets)]
@@ -285,6 +287,7 @@ def picked(got):
     return got[0].point.batch_size, got[0].point.freq_mhz
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("one_torch_thread")
 def test_a_live_budget_file_re_selects_for_the_work_and_time_left(tmp_path):
     """6 W, then the file says 4.2 W: the new point is the deadline point for the remaining
@@ -307,6 +310,7 @@ def test_a_live_budget_file_re_selects_for_the_work_and_time_left(tmp_path):
     assert summary["guard_events"] == [] and board.locked is None
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("one_torch_thread")
 def test_after_a_guard_step_down_the_deadline_re_selects_with_the_rail_margin():
     """The rail runs 1.5 W hot from 1 s: the guard steps 16@600 down to 16@400 and rules out
@@ -340,6 +344,7 @@ def test_after_a_guard_step_down_the_deadline_re_selects_with_the_rail_margin():
     assert board.locked is None
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("one_torch_thread")
 def test_a_board_slower_than_its_lut_falls_behind_and_runs_its_fastest_point():
     """Steps take 15 ms (the LUT says 8 ms): 16@800, the least-energy point meeting 2.5 s at the
@@ -426,6 +431,7 @@ def test_a_resumed_checkpoint_counts_and_the_loop_re_selects_for_what_is_left():
     assert board.locked is None
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("one_torch_thread")
 def test_the_trainer_tells_the_loop_what_a_checkpoint_holds(tmp_path):
     """Capped after 1,600 samples with a checkpoint; the next run resumes there and trains

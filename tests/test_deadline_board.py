@@ -39,6 +39,7 @@ def host_choice(prof, clock_s, done):
     return (rate.point.batch_size, rate.point.freq_mhz), late, finish
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(420)
 def test_deadline_on_the_board_follows_the_schedule_and_the_remaining_work(tmp_path):
     board = build_board(tmp_path / "board", "nano", workload="small_cnn")

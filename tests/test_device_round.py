@@ -28,6 +28,7 @@ from fleet.reports.report import fleet_totals, write_report
 from fleet.rounds.device_round import row_columns, row_fields, run_device
 from fleet.rounds.host_training import train_device
 from fleet.rounds.virtual_clock import VirtualClock, simulate_device
+from tests.conftest import AGENT_GUARD_S
 from tests.test_learning import setup
 from tests.test_virtual_clock import PROFILE
 
@@ -50,8 +51,10 @@ def three_rows(tmp_path: Path, profile_type: str, spec_type: str = "jetson-nano"
     host, _ = train_device(
         DeviceSpec("d", spec_type, 5.0, str(prof), str(data), learning="train"), SHIPPED, run
     )
-    settings = AgentSettings(backend="replay", options={"profile_csv": str(prof)}, timeout_s=20)
-    with AgentLink(settings.argv(), timeout_s=20) as link:
+    settings = AgentSettings(
+        backend="replay", options={"profile_csv": str(prof)}, timeout_s=AGENT_GUARD_S
+    )
+    with AgentLink(settings.argv(), timeout_s=AGENT_GUARD_S) as link:
         agent = run_on_agent(
             link,
             DeviceSpec("d", spec_type, 5.0, str(prof), None),

@@ -41,6 +41,7 @@ class StepBudget(BudgetSource):
         return "7 W, then 7.5 W"
 
 
+@pytest.mark.slow
 def test_power_drift_is_one_event_and_the_refresh_moves_the_table(tmp_path):
     backend = FollowBackend()
     steps, at = [0], {}
@@ -101,6 +102,7 @@ def test_power_drift_is_one_event_and_the_refresh_moves_the_table(tmp_path):
     assert result.samples >= 6000 and backend.locked is None
 
 
+@pytest.mark.slow
 def test_agent_train_reply_carries_drift_events_and_the_refreshed_profile(tmp_path):
     from fleet.agent.protocol.handler_api import Context
     from fleet.agent.protocol.train_command import handle_train

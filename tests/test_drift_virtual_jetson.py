@@ -23,6 +23,7 @@ FREQS = (614.4, 768.0, 921.6)  # at 4.6 W the choice is 768 MHz; 921.6 is over t
 SCALE = 1.12
 
 
+@pytest.mark.slow
 def test_power_drift_gives_one_event_and_a_refreshed_profile(tmp_path):
     board = build_board(tmp_path / "board", "nano", workload="small_cnn")
     board.set_load(16)
@@ -73,6 +74,7 @@ def test_power_drift_gives_one_event_and_a_refreshed_profile(tmp_path):
     assert lut[float(out["freq_mhz"])] / 1.02 * SCALE <= 4.6
 
 
+@pytest.mark.slow
 def test_bad_drift_tolerance_is_one_line_and_exit_2(tmp_path):
     from tests.conftest import run_cli
 

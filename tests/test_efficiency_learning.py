@@ -200,6 +200,7 @@ def test_progress_carries_a_bounded_learning_state():
         read_progress({"learning": {"curve": [[1, 0.5]] * 30000}})
 
 
+@pytest.mark.slow
 def test_the_default_fleet_plans_its_second_round_on_what_the_first_taught(tmp_path):
     """Round 1 plans the deadline on the proxy (far too early); the devices' evidence teaches
     the store, and round 2's plan, made before anyone trains, is within 5 % of the round time

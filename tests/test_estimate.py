@@ -3,6 +3,7 @@
 import json
 
 import numpy as np
+import pytest
 
 from fleet.agent.data.imagefiles import write_idx
 from fleet.core.efficiency import load_efficiency
@@ -26,6 +27,7 @@ def tiny_idx(folder, n=400, seed=0, flip=False):
     return folder
 
 
+@pytest.mark.slow
 def test_pretrain_then_estimate_writes_a_valid_efficiency_file(tmp_path):
     data = tiny_idx(tmp_path / "tiny")
     public = tiny_idx(tmp_path / "public", seed=1, flip=True)
@@ -98,6 +100,7 @@ def test_pretrain_then_estimate_writes_a_valid_efficiency_file(tmp_path):
     assert load_efficiency(out).samples == eff.samples
 
 
+@pytest.mark.slow
 def test_unreachable_target_is_marked_not_reached(tmp_path):
     data = tiny_idx(tmp_path / "tiny")
     out = tmp_path / "eff.csv"
@@ -127,6 +130,7 @@ def test_unreachable_target_is_marked_not_reached(tmp_path):
     assert "not reached" in e.stdout
 
 
+@pytest.mark.slow
 def test_not_prepared_dataset_says_which_command(tmp_path):
     e = run_cli(
         "estimate",

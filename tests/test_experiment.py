@@ -9,6 +9,7 @@ from tests.conftest import ROOT, run_cli
 SIM = ROOT / "simulations"
 
 
+@pytest.mark.slow
 def test_small_report_numbers_match_compare(tmp_path):
     out = tmp_path / "exp"
     r = run_cli(
@@ -51,6 +52,7 @@ def test_small_report_numbers_match_compare(tmp_path):
     assert "modeled / modeled / modeled" in report
 
 
+@pytest.mark.slow
 def test_seeds_spread_is_deterministic(tmp_path):
     a = run_cli(
         "experiment",
@@ -83,6 +85,7 @@ def test_seeds_spread_is_deterministic(tmp_path):
     assert any(r["time_std_s"] > 0 for r in rows)
 
 
+@pytest.mark.slow
 def test_report_command_on_a_run_dir(tmp_path):
     run = tmp_path / "run"
     s = run_cli("simulate", "--engine", "direct", "--run-dir", str(run))

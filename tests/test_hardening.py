@@ -287,6 +287,7 @@ def test_agent_answers_hostile_lines_and_keeps_serving():
     assert all("\n" not in e for e in errors)
 
 
+@pytest.mark.slow
 def test_tensorfile_cli_converts_only_with_a_code_refusing_torch(tmp_path):
     old = tmp_path / "old.pt"
     torch.save({"w": torch.arange(4)}, str(old))

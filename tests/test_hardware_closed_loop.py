@@ -22,10 +22,12 @@ from fleet.config.fleetfile import DeviceSpec, RunSettings
 from fleet.core.efficiency import Efficiency
 from fleet.method.budget import parse_schedule
 from simulations.virtual_jetson import build_board, wait_for
+from tests.conftest import AGENT_GUARD_S
 from tests.hardware_helpers import (
     BATCH,
     MHZ,
     ONE_THREAD,
+    SETTLE_GUARD_S,
     ClockLog,
     board_profile,
     check_clocks_follow,
@@ -54,8 +56,12 @@ def jetson_settings(board, state) -> AgentSettings:
     test's tmp_path, which holds the data. Paced: steps last the profile's step time."""
     return AgentSettings(
         backend="jetson",
-        options={"sysfs_root": str(board.root), "state_dir": str(state)},
-        timeout_s=30,
+        options={
+            "sysfs_root": str(board.root),
+            "state_dir": str(state),
+            "settle_timeout_s": SETTLE_GUARD_S,
+        },
+        timeout_s=AGENT_GUARD_S,
         long_timeout_s=150,
         work_dir=str(Path(state).parent),
         pace_to_profile=True,
@@ -79,7 +85,7 @@ def run_round(
     spec: DeviceSpec, ins: records.TrainInstruction, settings: AgentSettings, replies=None
 ) -> dict:
     """``run_on_agent`` against a live ``python -m fleet.agent`` (one torch thread)."""
-    with RecordingLink(settings.argv(), timeout_s=30, env=ONE_THREAD) as link:
+    with RecordingLink(settings.argv(), timeout_s=AGENT_GUARD_S, env=ONE_THREAD) as link:
         row = run_on_agent(link, spec, ins, settings)
     if replies is not None:
         replies.extend(link.replies)
@@ -176,6 +182,7 @@ def test_a_live_budget_file_named_in_the_node_config_drives_the_board(tmp_path):
         "sysfs-root": str(board.root),
         "state-dir": str(tmp_path / "state"),
         "budget-file": str(budget),
+        "settle-timeout-s": str(SETTLE_GUARD_S),
         "work-dir": str(tmp_path),
         "pace-to-profile": "true",
     }

@@ -85,6 +85,7 @@ def test_curve_points_drops_what_is_not_a_pair_of_numbers():
 @pytest.mark.parametrize(
     "name,within", [("small_cnn_mnist-5k", 1.3), ("char_transformer_small_austen", 1.4)]
 )
+@pytest.mark.slow
 def test_real_curves_predicted_within_their_stated_spread(name, within):
     """On recorded fine-tunes: at 60 % of each run's own samples-to-target, the median error
     of the predicted count is below 30 % (image; the char transformer's curves flatten late

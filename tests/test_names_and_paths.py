@@ -291,6 +291,7 @@ class Agent:
             stream.close()
 
 
+@pytest.mark.slow
 def test_agent_refuses_paths_outside_its_dirs_and_keeps_serving(tmp_path: Path) -> None:
     work = tmp_path / "work"
     agent = Agent(work)

@@ -54,6 +54,7 @@ def brute_force_b_simple(model, x, y) -> float:
     return trace / float(mean @ mean)
 
 
+@pytest.mark.slow
 def test_micro_batch_estimate_finds_the_brute_force_noise_scale():
     model, x, y = problem()
     truth = brute_force_b_simple(model, x, y)
@@ -67,6 +68,7 @@ def test_micro_batch_estimate_finds_the_brute_force_noise_scale():
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
 
 
+@pytest.mark.slow
 def test_the_tracker_finds_it_from_training_steps_alone():
     """Steps at b=16 with a learning rate small enough that the weights barely move over a
     window: the tracker's estimate (no extra pass) matches the brute force."""

@@ -152,6 +152,7 @@ def test_the_oracle_is_one_configuration_chosen_on_the_mean(results):
         assert r["time_mean_s"] == pytest.approx(best[0], rel=1e-9)
 
 
+@pytest.mark.slow
 def test_audit_benchmark_prints_the_evidence():
     got = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "paper_audit.py")],

@@ -283,6 +283,7 @@ def test_nano_2gb_builds_locks_and_has_no_power(tmp_path):
     assert (node / "max_freq").read_text() == str(HZ[-1])
 
 
+@pytest.mark.slow
 def test_profile_on_a_board_without_a_sensor_is_one_line_exit_2(tmp_path):
     nano_2gb(tmp_path / "root")
     out = tmp_path / "p.csv"
@@ -318,6 +319,7 @@ def _recorded(tmp_path: Path) -> tuple:
     return prof, eff, data
 
 
+@pytest.mark.slow
 def test_train_with_a_recorded_profile_runs_and_says_power_was_not_measured(tmp_path, capsys):
     root = tmp_path / "root"
     node = nano_2gb(root)
@@ -371,6 +373,7 @@ def test_update_interval_caps_every_sampler_the_backend_feeds(tmp_path):
     assert any("sampling power at 2 Hz" in n for n in loop.notes)
 
 
+@pytest.mark.slow
 def test_profiler_samples_no_faster_than_the_sensor(tmp_path):
     from fleet.agent.measure.profiler import profile_grid
 
@@ -385,6 +388,7 @@ def test_profiler_samples_no_faster_than_the_sensor(tmp_path):
     assert result.rows[0]["peak_power_w"] == pytest.approx(5.0)
 
 
+@pytest.mark.slow
 def test_the_agent_on_a_board_without_a_sensor(tmp_path):
     """``python -m fleet.agent --backend jetson``: hello says there is no power, ``power``
     reads null, and ``profile`` is refused with the one line, the agent still serving."""

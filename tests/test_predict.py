@@ -71,6 +71,7 @@ def test_design_is_a_quarter_of_the_nano_grid_and_covers_both_end_knobs():
     assert max(b - a for a, b in zip(edges, edges[1:], strict=False)) <= 3 * 76.8
 
 
+@pytest.mark.slow
 def test_recovers_held_out_points_of_a_physical_model():
     pred = predict_profile(rows_at(design_probes(BATCHES, NANO), physical), BATCHES, NANO)
     assert pred.measured == 18 and pred.predicted == 54
@@ -137,6 +138,7 @@ def capped(b: int, cap: float) -> tuple[float, float, float]:
     return physical(b, lo)
 
 
+@pytest.mark.slow
 def test_power_limit_knob_in_watts_is_predicted_sensibly():
     pred = predict_profile(rows_at(design_probes(BATCHES, CAPS), capped), BATCHES, CAPS)
     assert pred.methods["peak_power_w"] == "cap"
@@ -154,6 +156,7 @@ def test_power_limit_knob_in_watts_is_predicted_sensibly():
         assert all(float(r["peak_power_w"]) <= k * 1.0001 for k, r in row)  # never over limit
 
 
+@pytest.mark.slow
 def test_a_clock_profile_is_not_mistaken_for_a_power_limit():
     pred = predict_profile(rows_at(design_probes(BATCHES, NANO), physical), BATCHES, NANO)
     assert pred.methods["peak_power_w"] == "shape"
@@ -191,6 +194,7 @@ def test_a_full_grid_passes_through_unchanged():
     assert {r["source"] for r in pred.rows} == {"measured"}
 
 
+@pytest.mark.slow
 def test_predicted_rows_carry_the_probes_idle_power():
     """idle_power_w is one value per profile: the predicted rows repeat the probes' column."""
     probes = rows_at(design_probes(BATCHES, NANO), physical)

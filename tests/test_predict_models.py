@@ -43,6 +43,7 @@ def test_frame_model_is_exact_on_log_additive_plus_bilinear_tables():
         assert got[p] == pytest.approx(y(*p), rel=1e-9)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("truth", [physical, capped])
 def test_the_chosen_model_is_never_worse_than_separable_on_the_probes(truth):
     knobs = NANO if truth is physical else CAPS
@@ -52,6 +53,7 @@ def test_the_chosen_model_is_never_worse_than_separable_on_the_probes(truth):
         assert err == min(pred.candidates[q].values())
 
 
+@pytest.mark.slow
 def test_power_limit_grids_choose_the_cap_model_and_clock_grids_the_shared_curve():
     clock = predict_profile(rows_at(frame_probes(BATCHES, NANO), physical), BATCHES, NANO)
     assert clock.methods["time_per_batch_s"] == "shape"
@@ -60,6 +62,7 @@ def test_power_limit_grids_choose_the_cap_model_and_clock_grids_the_shared_curve
     assert "cap" not in clock.candidates["peak_power_w"]  # a clock in MHz is no power limit
 
 
+@pytest.mark.slow
 def test_every_predicted_row_carries_a_bound_at_or_above_its_prediction():
     pred = predict_profile(rows_at(frame_probes(BATCHES, NANO), physical), BATCHES, NANO)
     predicted = [r for r in pred.rows if r["source"] == "predicted"]
@@ -117,6 +120,7 @@ def test_next_probes_name_the_straddling_faster_point_and_an_unverified_choice()
     assert next_probes(rows, [9.0], [{8: 1.0, 16: 1.0}], 5, margin=0.05) == [(8, 900.0)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", PROFILES)
 def test_goals_on_the_repo_grids_frame_and_adaptive_probes(name):
     """Issue 21's goals (time and power <= 3 % mean, worst regret <= 5 %, 0 over budget) on
@@ -133,6 +137,7 @@ def test_goals_on_the_repo_grids_frame_and_adaptive_probes(name):
         assert naive["time_mean"] > ours["time_mean"]
 
 
+@pytest.mark.slow
 def test_cli_reports_the_models_and_names_next_probes(tmp_path):
     sparse = tmp_path / "sparse.csv"
     write_rows(str(sparse), rows_at(frame_probes(BATCHES, NANO), physical), [])
@@ -158,6 +163,7 @@ def test_cli_reports_the_models_and_names_next_probes(tmp_path):
     assert bad.stderr.strip().count("\n") == 0 and "--budgets" in bad.stderr
 
 
+@pytest.mark.slow
 def test_profile_predict_adapts_its_probes_to_the_budgets_given(tmp_path):
     """A replayed Nano profiled in predict mode with budgets: the extra probes land where the
     choice is in doubt, and the choice at each budget is then the full grid's, measured."""

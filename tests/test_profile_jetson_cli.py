@@ -29,6 +29,7 @@ def profile_board(board, out, *extra: str):
     )  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["nano", "orin"])
 def test_full_grid_profile_on_a_virtual_board(tmp_path, kind):
     board = build_board(tmp_path / "root", kind, workload="small_cnn")
@@ -60,6 +61,7 @@ def test_full_grid_profile_on_a_virtual_board(tmp_path, kind):
     assert "source=measured" in out.read_text()
 
 
+@pytest.mark.slow
 def test_staircase_profile_probes_fewer_points_and_restores(tmp_path):
     board = build_board(tmp_path / "root", "nano", workload="small_cnn")
     before = board.bounds()
@@ -94,6 +96,7 @@ def test_missing_devfreq_node_is_one_line(tmp_path):
     assert not (tmp_path / "x.csv").exists()
 
 
+@pytest.mark.slow
 def test_profile_measures_the_idle_rail_before_the_sweep(tmp_path):
     """The board runs its load only while the profiler pins a clock (``load_while_pinned``), so
     before the sweep, at the owner's clocks, the rail is the model's idle power: the profile's

@@ -164,6 +164,7 @@ def test_idle_power_that_differs_between_rows_is_refused(tmp_path):
     assert "line 3: idle_power_w=1.3 differs from 1.2" in r.stderr
 
 
+@pytest.mark.slow
 def test_bad_idle_power_in_a_fleet_makes_that_device_an_error_row(tmp_path):
     """`simulate` keeps its contract for any bad device file: the round goes on, the device
     becomes an ``error`` row whose message is the profile's one line (file, line, field), and
@@ -183,6 +184,7 @@ def test_bad_idle_power_in_a_fleet_makes_that_device_an_error_row(tmp_path):
     assert rep["fleet"]["idle_unknown"] == 5
 
 
+@pytest.mark.slow
 def test_whatif_json_round_energy_equals_the_round_report(tmp_path):
     """Scale 1 keeps every device's own budget and schedule: the same round as `simulate`."""
     w = run_cli("whatif", "--fleet", str(DEFAULT), "--budgets", "1", "--scale", "--json")

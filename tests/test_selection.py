@@ -41,6 +41,7 @@ def profiles_and_efficiencies(draw):
     return Profile(points, "random.csv"), Efficiency(samples, source="random-eff.csv"), budget
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(profiles_and_efficiencies(), st.sampled_from(["time", "energy"]))
 def test_select_is_the_documented_argmin(case, objective):

@@ -16,6 +16,7 @@ from tests.conftest import ROOT, run_cli
 DEFAULT = ROOT / "simulations" / "fleets" / "default.toml"
 
 
+@pytest.mark.slow
 def test_default_fleet_json_matches_select_and_respects_budgets(tmp_path):
     r = run_cli(
         "simulate",
@@ -86,6 +87,7 @@ def test_default_fleet_json_matches_select_and_respects_budgets(tmp_path):
     assert len(csv_lines) == 1 + len(fleet.devices)
 
 
+@pytest.mark.slow
 def test_one_device_choice_equals_the_select_command(tmp_path):
     r = run_cli(
         "simulate",
@@ -113,6 +115,7 @@ def test_one_device_choice_equals_the_select_command(tmp_path):
     assert chosen["peak_power_w"] == row["peak_power_w"]
 
 
+@pytest.mark.slow
 def test_schedule_device_never_exceeds_the_budget_in_force(tmp_path):
     r = run_cli(
         "simulate",
@@ -132,6 +135,7 @@ def test_schedule_device_never_exceeds_the_budget_in_force(tmp_path):
     assert math.isclose(sum(s["energy_j"] for s in segs), dusk["energy_j"])
 
 
+@pytest.mark.slow
 def test_large_fleet_direct(tmp_path):
     r = run_cli(
         "simulate",
@@ -146,6 +150,7 @@ def test_large_fleet_direct(tmp_path):
     assert "1000 devices" in r.stdout and "budget violations: 0" in r.stdout
 
 
+@pytest.mark.slow
 def test_bad_fleet_file_is_one_line(tmp_path):
     bad = tmp_path / "f.toml"
     bad.write_text('[run]\nmodel="resnet18"\nefficiency="x.csv"\ntarget_accuracy=0.9\n')
@@ -154,6 +159,7 @@ def test_bad_fleet_file_is_one_line(tmp_path):
     assert "file not found" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["default", "large", "analogue"])
 def test_every_shipped_scenario_runs_within_budgets(tmp_path, name):
     from simulations.runner import simulate

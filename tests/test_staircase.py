@@ -30,6 +30,7 @@ def monotone_grids(draw):
     return bs, fs, grid, budget
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(monotone_grids())
 def test_staircase_finds_the_full_grid_frontier_with_fewer_probes(case):

@@ -76,6 +76,7 @@ def _bad(r: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 def test_bad_input_is_one_line_exit_2(tmp_path, run_dir):
     assert "no such directory" in _bad(run_cli("status", str(tmp_path / "missing")))
     line = _bad(run_cli("status", str(tmp_path)))
@@ -193,6 +194,7 @@ def test_follow_on_a_finished_run_prints_once(run_dir):
 # ---------------------------------------------------------------------- the direct engine
 
 
+@pytest.mark.slow
 def test_direct_engine_writes_the_round_state(tmp_path):
     out = tmp_path / "run"
     fleet = ROOT / "simulations" / "fleets" / "default.toml"

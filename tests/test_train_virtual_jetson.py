@@ -41,6 +41,7 @@ def _setup(tmp_path):
     return board, state, cmd + ["--eval-every", "4000"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("source", ["schedule", "trace"])
 def test_schedule_lowers_the_sysfs_clock_at_the_step_and_restores(tmp_path, source):
     board, state, cmd = _setup(tmp_path)
@@ -69,6 +70,7 @@ def test_schedule_lowers_the_sysfs_clock_at_the_step_and_restores(tmp_path, sour
     assert not state.exists() or not any(state.iterdir())
 
 
+@pytest.mark.slow
 def test_budget_feed_drives_the_live_file_of_a_running_board(tmp_path):
     """The feeder plays a trace into the budget file once the run has locked its first clock;
     the loop re-reads the file (every second) and follows: 921.6 MHz under 5 W, then 384 MHz

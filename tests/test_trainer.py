@@ -167,6 +167,7 @@ HELPER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_sigkill_then_resume_matches_uninterrupted(tmp_path):
     ma = fresh_model()
     a = train_to_target(ma, TRAIN, TEST, seed=0, checkpoint_path=str(tmp_path / "a.pt"), **KW)

@@ -22,6 +22,7 @@ from fleet.core.efficiency import load_efficiency
 from fleet.core.profile import load_profile
 from fleet.core.selection import select
 from fleet.rounds.virtual_clock import simulate_device
+from tests.conftest import AGENT_GUARD_S
 from tests.test_coverage_predict_cli import EFF, NANO, staircase5  # noqa: F401
 
 pytestmark = pytest.mark.integration
@@ -47,9 +48,11 @@ def test_virtual_clock_row_says_the_profile_does_not_cover_the_budget(staircase5
 def test_agent_runner_profiles_the_missing_points(staircase5, tmp_path):  # noqa: F811
     prof = tmp_path / "stair5.csv"
     shutil.copy(staircase5, prof)
-    settings = AgentSettings(backend="replay", options={"profile_csv": NANO}, timeout_s=30)
+    settings = AgentSettings(
+        backend="replay", options={"profile_csv": NANO}, timeout_s=AGENT_GUARD_S
+    )
     spec = DeviceSpec("n1", "jetson-nano", 7.0, str(prof), None)
-    with AgentLink(settings.argv(), timeout_s=30) as link:
+    with AgentLink(settings.argv(), timeout_s=AGENT_GUARD_S) as link:
         row = run_on_agent(
             link, spec, records.TrainInstruction(load_efficiency(EFF), RUN), settings
         )

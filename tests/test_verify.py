@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from fleet.agent.prediction.design import design_probes
 from fleet.agent.prediction.predict import predict_profile
 from fleet.core.efficiency import load_efficiency
@@ -38,6 +40,7 @@ def grid_best(eff, budget: float) -> tuple[tuple[int, float], float]:
     return costs[0][1], costs[1][0] / costs[0][0] - 1
 
 
+@pytest.mark.slow
 def test_a_point_predicted_under_budget_but_over_it_is_corrected_and_reselected():
     eff = load_efficiency(EFF)
     table = truth()
@@ -71,6 +74,7 @@ def test_a_point_predicted_under_budget_but_over_it_is_corrected_and_reselected(
     assert len(probed) == len(got.corrections) <= 6
 
 
+@pytest.mark.slow
 def test_a_measured_choice_needs_no_probe():
     eff = load_efficiency(EFF)
     rows = predicted_table()
@@ -85,6 +89,7 @@ def test_a_measured_choice_needs_no_probe():
     assert got.corrections == []
 
 
+@pytest.mark.slow
 def test_a_better_point_predicted_just_over_budget_is_probed_and_taken():
     eff = load_efficiency(EFF)
     table = truth()

@@ -102,6 +102,7 @@ CASES = (
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0].name}-{c[2].objective}")
 def test_fleet_devices_in_segments_equal_one_shot(case):
     spec, shipped, run = case
@@ -115,6 +116,7 @@ def test_fleet_devices_in_segments_equal_one_shot(case):
             assert len(rows) >= 2
 
 
+@pytest.mark.slow
 def test_the_fleets_hold_what_the_brute_force_needs():
     """The cases above mean something: schedules cut across, deadlines late and on time."""
     statuses = {simulate_device(*c).status for c in CASES}

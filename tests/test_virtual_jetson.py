@@ -12,6 +12,7 @@ from simulations.virtual_boards import BOARDS
 from simulations.virtual_jetson import ClockRecorder, build_board, wait_for
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("process", [False, True])
 def test_requests_snap_to_the_table_and_min_over_max_is_rejected(tmp_path, process):
     board = build_board(tmp_path, "nano")
@@ -26,6 +27,7 @@ def test_requests_snap_to_the_table_and_min_over_max_is_rejected(tmp_path, proce
         assert board.clocks()["min_freq"] == hz[2] and board.clocks()["max_freq"] == hz[3]
 
 
+@pytest.mark.slow
 def test_cur_freq_follows_with_the_configured_lag(tmp_path):
     board = build_board(tmp_path, "tx2nx")
     b = JetsonBackend(str(tmp_path), state_dir=str(tmp_path / "s"))
@@ -60,6 +62,7 @@ def test_power_is_the_device_model_at_the_running_clock_with_drift(tmp_path, kin
         b.restore()
 
 
+@pytest.mark.slow
 def test_noise_has_the_configured_spread(tmp_path):
     board = build_board(tmp_path, "nano")
     with board.kernel(process=True, load=64, noise_w=0.1), ClockRecorder(board, 0.01) as rec:

@@ -36,6 +36,7 @@ def per_device(fleet, objective):
     return [simulate_device(d, shipped, run).to_dict() for d in fleet.devices]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("objective", ["time", "energy", "deadline"])
 @pytest.mark.parametrize("scale", [False, True])
 def test_sweep_equals_per_budget_direct_simulation(objective, scale):
@@ -85,6 +86,7 @@ def test_parse_range():
             parse_range(bad)
 
 
+@pytest.mark.slow
 def test_pareto_front_keeps_only_non_dominated():
     fleet = load_fleet(DEFAULT)
     steps = sweep(fleet, [3.0, 4.5, 6.0, 7.0, 10.0], False, "time")
@@ -131,6 +133,7 @@ def test_cli_whatif_bad_budgets_is_one_line_exit_2():
     assert r.stderr.count("\n") == 1 and "--budgets" in r.stderr
 
 
+@pytest.mark.slow
 def test_direct_engine_deadline_report_compares_with_time(tmp_path):
     src = DEFAULT.read_text().replace('objective = "time"', 'objective = "deadline"')
     src = src.replace('"../', f'"{ROOT}/simulations/')
