@@ -66,7 +66,7 @@ from fleet.common.errors import InputError
 from fleet.config.fleetfile import DeviceSpec, RunSettings
 from fleet.core.efficiency import Efficiency
 from fleet.core.profile import load_profile
-from fleet.method.records import TrainRequest
+from fleet.method.agent_records import TrainRequest
 from fleet.method.selection import scaled_lr
 from fleet.rounds.device_round import TRAINED, DeviceResult, Round, run_device
 from fleet.rounds.progress import Progress

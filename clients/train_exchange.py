@@ -19,8 +19,9 @@ from clients.agent_link import AgentSettings
 from fleet.common.errors import InputError
 from fleet.config.fleetfile import RunSettings
 from fleet.core.choice import make_choice
+from fleet.method.agent_records import TrainReply
 from fleet.method.budget import format_budget, format_schedule
-from fleet.method.records import RecordError, TrainReply
+from fleet.method.records import RecordError
 from fleet.rounds.device_round import DeviceResult, Round
 
 
@@ -123,7 +124,7 @@ def train_extras(run: RunSettings) -> dict[str, Any]:
 
 
 def fill_from_train(res: DeviceResult, out: dict[str, Any], target: float) -> None:
-    """The agent's closed-loop reply (``fleet.method.records.TrainReply``, checked: an unknown
+    """The agent's closed-loop reply (``fleet.method.agent_records.TrainReply``, checked: an unknown
     field, a wrong type or an implausible number is refused in one line) -> the row: measured
     time, energy and power, the point the board chose at the start (``batch_size``/
     ``freq_mhz``), the point running at the end (``end_batch_size``/``end_freq_mhz``), every

@@ -18,16 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from fleet.method.agent_records import RECORDS, TrainReply, TrainRequest
 from fleet.method.record_base import Field
-from fleet.method.records import (
-    RECORDS,
-    Progress,
-    Record,
-    RecordError,
-    Segment,
-    TrainReply,
-    TrainRequest,
-)
+from fleet.method.records import Progress, Record, RecordError, Segment
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -44,14 +44,18 @@ class Key:
     help: str
     expect: str = ""
     ok: Callable[[object], bool] | None = None
-    choices: tuple[str, ...] = ()
+    choices: tuple[str, ...] | Callable[[], tuple[str, ...]] = ()  # a callable: a live registry
     required: bool = False
+
+    def allowed(self) -> tuple[str, ...]:
+        """The values a choice takes now (a registry's entries are read when a file is)."""
+        return self.choices() if callable(self.choices) else self.choices
 
     def expectation(self) -> str:
         if self.expect:
             return self.expect
-        if self.choices:
-            return "one of " + ", ".join(self.choices)
+        if self.allowed():
+            return "one of " + ", ".join(self.allowed())
         return {
             bool: "true or false",
             int: "an integer",
@@ -60,7 +64,7 @@ class Key:
         }[self.type]
 
     def type_name(self) -> str:
-        return "choice" if self.choices else _TYPE_NAMES[self.type]
+        return "choice" if self.allowed() else _TYPE_NAMES[self.type]
 
 
 def _in(lo: float, hi: float) -> Callable[[object], bool]:
@@ -106,7 +110,7 @@ RUN_KEYS: tuple[Key, ...] = (
         str,
         "time",
         "what a device minimises (deadline: energy within the round's deadline)",
-        choices=tuple(OBJECTIVES),
+        choices=lambda: tuple(OBJECTIVES),  # the registry: a registered objective is known
     ),
     Key(
         "rounds",
@@ -383,8 +387,8 @@ def check_value(key: Key, value: object, where: str | Callable[[], str]) -> obje
     if good and t is str:
         text = str(value)
         good = 0 < len(text) <= MAX_TEXT and not any(ord(c) < 32 or ord(c) == 127 for c in text)
-    if good and key.choices:
-        good = value in key.choices
+    if good and key.allowed():
+        good = value in key.allowed()
     if good and key.ok is not None:
         good = bool(key.ok(value))
     if not good:

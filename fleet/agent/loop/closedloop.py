@@ -248,7 +248,7 @@ class ClosedLoop(object):
                 if self.stop_reason is not None:
                     return self.running.batch, True
             if drift is not None and drift.active():
-                self._drift_step()
+                self._drift_step(drift)
                 if self.stop_reason is not None:
                     return self.running.batch, True
             return self.running.batch, False
@@ -327,10 +327,8 @@ class ClosedLoop(object):
             if event is not None:
                 self._note(drift_text(event))
 
-    def _drift_step(self) -> None:
+    def _drift_step(self, drift: DriftWatch) -> None:
         """Run the refresh the drift watch began: the next re-probe point, or the refresh."""
-        drift = self.drift
-        assert drift is not None  # a drift step is only ever taken while a refresh is active
         p = drift.next_probe(self.table(), self.budget_w)
         if p is not None:
             self._switch(p, self.now(), REASON_REPROBE)

@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Optional  # noqa: F401 - List in type commen
 
 from fleet.agent.protocol.handler_api import Context, number, number_list, request_of, torch_device
 from fleet.agent.protocol.wire import ProtocolError
-from fleet.method.records import BareRequest, LockRequest, ProfileRequest
+from fleet.method.agent_records import BareRequest, LockRequest, ProfileRequest
 
 
 def handle_profile(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:

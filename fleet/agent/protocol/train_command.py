@@ -21,7 +21,8 @@ from fleet.agent.protocol.handler_api import (
 )
 from fleet.agent.protocol.train_args import closed_loop_args, load_train_data, segment_arg
 from fleet.agent.protocol.wire import ProtocolError, error_line
-from fleet.method.records import Progress, TrainReply, TrainRequest
+from fleet.method.agent_records import TrainReply, TrainRequest
+from fleet.method.records import Progress
 
 log = logging.getLogger("fleet.agent")
 
