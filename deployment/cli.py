@@ -243,7 +243,12 @@ def register_device(sub: argparse._SubParsersAction) -> None:
         help="the coordinator's HOST:PORT",
     )
     p.add_argument("--port", type=int, default=0, help="local Runtime API port (0: a free one)")
-    p.add_argument("--client", choices=("replay", "hardware"), default="replay")
+    p.add_argument(
+        "--client",
+        choices=("replay", "hardware"),
+        default="replay",
+        help="replay: answer from the fleet file's profiles; hardware: run the agent here",
+    )
     p.add_argument("--root-certificates", help="TLS: the SuperLink's CA certificate (PEM)")
     p.add_argument(
         "--auth-private-key",

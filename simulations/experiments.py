@@ -51,6 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("experiment", help="reproduce the paper's tables and figures")
     p.add_argument(
         "which",
+        metavar="WHICH",
         choices=["paper", "analogue"],
         help="paper: the paper's grid on the reference files; analogue: real training offline",
     )
@@ -58,8 +59,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seeds", type=int, default=5, help="seeds per configuration")
     p.add_argument("--profiles", default=str(HERE / "profiles"), help="profiles directory")
     p.add_argument("--efficiency", default=str(HERE / "efficiency"), help="efficiency directory")
-    p.add_argument("--models", default="resnet18,mobilenetv2,transformer")
-    p.add_argument("--devices", default="nano,tx2nx")
+    p.add_argument(
+        "--models", default="resnet18,mobilenetv2,transformer", help="the paper's models (paper)"
+    )
+    p.add_argument("--devices", default="nano,tx2nx", help="board types (paper)")
     p.add_argument("--data-dir", help="prepared data (analogue; default $POWERFLEET_DATA)")
     p.add_argument("--workers", type=int, help="parallel training runs (analogue)")
     p.add_argument(
@@ -68,7 +71,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="image",
         help="analogue: small_cnn on Fashion-MNIST/MNIST, or the CPU-scale char transformer",
     )
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.set_defaults(func=run)
 
 

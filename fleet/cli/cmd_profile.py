@@ -21,7 +21,7 @@ from fleet.agent.devices import (
     preferred_torch_device,
 )
 from fleet.agent.devices.guard import install_restore_handlers
-from fleet.cli.common import console, emit_json, parse_budgets, table
+from fleet.cli.common import console, emit_json, model_help, parse_budgets, table
 from fleet.common.errors import InputError
 from fleet.method.budget import parse_budget
 
@@ -34,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="measure time per batch and peak/mean power for each batch size and GPU frequency",
     )
     add_backend_arguments(p)  # --backend and every backend's own options, from their SPECs
-    p.add_argument("--model", required=True, help="resnet18, mobilenetv2, char_transformer...")
+    p.add_argument("--model", required=True, help=model_help())
     p.add_argument(
         "--input-shape", help="per-sample input shape, e.g. 3x32x32 or 64 (default: model's)"
     )

@@ -13,7 +13,11 @@ from fleet.reports.report import read_report
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="turn a run directory into a Markdown report with plots")
-    p.add_argument("run_dir", help="a directory holding report.json (from simulate or deploy)")
+    p.add_argument(
+        "run_dir",
+        metavar="RUN_DIR",
+        help="a directory holding report.json (from simulate or deploy)",
+    )
     p.add_argument("--json", action="store_true", help="print the report's paths as JSON")
     p.set_defaults(func=run)
 

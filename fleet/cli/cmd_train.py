@@ -22,7 +22,7 @@ from rich.console import Console
 from fleet.agent.devices import DeviceError, open_backend
 from fleet.agent.devices.guard import install_restore_handlers
 from fleet.cli.cmd_profile import add_backend_flags, backend_options
-from fleet.cli.common import console, emit_json, note, table
+from fleet.cli.common import console, emit_json, model_help, note, table
 from fleet.common.errors import InputError
 
 DEFAULT_BATCH_SIZES = "4,8,16,32,64,128"
@@ -36,7 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(closed loop: budget changes re-select, a runtime guard steps the clock down)",
     )
     add_backend_flags(p)  # --backend and every backend's options, from the registry
-    p.add_argument("--model", required=True, help="small_cnn, resnet18, mobilenetv2, ...")
+    p.add_argument("--model", required=True, help=model_help())
     p.add_argument("--weights", help="pre-trained weights (powerfleet pretrain)")
     p.add_argument("--dataset", required=True, help="prepared dataset name or a path")
     p.add_argument("--data-dir", help="prepared-data directory (default: $POWERFLEET_DATA)")
@@ -57,14 +57,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--budget-dwell-s", type=float, help="--budget-trace: least time between rises (60 s)"
     )
-    p.add_argument("--objective", choices=("time", "energy", "deadline"), default="time")
+    p.add_argument(
+        "--objective",
+        choices=("time", "energy", "deadline"),
+        default="time",
+        help="what to minimise: time to target, energy, or energy within --deadline-s",
+    )
     p.add_argument(
         "--deadline-s",
         type=float,
         help="deadline objective: finish within this many seconds of the loop's start on the "
         "least predicted energy (the fastest point, 'late', when nothing can)",
     )
-    p.add_argument("--target-accuracy", type=float, default=0.9)
+    p.add_argument("--target-accuracy", type=float, default=0.9, help="accuracy to reach (0-1)")
     p.add_argument(
         "--learn-efficiency",
         choices=("none", "online", "device", "all"),
@@ -75,10 +80,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--max-samples", type=int, help="stop here if the target is not met")
     p.add_argument("--eval-every", type=int, help="samples between evaluations (default: epoch)")
-    p.add_argument("--optimizer", default="adam", choices=["adam", "adamw", "sgd"])
+    p.add_argument(
+        "--optimizer", default="adam", choices=["adam", "adamw", "sgd"], help="optimizer"
+    )
     p.add_argument("--lr-ref", type=float, default=5e-4, help="learning rate at --lr-ref-batch")
-    p.add_argument("--lr-ref-batch", type=int, default=128)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--lr-ref-batch", type=int, default=128, help="batch size --lr-ref is for (lr scales)"
+    )
+    p.add_argument("--seed", type=int, default=0, help="initialisation and order seed")
     p.add_argument("--batch-sizes", default=DEFAULT_BATCH_SIZES, help="to profile (no --profile)")
     p.add_argument("--guard-window", type=float, default=0.2, help="seconds over budget to act")
     p.add_argument("--sampler-hz", type=float, default=20.0, help="power sampling rate (>= 20)")
