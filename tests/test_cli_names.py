@@ -188,3 +188,16 @@ def test_an_old_spelling_works_and_says_its_new_one(tmp_path, argv, old, new) ->
         assert "deprecated" not in r.stderr
     else:
         assert f"powerfleet profiles: {old} is deprecated; use {new}\n" in r.stderr
+
+
+def test_an_old_required_spelling_still_satisfies_the_command(tmp_path) -> None:
+    """budget-feed --trace (now --budget-trace, required): the old spelling alone is enough and
+    the command goes on to its own check; the new one missing from both is refused."""
+    r = fleet("budget-feed", "--trace", str(tmp_path / "none.csv"), "--budget-file", "b")
+    assert r.returncode == 2
+    lines = r.stderr.splitlines()
+    assert lines[0] == "powerfleet budget-feed: --trace is deprecated; use --budget-trace"
+    assert len(lines) == 2 and "not found" in lines[1], r.stderr
+    r = fleet("budget-feed", "--budget-file", "b")
+    assert r.returncode == 2
+    assert "required: --budget-trace" in r.stderr and r.stderr.count("\n") == 1
