@@ -55,8 +55,8 @@ def test_feeder_process_follows_the_trace_schedule(tmp_path):
     live = tmp_path / "budget"
     t0 = time.monotonic()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "fleet", "budget-feed", "--budget-trace", str(trace), "--budget-file",
-         str(live), "--budget-dwell-s", "0", "--speed", "40"],
+        [sys.executable, "-m", "fleet", "budget-feed", "--budget-trace", str(trace),
+         "--budget-file", str(live), "--budget-dwell-s", "0", "--speed", "40"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
     )  # fmt: skip
     seen = []
@@ -102,7 +102,8 @@ def test_bad_inputs_are_one_line(tmp_path):
         (["--budget-trace", str(trace), "--speed", "0"], "--speed: expected a positive number"),
     ):
         r = subprocess.run(
-            [sys.executable, "-m", "fleet", "budget-feed", "--budget-file", str(tmp_path / "b"), *args],
+            [sys.executable, "-m", "fleet", "budget-feed", "--budget-file", str(tmp_path / "b"),
+             *args],
             capture_output=True, text=True, env=ENV,
         )  # fmt: skip
         assert r.returncode == 2
