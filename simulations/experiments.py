@@ -15,6 +15,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from fleet.cli import checks
 from fleet.cli.common import console, emit_json, progress_bar
 from fleet.common.errors import InputError
 from fleet.method.profile_io import atomic_write_text
@@ -55,7 +56,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         choices=["paper", "analogue"],
         help="paper: the paper's grid on the reference files; analogue: real training offline",
     )
-    p.add_argument("--out", default="docs/paper-report", help="output directory")
+    p.add_argument(
+        "--out",
+        default="docs/paper-report",
+        type=checks.output_dir("output directory"),
+        help="output directory",
+    )
     p.add_argument("--seeds", type=int, default=5, help="seeds per configuration")
     p.add_argument("--profiles", default=str(HERE / "profiles"), help="profiles directory")
     p.add_argument("--efficiency", default=str(HERE / "efficiency"), help="efficiency directory")

@@ -8,6 +8,7 @@ import sys
 import types
 
 from fleet.budgets.trace import DEFAULT_DWELL_S, schedule_from_trace
+from fleet.cli import checks
 from fleet.cli.names import deprecated
 from fleet.method.budget import format_budget
 
@@ -18,7 +19,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="write a power trace's budget into the file `powerfleet train --budget-file` reads",
     )
     p.add_argument("--budget-trace", required=True, help="power trace CSV: time_s, available_w")
-    p.add_argument("--budget-file", required=True, help="the live budget file to write")
+    p.add_argument(
+        "--budget-file",
+        required=True,
+        type=checks.output_file("budget"),
+        help="the live budget file to write",
+    )
     p.add_argument(
         "--budget-dwell-s", type=float, default=DEFAULT_DWELL_S, help="least time between rises"
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 
+from fleet.cli import checks
 from fleet.cli.common import console, emit_json, model_help, progress_bar, table
 from fleet.cli.names import deprecated
 from fleet.common.errors import InputError
@@ -19,7 +20,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-sizes", default="4,8,16,32,64,128", help="comma-separated")
     p.add_argument("--target-accuracy", type=float, required=True, help="accuracy to reach (0-1)")
     p.add_argument("--seeds", type=int, default=3, help="runs per batch size")
-    p.add_argument("--weights", help="pre-trained weights (powerfleet pretrain); default: fresh")
+    p.add_argument(
+        "--weights",
+        type=checks.input_file("weights"),
+        help="pre-trained weights (powerfleet pretrain); default: fresh",
+    )
     p.add_argument(
         "--optimizer", default="adam", choices=["adam", "adamw", "sgd"], help="optimizer"
     )
@@ -36,7 +41,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--ray-address", help="fan out onto an existing Ray cluster (e.g. ray://h:10001)"
     )
     p.add_argument("--cache-dir", help="where results are cached (default ~/.cache/powerfleet)")
-    p.add_argument("--out", required=True, help="efficiency CSV to write")
+    p.add_argument(
+        "--out",
+        required=True,
+        type=checks.output_file("efficiency CSV"),
+        help="efficiency CSV to write",
+    )
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.set_defaults(func=run)
 

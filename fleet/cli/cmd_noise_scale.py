@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 
+from fleet.cli import checks
 from fleet.cli.common import console, emit_json, model_help, table
 from fleet.cli.names import deprecated
 from fleet.common.errors import InputError
@@ -24,7 +25,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", required=True, help=model_help())
     p.add_argument("--dataset", required=True, help="prepared dataset name or a path")
     deprecated(p, "--data", "dataset")
-    p.add_argument("--weights", help="the shipped weights (default: a fresh model)")
+    p.add_argument(
+        "--weights",
+        type=checks.input_file("weights"),
+        help="the shipped weights (default: a fresh model)",
+    )
     p.add_argument("--data-dir", help="prepared-data directory (default: $POWERFLEET_DATA)")
     p.add_argument("--batch-sizes", default="4,8,16,32,64,128", help="for the law's shape")
     p.add_argument("--small", type=int, default=8, help="micro-batch size")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from fleet.cli import checks
 from fleet.cli.common import console, emit_json, model_help, progress_bar
 from fleet.training.pretrain import pretrain
 
@@ -12,7 +13,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("pretrain", help="pre-train a model on a public dataset")
     p.add_argument("--model", required=True, help=model_help())
     p.add_argument("--dataset", required=True, help="prepared dataset name or a path")
-    p.add_argument("--out", required=True, help="weights file to write (.pt)")
+    p.add_argument(
+        "--out",
+        required=True,
+        type=checks.output_file("weights"),
+        help="weights file to write (.pt)",
+    )
     p.add_argument("--data-dir", help="prepared-data directory (default: $POWERFLEET_DATA)")
     p.add_argument("--subset", type=int, help="samples to use (deterministic)")
     p.add_argument("--epochs", type=float, default=1.0, help="passes over the data")

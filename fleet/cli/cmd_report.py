@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from fleet.cli import checks
 from fleet.cli.common import console, emit_json
 from fleet.method.profile_io import atomic_write_text
 from fleet.reports.markdown import run_markdown
@@ -16,6 +17,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "run_dir",
         metavar="RUN_DIR",
+        type=checks.run_dir,
         help="a directory holding report.json (from simulate or deploy)",
     )
     p.add_argument("--json", action="store_true", help="print the report's paths as JSON")

@@ -21,6 +21,7 @@ from rich.console import Console
 
 from fleet.agent.devices import DeviceError, open_backend
 from fleet.agent.devices.guard import install_restore_handlers
+from fleet.cli import checks
 from fleet.cli.cmd_profile import add_backend_flags, backend_options
 from fleet.cli.common import console, emit_json, model_help, note, table
 from fleet.common.errors import InputError
@@ -37,12 +38,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_backend_flags(p)  # --backend and every backend's options, from the registry
     p.add_argument("--model", required=True, help=model_help())
-    p.add_argument("--weights", help="pre-trained weights (powerfleet pretrain)")
+    p.add_argument(
+        "--weights",
+        type=checks.input_file("weights"),
+        help="pre-trained weights (powerfleet pretrain)",
+    )
     p.add_argument("--dataset", required=True, help="prepared dataset name or a path")
     p.add_argument("--data-dir", help="prepared-data directory (default: $POWERFLEET_DATA)")
     p.add_argument("--subset", type=int, help="samples to use (deterministic)")
-    p.add_argument("--efficiency", required=True, help="efficiency CSV (powerfleet estimate)")
-    p.add_argument("--profile", help="profile CSV of this board (default: profile first)")
+    p.add_argument(
+        "--efficiency",
+        required=True,
+        type=checks.input_file("efficiency CSV"),
+        help="efficiency CSV (powerfleet estimate)",
+    )
+    p.add_argument(
+        "--profile",
+        type=checks.input_file("profile CSV"),
+        help="profile CSV of this board (default: profile first)",
+    )
     budget = p.add_mutually_exclusive_group(required=True)
     budget.add_argument("--budget-w", help="fixed budget in watts (or 'none')")
     budget.add_argument(
@@ -104,6 +118,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-drift", action="store_true", help="do not compare steps with the LUT")
     p.add_argument(
         "--refreshed-profile",
+        type=checks.output_file("profile CSV"),
         help="where a drift-refreshed profile goes (default: <out>/profile.refreshed.csv)",
     )
     p.add_argument(
@@ -111,7 +126,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="rehearsal: every step lasts at least the profile's step time at its point, so a "
         "faster host (or a virtual board) lives the board's timeline: schedules, deadlines",
     )  # fmt: skip
-    p.add_argument("--out", help="run folder: run.json, checkpoint, weights, profile")
+    p.add_argument(
+        "--out",
+        type=checks.output_dir("run folder"),
+        help="run folder: run.json, checkpoint, weights, profile",
+    )
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.set_defaults(func=run)
 
