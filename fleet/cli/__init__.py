@@ -183,7 +183,10 @@ _ERRNO = re.compile(r"\[Errno -?\d+\] ([^:'\n]+?)(?:: '([^'\n]*)')?(?=$|[;,)\n]|
 def main(argv: Optional[List[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(argv)
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or a bad command line (one line said)
+        return exc.code if isinstance(exc.code, int) else 2
     try:
         code = args.func(args)
     except InfeasibleError as exc:
