@@ -17,6 +17,7 @@ from pathlib import Path
 
 from fleet.cli import checks
 from fleet.cli.common import console, emit_json, progress_bar
+from fleet.cli.names import deprecated
 from fleet.common.errors import InputError
 from fleet.method.profile_io import atomic_write_text
 from fleet.reports.experiment import Grid, proxy_sensitivity, run_grid
@@ -63,8 +64,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="output directory",
     )
     p.add_argument("--seeds", type=int, default=5, help="seeds per configuration")
-    p.add_argument("--profiles", default=str(HERE / "profiles"), help="profiles directory")
-    p.add_argument("--efficiency", default=str(HERE / "efficiency"), help="efficiency directory")
+    p.add_argument(
+        "--profile-dir", default=str(HERE / "profiles"), help="folder of profile CSVs (paper)"
+    )
+    p.add_argument(
+        "--efficiency-dir",
+        default=str(HERE / "efficiency"),
+        help="folder of efficiency CSVs (paper)",
+    )
+    deprecated(p, "--profiles", "profile_dir")
+    deprecated(p, "--efficiency", "efficiency_dir")
     p.add_argument(
         "--models", default="resnet18,mobilenetv2,transformer", help="the paper's models (paper)"
     )
@@ -92,8 +101,8 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--seeds must be >= 1, got {args.seeds}")
     out = Path(args.out)
     grid = Grid(
-        Path(args.profiles),
-        Path(args.efficiency),
+        Path(args.profile_dir),
+        Path(args.efficiency_dir),
         models=tuple(m for m in args.models.split(",") if m),
         devices=tuple(d for d in args.devices.split(",") if d),
         seeds=args.seeds,

@@ -54,7 +54,7 @@ def show(report: dict[str, Any]) -> None:
         show_pc(out, report)
         return
     b = report["board"]
-    name = b["name"] or "not in the board table"
+    name = b["name"] or "unknown (not in the board table)"
     out.print(f"[bold]Board[/bold]  {name}  type {b['type'] or '-'}  model {b['model'] or '-'}")
     out.print(
         f"  L4T {b['l4t'] or '-'}  JetPack {b['jetpack'] or '-'}  devfreq rules {b['kernel_rules']}"
@@ -95,8 +95,11 @@ def show(report: dict[str, Any]) -> None:
     if s.get("saved"):
         out.print(f"  written by pid {s.get('pid')} ({s.get('writer')})")
     r = report["ready"]
+    # a reason already printed under GPU or Power is pointed to, not said again
+    said = {gpu.get("error"): "no usable GPU node (GPU above)"}
+    said[p.get("error") or p.get("reason")] = "no power reading (Power above)"
     for what in ("profile", "train"):
-        why = r[f"why_not_{what}"]
+        why = [said.get(w, w) for w in r[f"why_not_{what}"]]
         verdict = "[green]yes[/green]" if r[what] else "[red]no[/red]: " + "; ".join(why)
         out.print(f"[bold]{what}[/bold] {verdict}")
     for note in r["notes"]:

@@ -119,7 +119,8 @@ NAMES = {
     # plug-ins: simulate, experiment, coordinator, device
     "engine": "--engine",
     "which": "WHICH",
-    "profiles": "--profiles",
+    "profile_dir": "--profile-dir",  # a folder of profile CSVs (not --profile, one table)
+    "efficiency_dir": "--efficiency-dir",
     "models": "--models",
     "devices": "--devices",
     "task": "--task",
@@ -149,25 +150,32 @@ NAMES = {
 # Second spellings that are not deprecated: a switch's negation, the replay file's long form.
 ALIASES = {"--no-ship-weights", "--replay-profile"}
 
-# Old spellings, kept for a release: old -> the one spelling now (hidden from --help).
+# Old spellings, kept for a release: "command --old" -> the one spelling now (hidden from --help).
 DEPRECATED = {
-    "--proxy": "--dataset",  # estimate
-    "--data": "--dataset",  # noise-scale
-    "--store": "STORE",  # profiles
-    "--trace": "--budget-trace",  # budget-feed
-    "--file": "--budget-file",  # budget-feed
-    "--dwell-s": "--budget-dwell-s",  # budget-feed
+    "estimate --proxy": "--dataset",
+    "noise-scale --data": "--dataset",
+    "profiles --store": "STORE",
+    "budget-feed --trace": "--budget-trace",
+    "budget-feed --file": "--budget-file",
+    "budget-feed --dwell-s": "--budget-dwell-s",
+    "experiment --profiles": "--profile-dir",  # a folder (and not the profiles command)
+    "experiment --efficiency": "--efficiency-dir",  # a folder; --efficiency is one CSV
 }
 
 
 OLD = "deprecated_"  # the dest prefix of an old spelling
 
 
+def _command(parser: argparse.ArgumentParser) -> str:
+    """'powerfleet data prepare' -> 'data prepare'."""
+    return parser.prog.split(" ", 1)[-1]
+
+
 class _Deprecated(argparse.Action):
     """Store as the new option does, after one line on stderr naming the replacement."""
 
     def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
-        new = DEPRECATED[option]
+        new = DEPRECATED[_command(parser) + " " + option]
         new = new if new.startswith("-") else "the positional " + new
         print(f"{parser.prog}: {option} is deprecated; use {new}", file=sys.stderr)
         setattr(namespace, self.dest, values)  # moved to the new dest by Parser after parsing
@@ -178,7 +186,7 @@ def deprecated(parser: argparse.ArgumentParser, old: str, dest: str) -> None:
 
     A required new option cannot stay required for argparse (the old spelling alone must do),
     so ``Parser`` checks it after parsing, with argparse's own words."""
-    assert old in DEPRECATED, old
+    assert _command(parser) + " " + old in DEPRECATED, old
     for action in parser._actions:
         if action.dest == dest and action.required:
             action.required = False
