@@ -50,7 +50,7 @@ def nvidia_gpus(root: str) -> Dict[str, Any]:
         found["nvml_error"] = "not probed (a copied tree, not this machine)"
         return found
     try:
-        import pynvml  # type: ignore
+        import pynvml
     except ImportError:
         found["nvml_error"] = "the nvidia-ml-py package is not installed (import pynvml failed)"
         return found
