@@ -39,6 +39,7 @@ from fleet.agent.devices import (
     given_options,
     options_for,
 )
+from fleet.cli import checks
 from fleet.common.errors import InputError
 from fleet.common.names import check_name
 from fleet.config.fleetfile import load_fleet
@@ -64,7 +65,11 @@ def register_coordinator(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fleet", required=True, help="fleet TOML")
     p.add_argument("--host", default="127.0.0.1", help="address to serve on (default loopback)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help="SuperLink port (all APIs)")
-    p.add_argument("--run-dir", help="report directory (default runs/<run name>-<time>)")
+    p.add_argument(
+        "--run-dir",
+        type=checks.output_dir("run directory"),
+        help="report directory (default runs/<run name>-<time>)",
+    )
     p.add_argument("--nodes", type=int, default=0, help="devices to wait for (0: all in fleet)")
     p.add_argument(
         "--ship-weights",
@@ -243,7 +248,12 @@ def register_device(sub: argparse._SubParsersAction) -> None:
         help="the coordinator's HOST:PORT",
     )
     p.add_argument("--port", type=int, default=0, help="local Runtime API port (0: a free one)")
-    p.add_argument("--client", choices=("replay", "hardware"), default="replay")
+    p.add_argument(
+        "--client",
+        choices=("replay", "hardware"),
+        default="replay",
+        help="replay: answer from the fleet file's profiles; hardware: run the agent here",
+    )
     p.add_argument("--root-certificates", help="TLS: the SuperLink's CA certificate (PEM)")
     p.add_argument(
         "--auth-private-key",

@@ -7,6 +7,7 @@ import sys
 
 from rich.table import Table
 
+from fleet.cli import checks
 from fleet.cli.common import console, emit_json, fmt, progress_bar
 from fleet.common.errors import InputError
 from fleet.reports.report import device_table, segment_table, speedup_summary
@@ -23,7 +24,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="flower",
         help="flower: Flower's simulation engine; direct: same devices, no Ray",
     )
-    p.add_argument("--run-dir", help="where to write report.json and devices.csv")
+    p.add_argument(
+        "--run-dir",
+        type=checks.output_dir("run directory"),
+        help="where to write report.json and devices.csv",
+    )
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.set_defaults(func=run)
 

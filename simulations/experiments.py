@@ -15,7 +15,9 @@ import shlex
 import sys
 from pathlib import Path
 
+from fleet.cli import checks
 from fleet.cli.common import console, emit_json, progress_bar
+from fleet.cli.names import deprecated
 from fleet.common.errors import InputError
 from fleet.method.profile_io import atomic_write_text
 from fleet.reports.experiment import Grid, proxy_sensitivity, run_grid
@@ -51,15 +53,31 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("experiment", help="reproduce the paper's tables and figures")
     p.add_argument(
         "which",
+        metavar="WHICH",
         choices=["paper", "analogue"],
         help="paper: the paper's grid on the reference files; analogue: real training offline",
     )
-    p.add_argument("--out", default="docs/paper-report", help="output directory")
+    p.add_argument(
+        "--out",
+        default="docs/paper-report",
+        type=checks.output_dir("output directory"),
+        help="output directory",
+    )
     p.add_argument("--seeds", type=int, default=5, help="seeds per configuration")
-    p.add_argument("--profiles", default=str(HERE / "profiles"), help="profiles directory")
-    p.add_argument("--efficiency", default=str(HERE / "efficiency"), help="efficiency directory")
-    p.add_argument("--models", default="resnet18,mobilenetv2,transformer")
-    p.add_argument("--devices", default="nano,tx2nx")
+    p.add_argument(
+        "--profile-dir", default=str(HERE / "profiles"), help="folder of profile CSVs (paper)"
+    )
+    p.add_argument(
+        "--efficiency-dir",
+        default=str(HERE / "efficiency"),
+        help="folder of efficiency CSVs (paper)",
+    )
+    deprecated(p, "--profiles", "profile_dir")
+    deprecated(p, "--efficiency", "efficiency_dir")
+    p.add_argument(
+        "--models", default="resnet18,mobilenetv2,transformer", help="the paper's models (paper)"
+    )
+    p.add_argument("--devices", default="nano,tx2nx", help="board types (paper)")
     p.add_argument("--data-dir", help="prepared data (analogue; default $POWERFLEET_DATA)")
     p.add_argument("--workers", type=int, help="parallel training runs (analogue)")
     p.add_argument(
@@ -68,7 +86,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="image",
         help="analogue: small_cnn on Fashion-MNIST/MNIST, or the CPU-scale char transformer",
     )
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.set_defaults(func=run)
 
 
@@ -83,8 +101,8 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--seeds must be >= 1, got {args.seeds}")
     out = Path(args.out)
     grid = Grid(
-        Path(args.profiles),
-        Path(args.efficiency),
+        Path(args.profile_dir),
+        Path(args.efficiency_dir),
         models=tuple(m for m in args.models.split(",") if m),
         devices=tuple(d for d in args.devices.split(",") if d),
         seeds=args.seeds,

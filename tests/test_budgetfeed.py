@@ -55,8 +55,8 @@ def test_feeder_process_follows_the_trace_schedule(tmp_path):
     live = tmp_path / "budget"
     t0 = time.monotonic()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "fleet", "budget-feed", "--trace", str(trace), "--file",
-         str(live), "--dwell-s", "0", "--speed", "40"],
+        [sys.executable, "-m", "fleet", "budget-feed", "--budget-trace", str(trace),
+         "--budget-file", str(live), "--budget-dwell-s", "0", "--speed", "40"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
     )  # fmt: skip
     seen = []
@@ -98,11 +98,12 @@ def test_bad_inputs_are_one_line(tmp_path):
     trace = tmp_path / "panel.csv"
     trace.write_text("time_s,available_w\n0,6\n")
     for args, needle in (
-        (["--trace", str(tmp_path / "missing.csv")], "budget trace not found"),
-        (["--trace", str(trace), "--speed", "0"], "--speed: expected a positive number"),
+        (["--budget-trace", str(tmp_path / "missing.csv")], "budget trace not found"),
+        (["--budget-trace", str(trace), "--speed", "0"], "--speed: expected a positive number"),
     ):
         r = subprocess.run(
-            [sys.executable, "-m", "fleet", "budget-feed", "--file", str(tmp_path / "b"), *args],
+            [sys.executable, "-m", "fleet", "budget-feed", "--budget-file", str(tmp_path / "b"),
+             *args],
             capture_output=True, text=True, env=ENV,
         )  # fmt: skip
         assert r.returncode == 2

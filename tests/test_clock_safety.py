@@ -440,7 +440,7 @@ def test_no_permission_is_one_line_exit_2_clocks_untouched():
                 "--sysfs-root", str(board.root), "--state-dir", str(state / "pf"),
                 "--model", "small_cnn", "--input-shape", "1x8x8", "--batch-sizes", "2",
                 "--steps", "1", "--warmup", "0", "--device", "cpu",
-                "--out", str(base / "out.csv"),
+                "--out", str(state / "out.csv"),  # writable: the clocks are what is refused
             ],
             capture_output=True, text=True, timeout=120, cwd=str(base),
             env=dict(os.environ, HOME=str(state)),
@@ -451,7 +451,7 @@ def test_no_permission_is_one_line_exit_2_clocks_untouched():
         assert "cannot write {}: permission denied".format(board.node / "max_freq") in lines[0]
         assert board.bounds() == before
         assert not (state / "pf" / STATE_FILE).exists()  # nothing changed, nothing to restore
-        assert not (base / "out.csv").exists()
+        assert not (state / "out.csv").exists()
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

@@ -99,4 +99,4 @@ def test_report_command_on_a_run_dir(tmp_path):
     assert f"budget violations: {len(rep['fleet']['budget_violations'])}" in md
     assert json.loads(r.stdout)["figures"]
     bad = run_cli("report", str(tmp_path / "nowhere"))
-    assert bad.returncode == 2 and "report.json: not found" in bad.stderr
+    assert bad.returncode == 2 and "nowhere: not found (expected a run directory)" in bad.stderr

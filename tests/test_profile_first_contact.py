@@ -4,7 +4,7 @@ A real SuperLink and one hardware SuperNode on 127.0.0.1 (``insecure=True``); th
 replays the reference Nano grid. Its fleet entry (``client = "hardware"``) names no profile, so
 the loader must not stop; in round 1 the board profiles in predict mode and returns the CSV,
 the coordinator stores it (``[run] profile_store``) with provenance; in round 2 the store ships
-it back and the board does not profile again. ``powerfleet profiles --store`` lists it. Plus the
+it back and the board does not profile again. ``powerfleet profiles STORE`` lists it. Plus the
 pieces on their own: the loader rule, the instruction's ``profiles`` round trip, and the
 provenance the Jetson backend reads from the board tree.
 """
@@ -139,7 +139,7 @@ def test_first_contact_profiles_once_and_round_two_reuses(tmp_path: Path) -> Non
     assert stored.provenance.board_type == "jetson-nano"
     assert stored.provenance.source == "predicted" and stored.provenance.date
     assert len(stored.rows) == 72 and len(list_store(store)) == 1
-    listed = run_cli("profiles", "--store", str(store), "--json")
+    listed = run_cli("profiles", str(store), "--json")
     assert listed.returncode == 0, listed.stderr
     assert spec.name in listed.stdout and "jetson-nano" in listed.stdout
 

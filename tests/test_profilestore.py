@@ -176,7 +176,7 @@ def test_cli_lists_the_store(tmp_path):
     put(store, "nano-01", WL, AGENT_CSV, provenance_from_comments([], "jetson-nano", probes=4))
     put(store, "tx2-01", WL, NANO.read_text(),
         Provenance("jetson-tx2nx", "refreshed", "2026-11-22T01:02:03Z", 72))  # fmt: skip
-    res = _cli("--store", str(store), "--json")
+    res = _cli(str(store), "--json")
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
     assert out["store"] == str(store)
@@ -198,7 +198,7 @@ def test_cli_lists_the_store(tmp_path):
     # a file where the store should be: one line, exit 2
     bad = tmp_path / "file"
     bad.write_text("x")
-    res = _cli("--store", str(bad), "--json")
+    res = _cli(str(bad), "--json")
     assert res.returncode == 2 and res.stderr.count("\n") == 1 and "not a directory" in res.stderr
 
 

@@ -8,6 +8,8 @@ import sys
 import types
 
 from fleet.budgets.trace import DEFAULT_DWELL_S, schedule_from_trace
+from fleet.cli import checks
+from fleet.cli.names import deprecated
 from fleet.method.budget import format_budget
 
 
@@ -16,11 +18,19 @@ def register(sub: argparse._SubParsersAction) -> None:
         "budget-feed",
         help="write a power trace's budget into the file `powerfleet train --budget-file` reads",
     )
-    p.add_argument("--trace", required=True, help="CSV with time_s, available_w")
-    p.add_argument("--file", required=True, help="the live budget file to write")
+    p.add_argument("--budget-trace", required=True, help="power trace CSV: time_s, available_w")
     p.add_argument(
-        "--dwell-s", type=float, default=DEFAULT_DWELL_S, help="least time between rises"
+        "--budget-file",
+        required=True,
+        type=checks.output_file("budget"),
+        help="the live budget file to write",
     )
+    p.add_argument(
+        "--budget-dwell-s", type=float, default=DEFAULT_DWELL_S, help="least time between rises"
+    )
+    deprecated(p, "--trace", "budget_trace")
+    deprecated(p, "--file", "budget_file")
+    deprecated(p, "--dwell-s", "budget_dwell_s")
     p.add_argument("--start-s", type=float, help="trace second to start at (default: first row)")
     p.add_argument("--speed", type=float, default=1.0, help="trace seconds per wall second")
     p.set_defaults(func=run)
@@ -30,7 +40,9 @@ def run(args: argparse.Namespace) -> int:
     from fleet.budgets.feed import check_speed, feed
 
     check_speed(args.speed)
-    steps = schedule_from_trace(args.trace, args.dwell_s, "--trace", args.start_s)
+    steps = schedule_from_trace(
+        args.budget_trace, args.budget_dwell_s, "--budget-trace", args.start_s
+    )
 
     def stop(_signum: int, _frame: types.FrameType | None) -> None:
         raise SystemExit(0)  # the file keeps the last budget written: the loop keeps a value
@@ -41,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{at:8.1f} s  budget {format_budget(watts)}", flush=True)
 
     try:
-        feed(steps, args.file, args.speed, on_write=say)
+        feed(steps, args.budget_file, args.speed, on_write=say)
     except KeyboardInterrupt:
         print("stopped", file=sys.stderr)
     return 0

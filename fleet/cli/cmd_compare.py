@@ -43,7 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=[],
         help="more profiles (other models) the safe cap must cover; repeatable",
     )
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.set_defaults(func=run)
 
 

@@ -36,7 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="fetch and convert datasets into the cache (default: all)",
         description=f"Datasets: {', '.join(KNOWN_DATASETS)}.",
     )
-    prep.add_argument("names", nargs="*", metavar="NAME", help="datasets (default: all)")
+    prep.add_argument("names", nargs="*", metavar="DATASET", help="datasets (default: all)")
     prep.add_argument(
         "--data-dir", help="cache folder (default: $POWERFLEET_DATA or ~/.cache/powerfleet/data)"
     )

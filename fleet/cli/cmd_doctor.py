@@ -1,4 +1,4 @@
-"""`powerfleet doctor`: what this board is, what powerfleet found on it, and what can run.
+"""`powerfleet doctor`: what this machine is, what powerfleet found on it, and what can run.
 
 Why a command: a board that fails to profile or train fails for a reason that lives in its
 sysfs (a GPU node under another name, a sensor that is not there, clocks not writable, a state
@@ -6,11 +6,17 @@ file left by a crash). ``doctor`` says all of it in one place, read-only (``surv
 table for people and one JSON object (``--json``) to paste into a bug report. It runs on a board
 or on a copied tree (``--sysfs-root``). Exit 0 when the survey ran, whatever it found; 2 when
 the root is not a sysfs tree.
+
+On a machine that is not a Jetson (a PC, a VM) the Jetson survey can only say "no"; doctor then
+says what the machine is (an NVIDIA GPU or not, RAPL counters or not: ``machine.py``) and what
+runs here, with the exact commands (``can_run``: the nvml/cpu backends, the simulation, a
+virtual board rehearsal). ``--json`` keeps every key and adds ``machine`` and ``can_run``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 from fleet.agent.devices.survey import exists, survey
@@ -19,7 +25,9 @@ from fleet.common.errors import InputError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("doctor", help="what this board is and whether profile/train can run")
+    p = sub.add_parser(
+        "doctor", help="what this machine is and what can run on it (profile, train, a rehearsal)"
+    )
     p.add_argument("--sysfs-root", default="/", help="sysfs prefix (a copied tree, a dry run)")
     p.add_argument("--state-dir", help="where clock state is saved (default: as `restore`)")
     p.add_argument("--rail", help="power rail or sum A+B to report (default: the board's total)")
@@ -41,9 +49,12 @@ def run(args: argparse.Namespace) -> int:
 def show(report: dict[str, Any]) -> None:
     from rich.console import Console
 
-    out = Console(highlight=False)
+    out = Console(highlight=False, soft_wrap=True)  # a long path is one line, not folded
+    if report.get("machine", {}).get("kind") == "pc":
+        show_pc(out, report)
+        return
     b = report["board"]
-    name = b["name"] or "not in the board table"
+    name = b["name"] or "unknown (not in the board table)"
     out.print(f"[bold]Board[/bold]  {name}  type {b['type'] or '-'}  model {b['model'] or '-'}")
     out.print(
         f"  L4T {b['l4t'] or '-'}  JetPack {b['jetpack'] or '-'}  devfreq rules {b['kernel_rules']}"
@@ -84,9 +95,35 @@ def show(report: dict[str, Any]) -> None:
     if s.get("saved"):
         out.print(f"  written by pid {s.get('pid')} ({s.get('writer')})")
     r = report["ready"]
+    # a reason already printed under GPU or Power is pointed to, not said again
+    said = {gpu.get("error"): "no usable GPU node (GPU above)"}
+    said[p.get("error") or p.get("reason")] = "no power reading (Power above)"
     for what in ("profile", "train"):
-        why = r[f"why_not_{what}"]
+        why = [said.get(w, w) for w in r[f"why_not_{what}"]]
         verdict = "[green]yes[/green]" if r[what] else "[red]no[/red]: " + "; ".join(why)
         out.print(f"[bold]{what}[/bold] {verdict}")
     for note in r["notes"]:
         out.print(f"  note: {note}")
+
+
+def show_pc(out: Any, report: dict[str, Any]) -> None:
+    """Not a Jetson: what the machine is and what runs here, each thing said once."""
+    m = report["machine"]
+    out.print(f"[bold]Machine[/bold]  {m['summary']}")
+    gpu = m["nvidia_gpu"]
+    if gpu["present"] and not gpu["nvml"] and gpu.get("nvml_error"):
+        out.print(f"  NVML: {gpu['nvml_error']}")
+    out.print(
+        "[bold]Jetson[/bold]  no Jetson GPU devfreq node under "
+        f"{os.path.join(report['sysfs_root'], 'sys/class/devfreq')}: the jetson backend "
+        "(`profile`, `train` on a board) needs a board or a board's tree (--sysfs-root)"
+    )
+    s = report["clock_state"]
+    if s.get("saved") or s.get("error"):
+        saved = "error: " + s["error"] if s.get("error") else "saved"
+        out.print(f"[bold]Clock state[/bold]  {s['file']}: {saved}")
+    out.print("[bold]What runs here[/bold]")
+    for item in report["can_run"]:
+        out.print(f"  {item['what']}:")
+        for line in item["command"].splitlines():
+            out.print(f"    {line}")

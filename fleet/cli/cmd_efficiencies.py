@@ -22,7 +22,9 @@ from fleet.trust.efficiency_store import EfficiencyStore, posteriors
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("efficiencies", help="what the fleet learnt of its samples-to-target")
-    p.add_argument("store", help="efficiency store directory (a run's efficiency-store)")
+    p.add_argument(
+        "store", metavar="STORE", help="efficiency store directory (a run's efficiency-store)"
+    )
     p.add_argument("--efficiency", help="the fleet's shipped efficiency CSV (the prior)")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.set_defaults(func=run)

@@ -5,33 +5,49 @@ from __future__ import annotations
 import argparse
 import math
 
-from fleet.cli.common import console, emit_json, progress_bar, table
+from fleet.cli import checks
+from fleet.cli.common import console, emit_json, model_help, progress_bar, table
+from fleet.cli.names import deprecated
 from fleet.common.errors import InputError
 from fleet.training.estimate import EstimateSpec, estimate, write_outputs
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("estimate", help="estimate samples-to-accuracy per batch size on a proxy")
-    p.add_argument("--model", required=True)
-    p.add_argument("--proxy", required=True, help="prepared dataset name or a path")
-    p.add_argument("--batch-sizes", default="4,8,16,32,64,128")
-    p.add_argument("--target-accuracy", type=float, required=True)
-    p.add_argument("--seeds", type=int, default=3)
-    p.add_argument("--weights", help="pre-trained weights (powerfleet pretrain); default: fresh")
-    p.add_argument("--optimizer", default="adam", choices=["adam", "adamw", "sgd"])
+    p.add_argument("--model", required=True, help=model_help())
+    p.add_argument("--dataset", required=True, help="the proxy: a prepared dataset name or a path")
+    deprecated(p, "--proxy", "dataset")
+    p.add_argument("--batch-sizes", default="4,8,16,32,64,128", help="comma-separated")
+    p.add_argument("--target-accuracy", type=float, required=True, help="accuracy to reach (0-1)")
+    p.add_argument("--seeds", type=int, default=3, help="runs per batch size")
+    p.add_argument(
+        "--weights",
+        type=checks.input_file("weights"),
+        help="pre-trained weights (powerfleet pretrain); default: fresh",
+    )
+    p.add_argument(
+        "--optimizer", default="adam", choices=["adam", "adamw", "sgd"], help="optimizer"
+    )
     p.add_argument("--lr-ref", type=float, default=5e-4, help="learning rate at --lr-ref-batch")
-    p.add_argument("--lr-ref-batch", type=int, default=128)
+    p.add_argument(
+        "--lr-ref-batch", type=int, default=128, help="batch size --lr-ref is for (lr scales)"
+    )
     p.add_argument("--subset", type=int, help="proxy samples to use (deterministic)")
     p.add_argument("--eval-every", type=int, help="samples between evaluations")
     p.add_argument("--max-samples", type=int, help="stop a run here if the target is not met")
-    p.add_argument("--data-dir")
+    p.add_argument("--data-dir", help="prepared-data directory (default: $POWERFLEET_DATA)")
     p.add_argument("--workers", type=int, help="parallel runs (default: one per core)")
     p.add_argument(
         "--ray-address", help="fan out onto an existing Ray cluster (e.g. ray://h:10001)"
     )
     p.add_argument("--cache-dir", help="where results are cached (default ~/.cache/powerfleet)")
-    p.add_argument("--out", required=True, help="efficiency CSV to write")
-    p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--out",
+        required=True,
+        type=checks.output_file("efficiency CSV"),
+        help="efficiency CSV to write",
+    )
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.set_defaults(func=run)
 
 
@@ -50,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
 
     spec = EstimateSpec(
         model=args.model,
-        proxy=args.proxy,
+        proxy=args.dataset,
         batch_sizes=_batches(args.batch_sizes),
         target_accuracy=args.target_accuracy,
         seeds=args.seeds,

@@ -12,9 +12,9 @@ from fleet.core.profile import Profile, frontier, load_profile
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("inspect", help="validate a profile CSV and summarise it")
-    p.add_argument("profile", help="profile CSV")
+    p.add_argument("profile", metavar="PROFILE", help="profile CSV")
     p.add_argument("--budgets", default="4.5,5,7,none", help="budgets for the frontier table")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.set_defaults(func=run)
 
 

@@ -14,22 +14,29 @@ from __future__ import annotations
 
 import argparse
 
-from fleet.cli.common import console, emit_json, table
+from fleet.cli import checks
+from fleet.cli.common import console, emit_json, model_help, table
+from fleet.cli.names import deprecated
 from fleet.common.errors import InputError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("noise-scale", help="gradient noise scale of a dataset at given weights")
-    p.add_argument("--model", required=True)
-    p.add_argument("--data", required=True, help="prepared dataset name or a path")
-    p.add_argument("--weights", help="the shipped weights (default: a fresh model)")
+    p.add_argument("--model", required=True, help=model_help())
+    p.add_argument("--dataset", required=True, help="prepared dataset name or a path")
+    deprecated(p, "--data", "dataset")
+    p.add_argument(
+        "--weights",
+        type=checks.input_file("weights"),
+        help="the shipped weights (default: a fresh model)",
+    )
     p.add_argument("--data-dir", help="prepared-data directory (default: $POWERFLEET_DATA)")
     p.add_argument("--batch-sizes", default="4,8,16,32,64,128", help="for the law's shape")
     p.add_argument("--small", type=int, default=8, help="micro-batch size")
     p.add_argument("--big", type=int, default=128, help="batch whose micro-batches are averaged")
     p.add_argument("--batches", type=int, default=8, help="big batches to average over")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.set_defaults(func=run)
 
 
@@ -44,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--batch-sizes: {args.batch_sizes!r} is not a comma list") from None
     if not bs or bs[0] <= 0:
         raise InputError(f"--batch-sizes: need positive integers, got {args.batch_sizes!r}")
-    task = load_task(args.data, args.data_dir, seed=0)
+    task = load_task(args.dataset, args.data_dir, seed=0)
     model = build_for(task, args.model, args.seed, args.weights)
     try:
         ns = noise_scale(model, task.train, args.small, args.big, args.batches, args.seed)

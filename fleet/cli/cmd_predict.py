@@ -13,6 +13,7 @@ import math
 
 from fleet.agent.prediction.fit import PredictError
 from fleet.agent.prediction.predict import describe, predict_profile
+from fleet.cli import checks
 from fleet.cli.common import console, emit_json, table
 from fleet.common.errors import InputError
 from fleet.core.profile import load_profile
@@ -32,7 +33,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--freqs", help="comma-separated grid knob values, MHz or W (default: the profile's grid)"
     )
-    p.add_argument("--out", required=True, help="full profile CSV to write")
+    p.add_argument(
+        "--out",
+        required=True,
+        type=checks.output_file("profile CSV"),
+        help="full profile CSV to write",
+    )
     p.add_argument(
         "--next",
         type=int,

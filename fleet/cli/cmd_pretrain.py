@@ -4,22 +4,28 @@ from __future__ import annotations
 
 import argparse
 
-from fleet.cli.common import console, emit_json, progress_bar
+from fleet.cli import checks
+from fleet.cli.common import console, emit_json, model_help, progress_bar
 from fleet.training.pretrain import pretrain
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("pretrain", help="pre-train a model on a public dataset")
-    p.add_argument("--model", required=True, help="small_cnn, resnet18, mobilenetv2, transformer")
+    p.add_argument("--model", required=True, help=model_help())
     p.add_argument("--dataset", required=True, help="prepared dataset name or a path")
-    p.add_argument("--out", required=True, help="weights file to write (.pt)")
+    p.add_argument(
+        "--out",
+        required=True,
+        type=checks.output_file("weights"),
+        help="weights file to write (.pt)",
+    )
     p.add_argument("--data-dir", help="prepared-data directory (default: $POWERFLEET_DATA)")
     p.add_argument("--subset", type=int, help="samples to use (deterministic)")
-    p.add_argument("--epochs", type=float, default=1.0)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--epochs", type=float, default=1.0, help="passes over the data")
+    p.add_argument("--batch-size", type=int, default=64, help="samples per step")
+    p.add_argument("--lr", type=float, default=1e-3, help="learning rate")
+    p.add_argument("--seed", type=int, default=0, help="initialisation and order seed")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.set_defaults(func=run)
 
 

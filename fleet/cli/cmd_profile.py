@@ -21,7 +21,8 @@ from fleet.agent.devices import (
     preferred_torch_device,
 )
 from fleet.agent.devices.guard import install_restore_handlers
-from fleet.cli.common import console, emit_json, parse_budgets, table
+from fleet.cli import checks
+from fleet.cli.common import console, emit_json, model_help, parse_budgets, table
 from fleet.common.errors import InputError
 from fleet.method.budget import parse_budget
 
@@ -34,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="measure time per batch and peak/mean power for each batch size and GPU frequency",
     )
     add_backend_arguments(p)  # --backend and every backend's own options, from their SPECs
-    p.add_argument("--model", required=True, help="resnet18, mobilenetv2, char_transformer...")
+    p.add_argument("--model", required=True, help=model_help())
     p.add_argument(
         "--input-shape", help="per-sample input shape, e.g. 3x32x32 or 64 (default: model's)"
     )
@@ -55,7 +56,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--adapt-probes", type=int, help="with --adapt-budgets: most extra probes (default 1/10)"
     )
     p.add_argument(
-        "--adapt-efficiency", help="with --adapt-budgets: efficiency CSV the choice is made with"
+        "--adapt-efficiency",
+        type=checks.input_file("efficiency CSV"),
+        help="with --adapt-budgets: efficiency CSV the choice is made with",
     )
     p.add_argument("--steps", type=int, default=5, help="timed training steps per point")
     p.add_argument("--warmup", type=int, default=2, help="untimed warm-up steps per point")
@@ -65,7 +68,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--device", choices=("auto", "cpu", "cuda"), default="auto",
         help="torch device (auto: the backend's own, e.g. cuda on jetson/nvml, when torch sees it)",
     )  # fmt: skip
-    p.add_argument("--out", required=True, help="profile CSV to write")
+    p.add_argument(
+        "--out", required=True, type=checks.output_file("profile CSV"), help="profile CSV to write"
+    )
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.set_defaults(func=run)
 

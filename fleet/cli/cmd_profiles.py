@@ -1,8 +1,8 @@
-"""`powerfleet profiles`: list the coordinator's profile store (issue 11).
+"""`powerfleet profiles [STORE]`: list the coordinator's profile store (issue 11).
 
 One line per stored profile: device, board type, workload (model @ input shape), where the
 profile came from (measured, predicted, refreshed, sibling), how many points were probed, when,
-how many rows, and the file. The store is ``--store DIR``, else the fleet's
+how many rows, and the file. The store is ``STORE``, else the fleet's
 ``[run] profile_store`` (``--fleet F``), else ``runs/profile-store`` under the current
 directory. The store itself is ``fleet.trust.store``.
 """
@@ -13,12 +13,19 @@ import argparse
 from pathlib import Path
 
 from fleet.cli.common import console, emit_json, note, table
+from fleet.cli.names import deprecated
 from fleet.trust.store import default_store, list_store, store_from_fleet
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("profiles", help="list the coordinator's profile store")
-    p.add_argument("--store", help="store directory (default: the fleet's or runs/profile-store)")
+    p.add_argument(
+        "store",
+        metavar="STORE",
+        nargs="?",
+        help="store directory (default: the fleet's, else runs/profile-store)",
+    )
+    deprecated(p, "--store", "store")
     p.add_argument("--fleet", help="fleet TOML whose [run] profile_store names the store")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.set_defaults(func=run)

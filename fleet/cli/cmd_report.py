@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from fleet.cli import checks
 from fleet.cli.common import console, emit_json
 from fleet.method.profile_io import atomic_write_text
 from fleet.reports.markdown import run_markdown
@@ -13,7 +14,12 @@ from fleet.reports.report import read_report
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="turn a run directory into a Markdown report with plots")
-    p.add_argument("run_dir", help="a directory holding report.json (from simulate or deploy)")
+    p.add_argument(
+        "run_dir",
+        metavar="RUN_DIR",
+        type=checks.run_dir,
+        help="a directory holding report.json (from simulate or deploy)",
+    )
     p.add_argument("--json", action="store_true", help="print the report's paths as JSON")
     p.set_defaults(func=run)
 

@@ -10,6 +10,9 @@ At boot the GPU's devfreq node may not exist yet (JetPack 7 can create ``1700000
 so ``--wait-s S`` polls, at most S seconds, until every node the state file names is there,
 then restores; at the limit it exits 2 with one line naming the node and the wait. With no
 state file there is nothing to wait for. The default (0) checks once, as before.
+
+With no state file and no GPU devfreq node (a PC, a VM: not a Jetson) there is nothing to
+restore: one line saying so, exit 0, as the README promises.
 """
 
 from __future__ import annotations
@@ -90,11 +93,13 @@ def run(args: argparse.Namespace) -> int:
     if not args.wait_s >= 0:  # also refuses nan
         raise InputError(f"--wait-s: expected seconds >= 0, got {args.wait_s:g}")
     waited_s = wait_for_nodes(args)
-    if waited_s is None and args.wait_s > 0:
-        try:  # a boot unit with nothing saved: a node not there (yet) is no failure
+    if waited_s is None:
+        # Nothing saved: a machine with no GPU devfreq node (a PC, a board whose node comes
+        # late at boot) has nothing to put back either, which is no failure (exit 0).
+        try:
             find_gpu_nodes(args.sysfs_root, args.gpu_node)
-        except DeviceError as exc:
-            return _nothing_saved_no_node(args, str(exc))
+        except DeviceError:
+            return _nothing_saved_no_node(args)
     try:
         # Constructing it restores from the state file it finds (and says so); the clocks
         # alone: a missing or broken power sensor must not keep a board pinned.
@@ -155,13 +160,16 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _nothing_saved_no_node(args: argparse.Namespace, why: str) -> int:
+def _nothing_saved_no_node(args: argparse.Namespace) -> int:
     state_file = state_path(args.state_dir or default_state_dir(args.sysfs_root))
     if args.json:
         emit_json({"restored": False, "state_file": state_file, "devfreq": None, "waited_s": 0.0})
     else:
+        where = os.path.join(args.sysfs_root, "sys/class/devfreq")
+        node = f"GPU devfreq node {args.gpu_node}" if args.gpu_node else "GPU devfreq node"
         print(
-            f"powerfleet restore: nothing to restore ({state_file} not found); {why}",
+            f"powerfleet restore: nothing to restore: no saved clocks ({state_file} not found) "
+            f"and no {node} under {where} (not a Jetson, or its GPU node is not up yet)",
             file=sys.stderr,
         )
     return 0

@@ -26,7 +26,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--budget-w", required=True, type=str, help="power budget in watts (7, 4.5 W), or 'none'"
     )
-    p.add_argument("--objective", choices=list(OBJECTIVES), default="time")
+    p.add_argument(
+        "--objective",
+        choices=list(OBJECTIVES),
+        default="time",
+        help="what to minimise: round time, energy, or energy within --deadline-s",
+    )
     p.add_argument(
         "--deadline-s",
         type=float,

@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from fleet.cli import checks
 from fleet.cli.common import emit_json
 from fleet.common.errors import InputError
 from fleet.reports.prometheus import prometheus_text, start_point
@@ -52,7 +53,12 @@ COLUMNS = [
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("status", help="every device's progress, power vs budget, ETA and status")
-    p.add_argument("run_dir", metavar="RUN_DIR", help="the run directory (holds state.json)")
+    p.add_argument(
+        "run_dir",
+        metavar="RUN_DIR",
+        type=checks.run_dir_to_watch,
+        help="the run directory (holds state.json)",
+    )
     p.add_argument("--json", action="store_true", help="the state plus a summary, one JSON line")
     p.add_argument("--prometheus", action="store_true", help="Prometheus text (as metrics.prom)")
     p.add_argument("--follow", action="store_true", help="re-read until the run has finished")

@@ -21,8 +21,9 @@ from rich.console import Console
 
 from fleet.agent.devices import DeviceError, open_backend
 from fleet.agent.devices.guard import install_restore_handlers
+from fleet.cli import checks
 from fleet.cli.cmd_profile import add_backend_flags, backend_options
-from fleet.cli.common import console, emit_json, note, table
+from fleet.cli.common import console, emit_json, model_help, note, table
 from fleet.common.errors import InputError
 from fleet.method.deadline import check_power
 
@@ -37,13 +38,26 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(closed loop: budget changes re-select, a runtime guard steps the clock down)",
     )
     add_backend_flags(p)  # --backend and every backend's options, from the registry
-    p.add_argument("--model", required=True, help="small_cnn, resnet18, mobilenetv2, ...")
-    p.add_argument("--weights", help="pre-trained weights (powerfleet pretrain)")
+    p.add_argument("--model", required=True, help=model_help())
+    p.add_argument(
+        "--weights",
+        type=checks.input_file("weights"),
+        help="pre-trained weights (powerfleet pretrain)",
+    )
     p.add_argument("--dataset", required=True, help="prepared dataset name or a path")
     p.add_argument("--data-dir", help="prepared-data directory (default: $POWERFLEET_DATA)")
     p.add_argument("--subset", type=int, help="samples to use (deterministic)")
-    p.add_argument("--efficiency", required=True, help="efficiency CSV (powerfleet estimate)")
-    p.add_argument("--profile", help="profile CSV of this board (default: profile first)")
+    p.add_argument(
+        "--efficiency",
+        required=True,
+        type=checks.input_file("efficiency CSV"),
+        help="efficiency CSV (powerfleet estimate)",
+    )
+    p.add_argument(
+        "--profile",
+        type=checks.input_file("profile CSV"),
+        help="profile CSV of this board (default: profile first)",
+    )
     budget = p.add_mutually_exclusive_group(required=True)
     budget.add_argument("--budget-w", help="fixed budget in watts (or 'none')")
     budget.add_argument(
@@ -58,14 +72,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--budget-dwell-s", type=float, help="--budget-trace: least time between rises (60 s)"
     )
-    p.add_argument("--objective", choices=("time", "energy", "deadline"), default="time")
+    p.add_argument(
+        "--objective",
+        choices=("time", "energy", "deadline"),
+        default="time",
+        help="what to minimise: time to target, energy, or energy within --deadline-s",
+    )
     p.add_argument(
         "--deadline-s",
         type=float,
         help="deadline objective: finish within this many seconds of the loop's start on the "
         "least predicted energy (the fastest point, 'late', when nothing can)",
     )
-    p.add_argument("--target-accuracy", type=float, default=0.9)
+    p.add_argument("--target-accuracy", type=float, default=0.9, help="accuracy to reach (0-1)")
     p.add_argument(
         "--learn-efficiency",
         choices=("none", "online", "device", "all"),
@@ -76,10 +95,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--max-samples", type=int, help="stop here if the target is not met")
     p.add_argument("--eval-every", type=int, help="samples between evaluations (default: epoch)")
-    p.add_argument("--optimizer", default="adam", choices=["adam", "adamw", "sgd"])
+    p.add_argument(
+        "--optimizer", default="adam", choices=["adam", "adamw", "sgd"], help="optimizer"
+    )
     p.add_argument("--lr-ref", type=float, default=5e-4, help="learning rate at --lr-ref-batch")
-    p.add_argument("--lr-ref-batch", type=int, default=128)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--lr-ref-batch", type=int, default=128, help="batch size --lr-ref is for (lr scales)"
+    )
+    p.add_argument("--seed", type=int, default=0, help="initialisation and order seed")
     p.add_argument("--batch-sizes", default=DEFAULT_BATCH_SIZES, help="to profile (no --profile)")
     p.add_argument("--guard-window", type=float, default=0.2, help="seconds over budget to act")
     p.add_argument("--sampler-hz", type=float, default=20.0, help="power sampling rate (>= 20)")
@@ -96,6 +119,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-drift", action="store_true", help="do not compare steps with the LUT")
     p.add_argument(
         "--refreshed-profile",
+        type=checks.output_file("profile CSV"),
         help="where a drift-refreshed profile goes (default: <out>/profile.refreshed.csv)",
     )
     p.add_argument(
@@ -103,7 +127,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="rehearsal: every step lasts at least the profile's step time at its point, so a "
         "faster host (or a virtual board) lives the board's timeline: schedules, deadlines",
     )  # fmt: skip
-    p.add_argument("--out", help="run folder: run.json, checkpoint, weights, profile")
+    p.add_argument(
+        "--out",
+        type=checks.output_dir("run folder"),
+        help="run folder: run.json, checkpoint, weights, profile",
+    )
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.set_defaults(func=run)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
+from fleet.cli import checks
 from fleet.cli.common import console, emit_json, table
 from fleet.config.fleetfile import load_fleet
 from fleet.core.objectives import OBJECTIVES
@@ -30,7 +31,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--objective", choices=OBJECTIVES, default=None, help="default: the fleet's")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
-    p.add_argument("--plot", default=None, help="write the time-energy front to this PNG")
+    p.add_argument(
+        "--plot", type=checks.output_file("PNG"), help="write the time-energy front to this PNG"
+    )
     p.set_defaults(func=run)
 
 

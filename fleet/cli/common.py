@@ -131,3 +131,13 @@ def progress_bar(command: str, *, elapsed: bool = True, transient: bool = True) 
     if elapsed:
         columns.append(TimeElapsedColumn())
     return Progress(*columns, console=err, transient=transient, disable=not err.is_terminal)
+
+
+def model_help(what: str = "model") -> str:
+    """``--model``'s help, listing the registry's models (``fleet.agent.models.registry``): a
+    list written by hand drifted (``pretrain`` offered a model it refuses)."""
+    try:
+        from fleet.agent.models.registry import MODEL_NAMES
+    except ImportError as exc:  # no torch here: the command will say so when it runs
+        return f"{what}: a name of the model registry (not importable here: {exc})"
+    return f"{what}: {', '.join(MODEL_NAMES)}"

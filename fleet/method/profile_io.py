@@ -150,6 +150,12 @@ def _read_bounded(fh: IO, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+def _a(what):
+    # type: (str) -> str
+    """'an efficiency CSV', 'a profile CSV'."""
+    return ("an " if what[:1].lower() in "aeiou" else "a ") + what
+
+
 def _read_text(path: str, what: str) -> str:
     try:
         with open(path, "rb") as fh:
@@ -157,21 +163,21 @@ def _read_text(path: str, what: str) -> str:
     except FileNotFoundError:
         raise ProfileFormatError("{}: file not found".format(path)) from None
     except IsADirectoryError:
-        msg = "{}: is a directory, expected a {} file".format(path, what)
+        msg = "{}: is a directory, expected {} file".format(path, _a(what))
         raise ProfileFormatError(msg) from None
     except (IOError, OSError) as exc:
         reason = exc.strerror or type(exc).__name__
         raise ProfileFormatError("{}: cannot read ({})".format(path, reason)) from None
     if len(raw) > MAX_FILE_BYTES:
         raise ProfileFormatError(
-            "{}: larger than {} bytes; is this really a {}?".format(path, MAX_FILE_BYTES, what)
+            "{}: larger than {} bytes; is this really {}?".format(path, MAX_FILE_BYTES, _a(what))
         )
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         raise ProfileFormatError(
-            "{}: line {}: not UTF-8 text (expected a {})".format(path, line, what)
+            "{}: line {}: not UTF-8 text (expected {})".format(path, line, _a(what))
         ) from None
 
 

@@ -25,6 +25,7 @@ from fleet.agent.devices.board_identity import (
 )
 from fleet.agent.devices.board_power import open_power
 from fleet.agent.devices.devfreq import DevfreqNode, available_hz, find_gpu_nodes
+from fleet.agent.devices.machine import can_run, machine
 from fleet.agent.devices.power_rails import read_rail_w
 from fleet.agent.devices.sysfs import read_number, read_text, under
 
@@ -53,13 +54,17 @@ def survey(
         gp["table_vs_board"] = _table_check(row, gp["nodes"][0]["available_mhz"])
     power = _power(sysfs_root, rail, primary)
     state = _state(sysfs_root, state_dir)
+    ready = _ready(gp, power, state)
+    host = machine(sysfs_root, is_jetson=bool(row is not None or gp.get("nodes")))
     return {
         "sysfs_root": sysfs_root,
         "board": board,
         "gpu": gp,
         "power": power,
         "clock_state": state,
-        "ready": _ready(gp, power, state),
+        "ready": ready,
+        "machine": host,
+        "can_run": can_run(host, bool(ready["profile"])),
     }
 
 

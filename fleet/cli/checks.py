@@ -1,0 +1,87 @@
+"""Paths checked when the command line is read, before any sweep, training or round starts.
+
+Why at parse time: a profile sweep that ends in ``[Errno 21] Is a directory`` has wasted its
+minutes; the same check made as argparse reads ``--out`` costs nothing and fails in one line
+naming the option (``powerfleet profile: error: argument --out: /tmp: is a directory; ...``).
+Each function returns an argparse ``type=``: it gets the string, checks what can be known
+before the work (the path's kind, its nearest existing folder), and returns the string
+unchanged, so the command's body reads the same value it always did.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Callable
+
+
+def _a(what: str) -> str:
+    return ("an " if what[:1].lower() in "aeiou" else "a ") + what
+
+
+def _writable_home(path: str) -> None:
+    """The nearest folder that exists above ``path`` must be a folder we can write into
+    (commands create missing folders below it)."""
+    parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise argparse.ArgumentTypeError(f"{path}: {parent} is a file, not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"{path}: cannot write into {parent} (permission)")
+
+
+def output_file(what: str) -> Callable[[str], str]:
+    """A file the command writes: not a directory, in a folder it can write."""
+
+    def check(path: str) -> str:
+        if os.path.isdir(path):
+            raise argparse.ArgumentTypeError(
+                f"{path}: is a directory; expected the {what} file to write"
+            )
+        _writable_home(path)
+        return path
+
+    return check
+
+
+def output_dir(what: str) -> Callable[[str], str]:
+    """A folder the command writes into (created if missing): not a file."""
+
+    def check(path: str) -> str:
+        if os.path.exists(path) and not os.path.isdir(path):
+            raise argparse.ArgumentTypeError(f"{path}: not a directory; expected {_a(what)}")
+        _writable_home(os.path.join(path, "x"))
+        return path
+
+    return check
+
+
+def input_file(what: str) -> Callable[[str], str]:
+    """A file the command reads: there, and a file."""
+
+    def check(path: str) -> str:
+        if os.path.isdir(path):
+            raise argparse.ArgumentTypeError(f"{path}: is a directory, expected {_a(what)} file")
+        if not os.path.exists(path):
+            raise argparse.ArgumentTypeError(f"{path}: {what} not found")
+        return path
+
+    return check
+
+
+def run_dir(path: str) -> str:
+    """A run directory to read (report.json, state.json): there, and a directory."""
+    if not os.path.exists(path):
+        raise argparse.ArgumentTypeError(f"{path}: not found (expected a run directory)")
+    if not os.path.isdir(path):
+        raise argparse.ArgumentTypeError(f"{path}: not a directory (expected a run directory)")
+    return path
+
+
+def run_dir_to_watch(path: str) -> str:
+    """A run directory ``status`` reads: a file is refused here; a folder not there yet is the
+    command's to say (a round may not have started)."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise argparse.ArgumentTypeError(f"{path}: not a directory (expected a run directory)")
+    return path
