@@ -78,6 +78,10 @@ def test_power_drift_gives_one_event_and_a_refreshed_profile(tmp_path):
 def test_bad_drift_tolerance_is_one_line_and_exit_2(tmp_path):
     from tests.conftest import run_cli
 
+    # the files exist (paths are checked as the command line is read): the tolerance is the
+    # one thing wrong, and it is refused before any work
+    (tmp_path / "d.npz").write_bytes(b"")
+    (tmp_path / "e.csv").write_text("batch_size,samples_to_accuracy\n8,1000\n")
     r = run_cli(
         "train", "--backend", "cpu", "--model", "small_cnn", "--dataset",
         str(tmp_path / "d.npz"), "--efficiency", str(tmp_path / "e.csv"), "--budget-w", "5",

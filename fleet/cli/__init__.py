@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import List, Optional
 
 from fleet.agent.devices.base import DeviceError
-from fleet.cli.names import Parser
+from fleet.cli.names import Parser, Subcommands
 from fleet.common.errors import InfeasibleError, InputError
 
 # The built-in commands: name -> one-line summary; the code is ``fleet/cli/cmd_<name>.py`` (a
@@ -95,9 +95,9 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
-def _grouped_help(sub: argparse._SubParsersAction) -> str:
+def _grouped_help(sub: Subcommands) -> str:
     """The commands by group, one line each: ``powerfleet --help`` fits one screen."""
-    summaries = {a.dest: a.help or "" for a in sub._choices_actions}
+    summaries = dict(sub.summaries)
     width = max(len(n) for n in summaries) + 2
     lines: list[str] = []
     listed: set[str] = set()
@@ -154,6 +154,7 @@ def build_parser(argv: Optional[Sequence[str]] = None) -> argparse.ArgumentParse
     for ep in plugins:
         if ep.name not in builtin:
             ep.load()(sub)
+    assert isinstance(sub, Subcommands)  # Parser registers it as the subparsers action
     parser.epilog = _grouped_help(sub)
     return parser
 

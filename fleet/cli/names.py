@@ -187,14 +187,8 @@ def deprecated(parser: argparse.ArgumentParser, old: str, dest: str) -> None:
     A required new option cannot stay required for argparse (the old spelling alone must do),
     so ``Parser`` checks it after parsing, with argparse's own words."""
     assert _command(parser) + " " + old in DEPRECATED, old
-    for action in parser._actions:
-        if action.dest == dest and action.required:
-            action.required = False
-            action.help = (action.help or "") + " (required)"
-            parser._late_required.append(action)  # type: ignore[attr-defined]
-    # its own dest: an optional positional (profiles [STORE]) would overwrite it with None
-    parser._renamed.append((OLD + dest, dest))  # type: ignore[attr-defined]
-    parser.add_argument(old, dest=OLD + dest, action=_Deprecated, help=argparse.SUPPRESS)
+    assert isinstance(parser, Parser), "every powerfleet parser is a names.Parser"
+    parser.accept_old(old, dest)
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -212,6 +206,19 @@ class HelpFormatter(argparse.HelpFormatter):
         return text + " (default: %(default)s)"
 
 
+class Subcommands(argparse._SubParsersAction):
+    """The subcommands action, keeping each command's one-line summary where ``--help``'s
+    grouped listing can read it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.summaries: dict[str, str] = {}
+
+    def add_parser(self, name: str, **kwargs: Any) -> Any:
+        self.summaries[name] = kwargs.get("help") or ""
+        return super().add_parser(name, **kwargs)
+
+
 class Parser(argparse.ArgumentParser):
     """The parser class of every command: no abbreviations, defaults shown, one-line errors."""
 
@@ -221,6 +228,19 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
         self._late_required: list[argparse.Action] = []
         self._renamed: list[tuple[str, str]] = []
+        self.register("action", "parsers", Subcommands)
+
+    def accept_old(self, old: str, dest: str) -> None:
+        """``old`` stores into ``dest`` (after a deprecation line); a required ``dest`` is
+        checked after parsing instead, so the old spelling alone satisfies it."""
+        for action in self._actions:
+            if action.dest == dest and action.required:
+                action.required = False
+                action.help = (action.help or "") + " (required)"
+                self._late_required.append(action)
+        # its own dest: an optional positional (profiles [STORE]) would overwrite it with None
+        self._renamed.append((OLD + dest, dest))
+        self.add_argument(old, dest=OLD + dest, action=_Deprecated, help=argparse.SUPPRESS)
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
         parsed, extras = super().parse_known_args(args, namespace)
