@@ -40,12 +40,14 @@ from tests.fault_helpers import (
     Loopback,
     board_node_config,
     fleet_of_replay_devices,
+    freeze,
     hostile_agent_python,
     hostile_node_config,
     kill_tree,
     read_json,
     reference_devices,
     replay_node_configs,
+    thaw,
     wait_for_json,
     wait_for_process,
     wait_until,
@@ -374,20 +376,20 @@ def test_a_board_agent_killed_with_its_clock_locked_restores_and_resumes(tmp_pat
         lb.start_node("nano-1", config)
         lb.wait_nodes(1)
         rid = lb.submit(run_config(fleet, run_dir, 3.0))
-        # A kill that lands between segments (the agent found had not locked yet) is a lost
-        # segment too, and the coordinator gives a board max_crashes (3) lost segments in a
-        # row: two tries leave the resumed segment its chance whatever the timing.
-        kills = 0
-        while kills < 2:
+        # Freeze the agent first, then look: a frozen agent cannot restore or lock, so a board
+        # pinned while it is frozen is pinned by it and the kill lands mid-segment, however
+        # slowly this machine runs. An agent found between segments (the last one restoring,
+        # the next not yet locked) is thawed and looked for again: exactly one kill.
+        while True:
             wait_until(lambda: _pinned(board), HANG_GUARD_S, "the board's clock locked", 0.05)
             agent = wait_for_process(lb.node_proc("nano-1"), "fleet.agent", HANG_GUARD_S)
-            if not _pinned(board):  # the segment ended between the look and the find: the
-                continue  # agent found may be the next one, not yet locked; look again
-            kill_tree(agent)
-            kills += 1
-            if _pinned(board):  # killed while it held the clock: nobody restored it yet
+            freeze(agent)
+            if _pinned(board):
+                kill_tree(agent)
                 break
-        assert _pinned(board), "the agent was never killed while it held the clock"
+            thaw(agent)
+        # only a fresh agent can put the bounds back now: the killed one held them, the
+        # virtual kernel never restores
         # a fresh agent restores the saved bounds before the device's next segment
         wait_until(lambda: _bounds(board) == original, HANG_GUARD_S, "the originals back", 0.05)
         status, details, _ = lb.wait_run(rid, HANG_GUARD_S)
