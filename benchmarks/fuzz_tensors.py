@@ -70,6 +70,7 @@ def tensor_format(tmp: str):
     from fleet.agent.models.registry import build_model
     from fleet.agent.protocol import train_args
     from fleet.agent.training import checkpoint, trainer
+    from fleet.agent.training.plan import TrainPlan
 
     save, how = tensor_io()
     torch.manual_seed(0)
@@ -79,10 +80,8 @@ def tensor_format(tmp: str):
     model = build_model("small_cnn", num_classes=2, input_shape="1x8x8", seed=0, width=4)
     weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
     ckpt_path = os.path.join(tmp, "seed.ckpt")
-    trainer.train_to_target(
-        model, data["train"], data["test"], 16, 1e-3, 0.999, eval_every_samples=16,
-        max_samples=32, checkpoint_path=ckpt_path, eval_at_start=False,
-    )  # fmt: skip
+    plan = TrainPlan(16, 1e-3, 0.999, eval_every_samples=16, max_samples=32, eval_at_start=False)
+    trainer.train_to_target(model, data["train"], data["test"], plan, checkpoint_path=ckpt_path)
     seeds = {}
     for kind, obj in (("weights", weights), ("data", data)):
         p = os.path.join(tmp, "seed-" + kind)

@@ -29,6 +29,7 @@ import time
 import torch
 
 from fleet.agent.models.registry import build_model, input_spec, loss_fn, make_batch
+from fleet.agent.training.plan import TrainPlan
 from fleet.agent.training.trainer import make_optimizer, train_to_target
 
 
@@ -70,21 +71,18 @@ def bare_loop(model, train, test, batch, steps, lr, optimizer, device, task, see
 
 
 def trainer_loop(model, train, test, batch, steps, lr, optimizer, device, task, seed=0) -> float:
-    r = train_to_target(
-        model,
-        train,
-        test,
-        batch_size=batch,
-        lr=lr,
-        target_accuracy=1.0,
+    plan = TrainPlan(
+        batch,
+        lr,
+        1.0,
         optimizer=optimizer,
         eval_every_samples=batch * steps + 1,  # past the end: no evaluation during the run
         max_samples=batch * steps,
         seed=seed,
-        device=device,
         task=task,
         eval_at_start=False,
     )
+    r = train_to_target(model, train, test, plan, device=device)
     assert r.steps == steps and len(r.curve) == 1, (r.steps, r.curve)
     return r.final_accuracy
 

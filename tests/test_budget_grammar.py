@@ -136,7 +136,9 @@ def _node_config(key: str, text: str) -> object:
 def _agent(key: str, text: str) -> object:
     req = {key: text, "profile": PROFILE, "efficiency": {str(b): n for b, n in EFFICIENCY.items()}}
     try:
-        source = closed_loop_args(req)["source"]  # type: ignore[index]
+        plan = closed_loop_args(req)
+        assert plan is not None
+        source = plan.source
     except ProtocolError as exc:
         return str(exc)
     if isinstance(source, ScheduleBudget):

@@ -14,7 +14,6 @@ import pytest
 import torch
 
 from fleet.agent.loop.closedloop import STATUS_OVER_BUDGET, ClosedLoop
-from fleet.agent.loop.underbudget import train_under_budget
 from fleet.agent.models.registry import build_model
 from fleet.method.budget import (
     BudgetError,
@@ -25,7 +24,7 @@ from fleet.method.budget import (
     parse_schedule,
 )
 from fleet.method.selection import choose, lut_from_rows
-from tests.closedloop_helpers import FREQS, FollowBackend, lut_rows, model_power
+from tests.closedloop_helpers import FREQS, FollowBackend, lut_rows, model_power, under_budget
 
 EFF = {8: 4000.0, 16: 4000.0, 32: 4400.0}  # b=32 wins when the budget allows its clock
 STEP_S = 0.015
@@ -68,7 +67,7 @@ def after_start(backend, delay_s, action):
 
 def run_loop(backend, source, max_samples, checkpoint=None, augment=slow_step, **kw):
     model = build_model("small_cnn", num_classes=2, input_shape="1x8x8", seed=0, width=4)
-    return train_under_budget(
+    return under_budget(
         backend, model, TRAIN, TEST, lut_from_rows(lut_rows()), EFF, source, 16, 1e-3,
         target_accuracy=1.0, max_samples=max_samples, eval_every_samples=256,
         augment=augment, checkpoint_path=checkpoint, **kw
@@ -375,7 +374,7 @@ def test_agent_train_runs_the_closed_loop_and_falls_back_to_cpu(tmp_path):
 def test_closed_loop_resume_is_exact_under_a_fixed_budget(tmp_path):
     def run(max_samples, ckpt):
         model = build_model("small_cnn", num_classes=2, input_shape="1x8x8", seed=0, width=4)
-        result, _ = train_under_budget(
+        result, _ = under_budget(
             FollowBackend(), model, TRAIN, TEST, lut_from_rows(lut_rows()), EFF,
             FixedBudget(4.2), 32, 1e-3, target_accuracy=1.0, max_samples=max_samples,
             eval_every_samples=256, checkpoint_path=ckpt,

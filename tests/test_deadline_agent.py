@@ -16,7 +16,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fleet.agent.loop.closedloop import ClosedLoop, ClosedLoopError
-from fleet.agent.loop.underbudget import train_under_budget
 from fleet.agent.models.registry import build_model
 from fleet.core.deadline import choose_step, rates
 from fleet.core.efficiency import Efficiency
@@ -24,7 +23,7 @@ from fleet.method.budget import BudgetStep, FileBudget, FixedBudget
 from fleet.method.deadline import choose_deadline
 from fleet.method.point import Point
 from fleet.method.selection import choose, lut_from_rows
-from tests.closedloop_helpers import FollowBackend, lut_rows
+from tests.closedloop_helpers import FollowBackend, lut_rows, under_budget
 
 
 def after_start_s(board, delay_s, action):
@@ -271,7 +270,7 @@ def train_deadline(board, source, deadline_s, max_samples=4000, **kw):
     train = (torch.randn(512, 1, 8, 8, generator=g), torch.randint(0, 2, (512,), generator=g))
     test = (torch.randn(64, 1, 8, 8, generator=g), torch.randint(0, 2, (64,), generator=g))
     model = build_model("small_cnn", num_classes=2, input_shape="1x8x8", seed=0, width=4)
-    return train_under_budget(
+    return under_budget(
         board, model, train, test, lut_from_rows(lut_rows()), EFF, source, 16, 1e-3,
         objective="deadline", deadline_s=deadline_s, target_accuracy=1.0,
         max_samples=max_samples, augment=slow,
@@ -394,7 +393,7 @@ def test_the_agent_refuses_bad_deadline_arguments_in_one_line(extra, words):
     with pytest.raises(ProtocolError, match=words):
         closed_loop_args(dict(req, **extra))
     ok = closed_loop_args(dict(req, objective="deadline", deadline_s=30))
-    assert (ok["objective"], ok["deadline_s"]) == ("deadline", 30.0)
+    assert ok is not None and (ok.objective, ok.deadline_s) == ("deadline", 30.0)
     timeless = [
         {k: r[k] for k in ("batch_size", "freq_mhz", "time_per_batch_s")} for r in lut_rows()
     ]

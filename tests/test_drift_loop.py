@@ -11,12 +11,11 @@ import time
 
 import pytest
 
-from fleet.agent.loop.underbudget import train_under_budget
 from fleet.agent.measure.drift import read_profile
 from fleet.agent.models.registry import build_model
 from fleet.method.budget import BudgetSource
 from fleet.method.selection import choose, lut_from_rows
-from tests.closedloop_helpers import FollowBackend, lut_rows, model_power
+from tests.closedloop_helpers import FollowBackend, lut_rows, model_power, under_budget
 from tests.test_closedloop import EFF, STEP_S, TEST, TRAIN
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -57,7 +56,7 @@ def test_power_drift_is_one_event_and_the_refresh_moves_the_table(tmp_path):
 
     out = tmp_path / "refreshed.csv"
     model = build_model("small_cnn", num_classes=2, input_shape="1x8x8", seed=0, width=4)
-    result, summary = train_under_budget(
+    result, summary = under_budget(
         backend, model, TRAIN, TEST, lut_from_rows(lut_rows()), EFF, StepBudget(steps), 16,
         1e-3, target_accuracy=1.0, max_samples=6000, eval_every_samples=512,
         augment=counted_step,

@@ -23,13 +23,14 @@ from fleet.agent.data import tensorfile
 from fleet.agent.devices.replay import ReplayBackend
 from fleet.agent.models.registry import build_model
 from fleet.agent.protocol import handler_api, train_args, train_command
-from fleet.agent.training import checkpoint, trainer
+from fleet.agent.training import checkpoint
 from fleet.agent.training.train_state import TrainerError
 from fleet.common.errors import InputError
 from fleet.core.efficiency import load_efficiency
 from fleet.core.profile import load_profile
 from tests.conftest import run_cli
 from tests.test_agent_protocol import Agent
+from tests.test_trainer import train as run_trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 NANO_CSV = ROOT / "simulations" / "profiles" / "nano_resnet18.csv"
@@ -233,9 +234,7 @@ def test_tampered_or_damaged_checkpoint_is_refused(tmp_path):
     def model():
         return build_model("small_cnn", num_classes=2, input_shape="1x8x8", seed=0, width=4)
 
-    first = trainer.train_to_target(
-        model(), train, test, max_samples=64, checkpoint_path=ckpt, **kw
-    )
+    first = run_trainer(model(), train, test, max_samples=64, checkpoint_path=ckpt, **kw)
     assert first.samples == 64
     saved = tensorfile.load(ckpt, "checkpoint")
     assert saved["counters"]["curve"][-1][0] == saved["counters"]["samples"] == 64
@@ -243,7 +242,7 @@ def test_tampered_or_damaged_checkpoint_is_refused(tmp_path):
     saved["counters"]["samples"] = 6400  # believable, valid digest, contradicts its own curve
     tensorfile.save(saved, ckpt, "checkpoint")
     with pytest.raises(TrainerError, match="contradicts itself: 6400 samples but the last"):
-        trainer.train_to_target(model(), train, test, max_samples=128, checkpoint_path=ckpt, **kw)
+        run_trainer(model(), train, test, max_samples=128, checkpoint_path=ckpt, **kw)
 
     saved["counters"]["samples"] = 64
     tensorfile.save(saved, ckpt, "checkpoint")
@@ -251,7 +250,7 @@ def test_tampered_or_damaged_checkpoint_is_refused(tmp_path):
     raw[-3] ^= 0x10
     Path(ckpt).write_bytes(bytes(raw))
     with pytest.raises(TrainerError, match="digest mismatch.*delete it to start over"):
-        trainer.train_to_target(model(), train, test, max_samples=128, checkpoint_path=ckpt, **kw)
+        run_trainer(model(), train, test, max_samples=128, checkpoint_path=ckpt, **kw)
 
 
 # ------------------------------------------------------------------------------ the live agent

@@ -27,6 +27,7 @@ from fleet.agent.models.registry import build_model
 from fleet.agent.protocol.handler_api import Context
 from fleet.agent.protocol.train_command import handle_train
 from fleet.agent.training.evaluation import evaluate
+from fleet.agent.training.plan import TrainHooks, TrainPlan
 from fleet.agent.training.train_state import TrainerError
 from fleet.agent.training.trainer import train_to_target
 from tests.test_agent_protocol import Agent
@@ -36,6 +37,14 @@ NANO_CSV = ROOT / "simulations" / "profiles" / "nano_resnet18.csv"
 TIMEOUT = 60.0
 K = 64  # evaluation cadence, a multiple of the batch size
 KW = dict(batch_size=16, lr=3e-3, target_accuracy=0.85, eval_every_samples=K, max_samples=4096)
+
+
+def train(model, train_set, test_set, **kw):
+    """``train_to_target`` with the tests' keywords split into its records: the plan's fields,
+    the hooks' fields, ``device`` and ``checkpoint_path``."""
+    hooks = TrainHooks(**{k: kw.pop(k) for k in list(kw) if k in TrainHooks._fields})
+    device, ckpt = kw.pop("device", "cpu"), kw.pop("checkpoint_path", None)
+    return train_to_target(model, train_set, test_set, TrainPlan(**kw), hooks, device, ckpt)
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -75,7 +84,7 @@ def digest(path):
 
 
 def test_reaches_target_and_stops_on_cadence():
-    r = train_to_target(fresh_model(), TRAIN, TEST, seed=0, **KW)
+    r = train(fresh_model(), TRAIN, TEST, seed=0, **KW)
     assert r.status == "reached" and r.reached
     assert r.samples_to_accuracy == r.samples > 0
     assert r.samples_to_accuracy % K == 0  # k is a multiple of the batch: evals on multiples of k
@@ -95,7 +104,7 @@ def test_unreachable_target_stops_at_cap():
     # The classes overlap (noise >> signal): 100% is out of reach. 200 is not a multiple of
     # the batch, so the cap rounds up to the next step (208) and gets its own evaluation.
     kw = dict(KW, target_accuracy=1.0, max_samples=200)
-    r = train_to_target(fresh_model(), TRAIN, TEST, seed=0, **kw)
+    r = train(fresh_model(), TRAIN, TEST, seed=0, **kw)
     assert r.status == "not reached" and not r.reached
     assert r.samples_to_accuracy is None and r.samples == 208
     assert [s for s, _ in r.curve] == [0, 64, 128, 192, 208]
@@ -104,15 +113,15 @@ def test_unreachable_target_stops_at_cap():
 def test_raising_the_cap_continues_a_finished_checkpoint(tmp_path):
     ckpt = str(tmp_path / "cap.pt")
     kw = dict(KW, target_accuracy=1.0, seed=0, checkpoint_path=ckpt)
-    first = train_to_target(fresh_model(), TRAIN, TEST, **dict(kw, max_samples=200))
-    again = train_to_target(fresh_model(), TRAIN, TEST, **dict(kw, max_samples=200))
+    first = train(fresh_model(), TRAIN, TEST, **dict(kw, max_samples=200))
+    again = train(fresh_model(), TRAIN, TEST, **dict(kw, max_samples=200))
     assert again.curve == first.curve and again.train_time_s == first.train_time_s  # no work
     model = fresh_model()
-    more = train_to_target(model, TRAIN, TEST, **dict(kw, max_samples=400))
+    more = train(model, TRAIN, TEST, **dict(kw, max_samples=400))
     assert more.samples == 400 and more.curve[:5] == first.curve and more.sessions == 2
     # The extra evaluation at 208 did not perturb training: same weights as one run to 400.
     straight = fresh_model()
-    train_to_target(straight, TRAIN, TEST, **dict(KW, target_accuracy=1.0, max_samples=400))
+    train(straight, TRAIN, TEST, **dict(KW, target_accuracy=1.0, max_samples=400))
     assert same_weights(model, straight)
 
 
@@ -122,12 +131,12 @@ def test_raising_the_cap_continues_a_finished_checkpoint(tmp_path):
 
 def test_same_seed_gives_identical_runs():
     m1, m2 = fresh_model(), fresh_model()
-    r1 = train_to_target(m1, TRAIN, TEST, seed=3, **KW)
-    r2 = train_to_target(m2, TRAIN, TEST, seed=3, **KW)
+    r1 = train(m1, TRAIN, TEST, seed=3, **KW)
+    r2 = train(m2, TRAIN, TEST, seed=3, **KW)
     assert r1.samples_to_accuracy == r2.samples_to_accuracy
     assert r1.curve == r2.curve and r1.loss_curve == r2.loss_curve
     assert same_weights(m1, m2)
-    r3 = train_to_target(fresh_model(), TRAIN, TEST, seed=4, **KW)
+    r3 = train(fresh_model(), TRAIN, TEST, seed=4, **KW)
     assert r3.loss_curve != r1.loss_curve  # the seed does steer the data order
 
 
@@ -141,6 +150,7 @@ HELPER = textwrap.dedent(
     torch.set_num_threads(1)
     from fleet.agent.models.registry import build_model
     from fleet.agent.data import tensorfile
+    from fleet.agent.training.plan import TrainHooks, TrainPlan
     from fleet.agent.training.trainer import train_to_target
 
     data_path, ckpt, kw = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
@@ -161,8 +171,8 @@ HELPER = textwrap.dedent(
             time.sleep(600)  # never finish on our own: the test kills us
 
     model = build_model("small_cnn", num_classes=2, input_shape="1x8x8", seed=0, width=4)
-    train_to_target(model, SlowDataset(*data["train"]), data["test"], checkpoint_path=ckpt,
-                    progress=hold, **kw)
+    train_to_target(model, SlowDataset(*data["train"]), data["test"], TrainPlan(**kw),
+                    TrainHooks(progress=hold), checkpoint_path=ckpt)
     """
 )
 
@@ -170,7 +180,7 @@ HELPER = textwrap.dedent(
 @pytest.mark.slow
 def test_sigkill_then_resume_matches_uninterrupted(tmp_path):
     ma = fresh_model()
-    a = train_to_target(ma, TRAIN, TEST, seed=0, checkpoint_path=str(tmp_path / "a.pt"), **KW)
+    a = train(ma, TRAIN, TEST, seed=0, checkpoint_path=str(tmp_path / "a.pt"), **KW)
     assert a.reached and a.samples_to_accuracy > 2 * K  # several stretches: room to crash in
 
     data = tmp_path / "data.pt"
@@ -199,7 +209,7 @@ def test_sigkill_then_resume_matches_uninterrupted(tmp_path):
     assert saved["status"] == "running" and saved["samples"] in (K, 2 * K)
 
     mb = fresh_model()
-    b = train_to_target(mb, TRAIN, TEST, seed=0, checkpoint_path=str(ckpt), **KW)
+    b = train(mb, TRAIN, TEST, seed=0, checkpoint_path=str(ckpt), **KW)
     assert b.samples_to_accuracy == a.samples_to_accuracy and b.samples == a.samples
     assert b.curve == a.curve and b.loss_curve == a.loss_curve and b.steps == a.steps
     assert same_weights(ma, mb)
@@ -207,7 +217,7 @@ def test_sigkill_then_resume_matches_uninterrupted(tmp_path):
 
     # A finished checkpoint is answered without training, and its weights are loaded.
     mc = fresh_model()
-    c = train_to_target(mc, TRAIN, TEST, seed=0, checkpoint_path=str(ckpt), **KW)
+    c = train(mc, TRAIN, TEST, seed=0, checkpoint_path=str(ckpt), **KW)
     assert c.curve == b.curve and c.train_time_s == b.train_time_s and c.sessions == 3
     assert same_weights(mb, mc)
 
@@ -223,7 +233,7 @@ class Crash(Exception):
 
 def test_crash_mid_stretch_with_augmentation_resumes_exactly(tmp_path):
     kw = dict(KW, seed=0, augment=jitter)
-    straight = train_to_target(fresh_model(), TRAIN, TEST, **kw)
+    straight = train(fresh_model(), TRAIN, TEST, **kw)
     assert straight.reached and straight.samples_to_accuracy > 160
 
     def crash(done, total, info):  # called every step (interval 0): dies between evaluations
@@ -232,11 +242,11 @@ def test_crash_mid_stretch_with_augmentation_resumes_exactly(tmp_path):
 
     ckpt = str(tmp_path / "aug.pt")
     with pytest.raises(Crash):
-        train_to_target(
+        train(
             fresh_model(), TRAIN, TEST, checkpoint_path=ckpt, progress=crash,
             progress_interval_s=0.0, **kw
         )  # fmt: skip
-    resumed = train_to_target(fresh_model(), TRAIN, TEST, checkpoint_path=ckpt, **kw)
+    resumed = train(fresh_model(), TRAIN, TEST, checkpoint_path=ckpt, **kw)
     assert resumed.resumed_from_samples == 128
     assert resumed.samples_to_accuracy == straight.samples_to_accuracy
     assert resumed.curve == straight.curve and resumed.loss_curve == straight.loss_curve
@@ -248,7 +258,7 @@ def test_crash_mid_stretch_with_augmentation_resumes_exactly(tmp_path):
 
 def test_foreign_checkpoint_is_refused_and_untouched(tmp_path):
     ckpt = tmp_path / "run.pt"
-    train_to_target(fresh_model(), TRAIN, TEST, seed=0, checkpoint_path=str(ckpt), **KW)
+    train(fresh_model(), TRAIN, TEST, seed=0, checkpoint_path=str(ckpt), **KW)
     before = (digest(ckpt), os.stat(str(ckpt)).st_mtime_ns)
     flipped = (TRAIN[0], 1 - TRAIN[1])
     cases = [
@@ -261,7 +271,7 @@ def test_foreign_checkpoint_is_refused_and_untouched(tmp_path):
         kw = dict(KW, seed=0)
         kw.update({k: v for k, v in change.items() if k not in ("model", "train")})
         with pytest.raises(TrainerError) as info:
-            train_to_target(
+            train(
                 change.get("model", fresh_model()), change.get("train", TRAIN), TEST,
                 checkpoint_path=str(ckpt), **kw
             )  # fmt: skip
@@ -302,7 +312,7 @@ def test_energy_counts_training_windows_only():
 
     sampler = PowerSampler(read, hz=1000.0)
     big_test = make_data(2048, 5)
-    r = train_to_target(model, TRAIN, big_test, seed=0, power_read=sampler, **KW)
+    r = train(model, TRAIN, big_test, seed=0, power_read=sampler, **KW)
     assert not sampler.running  # the trainer started it, so the trainer stopped it
     assert eval_reads, "the sampler never ran during an evaluation: nothing was excluded"
     assert r.peak_power_w == 5.0 and r.mean_power_w == pytest.approx(5.0)
@@ -325,7 +335,7 @@ def test_char_task_counts_characters():
         "char_transformer", vocab_size=4, input_shape="8", seed=0, n_layers=1, n_heads=2,
         d_model=16,
     )  # fmt: skip
-    r = train_to_target(
+    r = train(
         model, data, data, batch_size=8, lr=1e-2, target_accuracy=0.99, optimizer="adamw",
         eval_every_samples=16, max_samples=4000, task="char",
     )  # fmt: skip
@@ -412,7 +422,7 @@ def test_agent_train_command_over_stdio(tmp_path):
     # the weights the agent wrote are the ones this run ends with.
     model = fresh_model()
     model.load_state_dict(tensorfile.load(req["weights"]))
-    local = train_to_target(
+    local = train(
         model, TRAIN, TEST, batch_size=8, lr=3e-3, target_accuracy=0.85,
         eval_every_samples=K, max_samples=2048, seed=0,
     )  # fmt: skip

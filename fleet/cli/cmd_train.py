@@ -245,8 +245,10 @@ def run(args: argparse.Namespace) -> int:
     efficiency, efficiency_meta = _efficiency(args.efficiency)
 
     from fleet.agent.loop.closedloop import ClosedLoopError
+    from fleet.agent.loop.loop_plan import LoopPlan
     from fleet.agent.loop.underbudget import train_under_budget
     from fleet.agent.training.checkpoint import atomic_torch_save
+    from fleet.agent.training.plan import TrainPlan
     from fleet.agent.training.train_state import TrainerError
     from fleet.training.task import build_for, load_task
 
@@ -291,17 +293,21 @@ def run(args: argparse.Namespace) -> int:
 
         ckpt = os.path.join(args.out, "checkpoint.pt") if args.out else None
         try:
+            plan = TrainPlan(
+                args.lr_ref_batch, args.lr_ref, args.target_accuracy, optimizer=args.optimizer,
+                eval_every_samples=args.eval_every, max_samples=args.max_samples,
+                seed=args.seed, task=task.kind,
+            )  # fmt: skip
+            loop_plan = LoopPlan(
+                points, efficiency, source, objective=args.objective,
+                deadline_s=args.deadline_s, guard_window_s=args.guard_window,
+                drift=_drift_settings(args), pace=args.pace_to_profile,
+                learn=args.learn_efficiency, efficiency_meta=efficiency_meta,
+            )  # fmt: skip
             result, summary = train_under_budget(
-                backend, model, task.train, task.test, points, efficiency, source,
-                args.lr_ref_batch, args.lr_ref, objective=args.objective,
-                guard_window_s=args.guard_window, sampler_hz=args.sampler_hz,
-                log=lambda m: note(COMMAND, m), target_accuracy=args.target_accuracy,
-                optimizer=args.optimizer, eval_every_samples=args.eval_every,
-                max_samples=args.max_samples, seed=args.seed, device=device,
-                checkpoint_path=ckpt, task=task.kind, progress=progress,
-                drift=_drift_settings(args), deadline_s=args.deadline_s,
-                pace=args.pace_to_profile, learn=args.learn_efficiency,
-                efficiency_meta=efficiency_meta,
+                backend, model, task.train, task.test, plan, loop_plan, device=device,
+                checkpoint_path=ckpt, sampler_hz=args.sampler_hz, progress=progress,
+                log=lambda m: note(COMMAND, m),
             )  # fmt: skip
         except (ClosedLoopError, TrainerError) as exc:
             raise InputError(str(exc)) from None

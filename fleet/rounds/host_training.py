@@ -76,17 +76,19 @@ class HostTraining:
     def _train(self, run: Any, task: Any, model: Any, b: int, lr: float, control: Any = None):
         """Fine-tune to the target on the host (one trainer call for both paths); keeps the
         trained weights. ``control`` (a learning device) chooses the batch size as it goes."""
+        from fleet.agent.training.plan import TrainHooks, TrainPlan
         from fleet.agent.training.train_state import TrainerError
         from fleet.agent.training.trainer import train_to_target
 
+        plan = TrainPlan(
+            b, lr, run.target_accuracy, optimizer=run.optimizer,
+            eval_every_samples=run.eval_every_samples, max_samples=run.max_samples,
+            seed=run.seed, task=task.kind,
+        )  # fmt: skip
         try:
             out = train_to_target(
-                model, task.train, task.test, b, lr, run.target_accuracy,
-                optimizer=run.optimizer,
-                eval_every_samples=run.eval_every_samples,
-                max_samples=run.max_samples,
-                seed=run.seed, task=task.kind, controller=control,
-            )  # fmt: skip
+                model, task.train, task.test, plan, TrainHooks(controller=control)
+            )
         except TrainerError as exc:
             raise InputError(str(exc)) from None
         self.trained = {k: v.detach().clone() for k, v in model.state_dict().items()}

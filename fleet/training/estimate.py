@@ -106,6 +106,7 @@ def run_one(spec: EstimateSpec, batch_size: int, seed: int) -> RunResult:
     import torch
 
     from fleet.agent.learning.noise_scale import NoiseTracker
+    from fleet.agent.training.plan import TrainHooks, TrainPlan
     from fleet.agent.training.train_state import TrainerError
     from fleet.agent.training.trainer import train_to_target
 
@@ -125,10 +126,7 @@ def run_one(spec: EstimateSpec, batch_size: int, seed: int) -> RunResult:
             noise.append((int(samples), float(got[0]), float(got[1])))
 
     try:
-        res = train_to_target(
-            model,
-            task.train,
-            task.test,
+        plan = TrainPlan(
             batch_size,
             lr,
             spec.target_accuracy,
@@ -137,10 +135,13 @@ def run_one(spec: EstimateSpec, batch_size: int, seed: int) -> RunResult:
             max_samples=spec.max_samples,
             seed=seed,
             task=task.kind,
+        )
+        hooks = TrainHooks(
             noise_tracker=tracker,
             progress=read_noise,
             progress_interval_s=1e9,  # evaluations only
         )
+        res = train_to_target(model, task.train, task.test, plan, hooks)
     except TrainerError as exc:
         raise InputError(f"estimate b={batch_size} seed={seed}: {exc}") from None
     return RunResult(

@@ -32,6 +32,7 @@ def pretrain(
 
     from fleet.agent.models.registry import canonical_name
     from fleet.agent.training.checkpoint import atomic_torch_save
+    from fleet.agent.training.plan import TrainHooks, TrainPlan
     from fleet.agent.training.train_state import TrainerError
     from fleet.agent.training.trainer import train_to_target
 
@@ -41,10 +42,7 @@ def pretrain(
     model = build_for(task, model_name, seed)
     n = int(task.train[0].shape[0])
     try:
-        res = train_to_target(
-            model,
-            task.train,
-            task.test,
+        plan = TrainPlan(
             batch_size,
             lr,
             0.999,
@@ -53,8 +51,8 @@ def pretrain(
             max_samples=max(batch_size, int(n * epochs)),
             seed=seed,
             task=task.kind,
-            progress=progress,
         )
+        res = train_to_target(model, task.train, task.test, plan, TrainHooks(progress=progress))
     except TrainerError as exc:
         raise InputError(f"pretrain: {exc}") from None
     meta = {

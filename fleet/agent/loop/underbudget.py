@@ -7,17 +7,17 @@ result with the loop's summary. The device is restored on every way out. Python 
 """
 
 import math
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from fleet.agent.devices.base import Backend
 from fleet.agent.learning.efficiency_belief import trust_for
 from fleet.agent.learning.efficiency_learner import EfficiencyLearner
 from fleet.agent.loop.closedloop import ClosedLoop
 from fleet.agent.loop.driftwatch import DriftWatch, rows_from_points
+from fleet.agent.loop.loop_plan import LoopPlan
 from fleet.agent.loop.segments import finite
 from fleet.agent.measure.sampler import sensor_hz
-from fleet.method.budget import BudgetSource
-from fleet.method.point import Point
+from fleet.agent.training.plan import ProgressFn, TrainHooks, TrainPlan
 
 
 def train_under_budget(
@@ -25,43 +25,29 @@ def train_under_budget(
     model: Any,
     train_set: Any,
     test_set: Any,
-    points: List[Point],
-    efficiency: Dict[int, float],
-    source: BudgetSource,
-    ref_batch: int,
-    lr: float,
-    objective: str = "time",
-    guard_window_s: float = 0.2,
+    plan: TrainPlan,
+    loop_plan: LoopPlan,
+    device: Any = "cpu",
+    checkpoint_path: Optional[str] = None,
     sampler_hz: float = 20.0,
+    progress: Optional[ProgressFn] = None,
     log: Optional[Callable[[str], None]] = None,
-    drift: Optional[Dict[str, Any]] = None,
-    deadline_s: Optional[float] = None,
-    pace: bool = False,
-    learn: str = "none",
-    efficiency_meta: Optional[Dict[str, Any]] = None,
-    **train_options: Any,
 ) -> Tuple[Any, Dict[str, Any]]:
     """Fine-tune under the closed loop; the device is restored on every way out.
 
     The one entry point shared by ``powerfleet train`` and the agent's ``train`` command:
-    ``train_options`` go to ``trainer.train_to_target`` (``batch_size``/``lr`` are the
-    learning-rate reference pair there). Returns (TrainResult, ``ClosedLoop.summary()``) with the
+    ``plan`` goes to ``trainer.train_to_target`` (its ``batch_size``/``lr`` are the
+    learning-rate reference pair there), ``loop_plan`` (``loop_plan.py``) sets up the loop.
+    Returns (TrainResult, ``ClosedLoop.summary()``) with the
     summary's ``status`` set to the trainer's unless the loop stopped the run.
 
-    ``drift``: the drift watch's settings (``driftwatch.DriftWatch`` keywords: ``rows`` and
-    ``comments`` of the profile, ``out_path`` for the refreshed profile, ``time_tol``,
-    ``power_tol``, ...; without ``rows``, rows of ``points``); None or ``{"off": True}``: no drift
-    watch. ``powerfleet train`` and the agent's ``train`` turn it on by default.
+    ``loop_plan.drift``: without ``rows``, the watch reads the rows of ``points``;
+    ``powerfleet train`` and the agent's ``train`` turn it on by default. ``loop_plan.learn``:
+    the loop corrects the shipped samples-to-target from the run's own evaluations (and, with
+    ``device``/``all``, the gradient noise scale of its steps) and re-selects
+    (``loop_learning.py``).
 
-    ``pace``: every step lasts at least the profile's step time at its point (``ClosedLoop``):
-    a rehearsal on a host faster than the board, or a virtual board, keeps the board's timeline.
-
-    ``learn``: the online efficiency learning (``efficiency_learner.MODES``): the loop corrects
-    the shipped samples-to-target from the run's own evaluations (and, with ``device``/``all``,
-    the gradient noise scale of its steps) and re-selects (``loop_learning.py``);
-    ``efficiency_meta`` (``rel_std``, ``source``) says how far the shipped vector is trusted.
-
-    ``segment_s`` (in ``train_options``, with ``checkpoint_path``): one segment of a longer run
+    ``plan.segment_s`` (with ``checkpoint_path``): one segment of a longer run
     (``trainer`` module docstring): status ``paused`` when it stopped at its evaluation; the
     result's counters and the summary's record are the whole run's, and ``summary["progress"]``
     is where the run stands (``segments.loop_progress``).
@@ -70,37 +56,38 @@ def train_under_budget(
 
     n_train = _length(train_set)
     sampler_hz = sensor_hz(backend, sampler_hz)  # the loop's one sampler; drift times by it
+    points, efficiency, learn = loop_plan.points, loop_plan.efficiency, loop_plan.learn
     watch = None  # type: Optional[DriftWatch]
-    opts = dict(drift or {"off": True})
+    opts = dict(loop_plan.drift or {"off": True})
     if not opts.pop("off", False):
         rows = opts.pop("rows", None) or rows_from_points(points)
         watch = DriftWatch(rows, hz=sampler_hz, **opts)
     learner = None
     if learn != "none":
-        meta = efficiency_meta or {}
+        meta = loop_plan.efficiency_meta or {}
         learner = EfficiencyLearner(
             efficiency,
-            float(train_options.get("target_accuracy", 1.0)),
+            float(plan.target_accuracy),
             meta.get("rel_std"),
             trust_for(meta.get("source")),
             online=learn in ("online", "all"),
             noise=learn in ("device", "all"),
-            every=train_options.get("eval_every_samples"),
+            every=plan.eval_every_samples,
             law_err=meta.get("law_err"),
         )
     loop = ClosedLoop(
         backend,
         points,
         efficiency,
-        source,
-        objective=objective,
-        guard_window_s=guard_window_s,
+        loop_plan.source,
+        objective=loop_plan.objective,
+        guard_window_s=loop_plan.guard_window_s,
         hz=sampler_hz,
         max_batch=n_train,
         log=log,
         drift=watch,
-        deadline_s=deadline_s,
-        pace=pace,
+        deadline_s=loop_plan.deadline_s,
+        pace=loop_plan.pace,
         learner=learner,
     )
     with loop:
@@ -108,12 +95,12 @@ def train_under_budget(
             model,
             train_set,
             test_set,
-            batch_size=ref_batch,
-            lr=lr,
-            power_read=loop.sampler,
-            controller=loop,
-            sampler_hz=sampler_hz,
-            **train_options,
+            plan,
+            TrainHooks(
+                power_read=loop.sampler, sampler_hz=sampler_hz, progress=progress, controller=loop
+            ),
+            device=device,
+            checkpoint_path=checkpoint_path,
         )
     if result.status == "reached":
         loop.reached()  # a learner knows the count at the running batch size now

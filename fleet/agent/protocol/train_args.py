@@ -11,6 +11,7 @@ import logging
 import os
 from typing import Any, Dict, List, Optional
 
+from fleet.agent.loop.loop_plan import LoopPlan
 from fleet.agent.protocol.handler_api import bool_arg, number, path_arg
 from fleet.agent.protocol.wire import ProtocolError, error_line
 
@@ -62,7 +63,7 @@ def segment_arg(req: Dict[str, Any], checkpoint: Optional[str]) -> Optional[floa
     return float(value)
 
 
-def closed_loop_args(req: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+def closed_loop_args(req: Dict[str, Any]) -> Optional[LoopPlan]:
     """The closed loop's inputs, or None for a fixed (batch, freq) run; all checked up front."""
     from fleet.agent.learning.efficiency_learner import learning_mode
     from fleet.method.budget import BudgetError, make_source
@@ -119,18 +120,18 @@ def closed_loop_args(req: Dict[str, Any]) -> Optional[Dict[str, Any]]:
         learn = learning_mode(req.get("learn_efficiency"))
     except ValueError as exc:
         raise ProtocolError("'learn_efficiency': {}".format(exc)) from None
-    return {
-        "learn": learn,
-        "efficiency_meta": _efficiency_meta(req, efficiency),
-        "source": source,
-        "points": points,
-        "efficiency": efficiency,
-        "objective": objective,
-        "deadline_s": deadline_s,
-        "guard_window_s": float(number(req, "guard_window_s", 0.2)),
-        "drift": _drift_args(req, prof),
-        "pace": bool_arg(req, "pace", False),
-    }
+    return LoopPlan(
+        points,
+        efficiency,
+        source,
+        objective=objective,
+        deadline_s=deadline_s,
+        guard_window_s=float(number(req, "guard_window_s", 0.2)),
+        drift=_drift_args(req, prof),
+        pace=bool_arg(req, "pace", False),
+        learn=learn,
+        efficiency_meta=_efficiency_meta(req, efficiency),
+    )
 
 
 def _efficiency_meta(req: Dict[str, Any], efficiency: Dict[int, float]) -> Dict[str, Any]:

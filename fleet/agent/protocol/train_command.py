@@ -7,8 +7,9 @@ largest response; the dispatcher (``protocol.py``) only registers it. Python 3.6
 
 import logging
 import os
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
+from fleet.agent.loop.loop_plan import LoopPlan
 from fleet.agent.measure.sampler import sensor_hz
 from fleet.agent.protocol.handler_api import (
     Context,
@@ -21,6 +22,7 @@ from fleet.agent.protocol.handler_api import (
 )
 from fleet.agent.protocol.train_args import closed_loop_args, load_train_data, segment_arg
 from fleet.agent.protocol.wire import ProtocolError, error_line
+from fleet.agent.training.plan import ProgressFn, TrainHooks, TrainPlan
 from fleet.method.agent_records import TrainReply, TrainRequest
 from fleet.method.records import Progress
 
@@ -109,45 +111,28 @@ def handle_train(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
                 "weights {} do not fit {}: {}".format(weights, name, error_line(exc)[:300])
             ) from None
 
-    def progress(done: int, total: int, info: Dict[str, Any]) -> None:
-        ctx.progress(done, total, **info)
-
-    train_options = {
-        "batch_size": int(batch_size),
-        "lr": float(lr),
-        "target_accuracy": float(target),
-        "optimizer": str(req.get("optimizer") or "adam"),
-        "eval_every_samples": int_arg(req, "eval_every_samples"),
-        "max_samples": int_arg(req, "max_samples"),
-        "seed": seed,
-        "device": str(device),
-        "checkpoint_path": checkpoint,
-        "task": str(task),
-        "eval_batch_size": int_arg(req, "eval_batch_size"),
-        "eval_at_start": bool_arg(req, "eval_at_start", True),
-        # never faster than the board's sensor converts
-        "sampler_hz": sensor_hz(ctx.backend, float(number(req, "sampler_hz", 20.0))),
-        "segment_s": segment_s,
-    }  # type: Dict[str, Any]
+    progress = _progress_to(ctx)
+    plan = TrainPlan(
+        int(batch_size),
+        float(lr),
+        float(target),
+        optimizer=str(req.get("optimizer") or "adam"),
+        eval_every_samples=int_arg(req, "eval_every_samples"),
+        max_samples=int_arg(req, "max_samples"),
+        seed=seed,
+        task=str(task),
+        eval_batch_size=int_arg(req, "eval_batch_size"),
+        eval_at_start=bool_arg(req, "eval_at_start", True),
+        segment_s=segment_s,
+    )
+    # never faster than the board's sensor converts
+    hz = sensor_hz(ctx.backend, float(number(req, "sampler_hz", 20.0)))
 
     # Every argument is checked above: from here on the device is locked, and restored on exit.
     backend = ctx.backend
     if loop_args is not None:
-        return _train_closed_loop(
-            ctx,
-            req,
-            model,
-            train_set,
-            test_set,
-            train_options,
-            loop_args,
-            name,
-            task,
-            device,
-            notes,
-            checkpoint,
-            out_weights,
-        )
+        job = _Job(name, str(task), str(device), notes, checkpoint, out_weights, hz)
+        return _train_closed_loop(ctx, model, train_set, test_set, plan, loop_args, job)
     set_workload = getattr(backend, "set_workload", None)
     locked = None  # type: Optional[float]
     try:
@@ -157,9 +142,8 @@ def handle_train(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
         if callable(set_workload):
             set_workload(int(batch_size))  # the replay backend's power depends on it
         power_read = backend.read_power_w if backend.read_power_w() is not None else None
-        result = train_to_target(
-            model, train_set, test_set, power_read=power_read, progress=progress, **train_options
-        )
+        hooks = TrainHooks(power_read=power_read, sampler_hz=hz, progress=progress)
+        result = train_to_target(model, train_set, test_set, plan, hooks, str(device), checkpoint)
     finally:
         try:
             if callable(set_workload):
@@ -183,7 +167,7 @@ def handle_train(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
             "checkpoint": checkpoint,
             "out_weights": out_weights,
             "notes": notes,
-            "segment_s": train_options["segment_s"],
+            "segment_s": plan.segment_s,
             "progress": progress_record(
                 {
                     "time_s": result.train_time_s,
@@ -202,42 +186,43 @@ def handle_train(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
     return TrainReply(**response).to_dict()
 
 
+class _Job(NamedTuple):
+    """What the reply says about the job besides the trainer's numbers, and the sampler's rate."""
+
+    name: str
+    task: str
+    device: str
+    notes: List[str]
+    checkpoint: Optional[str]
+    out_weights: Optional[str]
+    sampler_hz: float
+
+
 def _train_closed_loop(
     ctx: Context,
-    req: Dict[str, Any],
     model: Any,
     train_set: Any,
     test_set: Any,
-    train_options: Dict[str, Any],
-    loop_args: Dict[str, Any],
-    name: str,
-    task: str,
-    device: str,
-    notes: List[str],
-    checkpoint: Optional[str],
-    out_weights: Optional[str],
+    plan: TrainPlan,
+    loop_plan: LoopPlan,
+    job: _Job,
 ) -> Dict[str, Any]:
     from fleet.agent.loop.closedloop import ClosedLoopError
     from fleet.agent.loop.segments import OBJECTIVE_KEYS
     from fleet.agent.loop.underbudget import train_under_budget
     from fleet.agent.training.checkpoint import atomic_torch_save
 
-    opts = dict(train_options)
-    ref_batch, lr = opts.pop("batch_size"), opts.pop("lr")
-    hz = opts.pop("sampler_hz")
     try:
         result, summary = train_under_budget(
-            ctx.backend, model, train_set, test_set, loop_args["points"],
-            loop_args["efficiency"], loop_args["source"], ref_batch, lr,
-            objective=loop_args["objective"], guard_window_s=loop_args["guard_window_s"],
-            deadline_s=loop_args["deadline_s"], pace=loop_args["pace"], sampler_hz=hz,
-            log=lambda m: log.warning("%s", m), drift=loop_args["drift"],
-            learn=loop_args["learn"], efficiency_meta=loop_args["efficiency_meta"], **opts
+            ctx.backend, model, train_set, test_set, plan, loop_plan, device=job.device,
+            checkpoint_path=job.checkpoint, sampler_hz=job.sampler_hz,
+            progress=_progress_to(ctx), log=lambda m: log.warning("%s", m),
         )  # fmt: skip
     except ClosedLoopError as exc:
         raise ProtocolError(str(exc)) from None
-    if out_weights is not None:
-        atomic_torch_save({k: v.detach().cpu() for k, v in model.state_dict().items()}, out_weights)
+    if job.out_weights is not None:
+        state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+        atomic_torch_save(state, job.out_weights)
     response = result.to_dict()
     # the trainer's batch and lr are the reference pair here: named so (lr_ref_batch, lr_ref)
     del response["batch_size"]
@@ -249,18 +234,18 @@ def _train_closed_loop(
             "status": summary["status"],
             "time_s": result.train_time_s,
             "accuracy": result.final_accuracy,
-            "model": name,
-            "task": task,
-            "device": str(device),
-            "lr_ref_batch": ref_batch,
+            "model": job.name,
+            "task": job.task,
+            "device": job.device,
+            "lr_ref_batch": plan.batch_size,
             "start_batch_size": start.get("batch_size"),
             "start_freq_mhz": start.get("freq_mhz"),
             "end_batch_size": summary["batch_size"] or None,
             "end_freq_mhz": summary["freq_mhz"] or None,
             "restored": True,
             "power_measured": summary["power_samples"] > 0,
-            "checkpoint": checkpoint,
-            "out_weights": out_weights,
+            "checkpoint": job.checkpoint,
+            "out_weights": job.out_weights,
             "segments": summary["segments"],
             "guard_events": summary["guard_events"],
             "drift_events": summary["drift_events"],
@@ -271,14 +256,14 @@ def _train_closed_loop(
             else None,
             "loop_time_s": summary["time_s"],
             "call_time_s": summary["call_time_s"],
-            "segment_s": opts.get("segment_s"),
+            "segment_s": plan.segment_s,
             "progress": progress_record(_end_named(summary["progress"])),
             "loop_energy_j": summary["energy_j"],
             "loop_peak_power_w": summary["peak_power_w"],
             "stop_reason": summary["stop_reason"],
             "learning": summary["learning"],
             **{k: summary[k] for k in OBJECTIVE_KEYS},
-            "notes": notes + summary["notes"],
+            "notes": job.notes + summary["notes"],
         }
     )
     return TrainReply(**response).to_dict()
@@ -308,6 +293,15 @@ def _end_named(progress: Dict[str, Any]) -> Dict[str, Any]:
     out["end_batch_size"] = out.pop("batch_size", None)
     out["end_freq_mhz"] = out.pop("freq_mhz", None)
     return out
+
+
+def _progress_to(ctx: Context) -> ProgressFn:
+    """The trainer's progress callback, as the protocol's progress events."""
+
+    def progress(done: int, total: int, info: Dict[str, Any]) -> None:
+        ctx.progress(done, total, **info)
+
+    return progress
 
 
 def progress_record(values: Dict[str, Any]) -> Dict[str, Any]:

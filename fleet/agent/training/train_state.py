@@ -10,6 +10,8 @@ from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 import torch  # noqa: F401 - in type comments
 
+from fleet.agent.training.plan import TrainerError  # noqa: F401 - raised here, defined there
+
 STATUS_REACHED = "reached"
 STATUS_NOT_REACHED = "not reached"
 STATUS_OVER_BUDGET = "over-budget"  # the closed loop stopped: even the lowest clock was over
@@ -17,10 +19,6 @@ STATUS_OVER_BUDGET = "over-budget"  # the closed loop stopped: even the lowest c
 # written there resumes it. Never saved as a checkpoint's status (that one says "running").
 STATUS_PAUSED = "paused"
 RUNNING = "running"
-
-
-class TrainerError(ValueError):
-    """A training request that cannot run as asked (bad argument, foreign checkpoint); one line."""
 
 
 _TrainResultBase = NamedTuple(

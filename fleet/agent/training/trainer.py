@@ -67,10 +67,9 @@ Lean loop: no ``.item()`` or device sync per step; the training loss is summed o
 read once per evaluation. Python 3.6 + torch 1.10 compatible.
 """
 
-import math
 import os
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -87,6 +86,7 @@ from fleet.agent.training.checkpoint import (
 from fleet.agent.training.evaluation import evaluate
 from fleet.agent.training.fingerprint import run_fingerprint
 from fleet.agent.training.indexed_data import IndexedData
+from fleet.agent.training.plan import OPTIMIZERS, TrainHooks, TrainPlan
 from fleet.agent.training.train_state import (
     RUNNING,
     STATUS_NOT_REACHED,
@@ -100,13 +100,6 @@ from fleet.agent.training.train_state import (
     build_result,
 )
 from fleet.method.selection import scaled_lr
-
-OPTIMIZERS = ("adam", "adamw", "sgd")
-TASKS = ("classification", "char")
-
-ProgressFn = Callable[[int, int, Dict[str, Any]], None]  # (samples, max_samples, info)
-AugmentFn = Callable[[torch.Tensor, torch.Generator], torch.Tensor]
-
 
 # --------------------------------------------------------------------------------------------
 # Helpers
@@ -138,12 +131,6 @@ def _rng_devices(dev: torch.device) -> List[int]:
     return []
 
 
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or int(value) != value or int(value) < 1:
-        raise TrainerError("{} must be a positive integer, got {!r}".format(name, value))
-    return int(value)
-
-
 # --------------------------------------------------------------------------------------------
 # The trainer
 
@@ -152,114 +139,57 @@ def train_to_target(
     model: nn.Module,
     train_set: Any,
     test_set: Any,
-    batch_size: int,
-    lr: float,
-    target_accuracy: float,
-    optimizer: str = "adam",
-    eval_every_samples: Optional[int] = None,
-    max_samples: Optional[int] = None,
-    seed: int = 0,
+    plan: TrainPlan,
+    hooks: Optional[TrainHooks] = None,
     device: Any = "cpu",
     checkpoint_path: Optional[str] = None,
-    power_read: Any = None,
-    progress: Optional[ProgressFn] = None,
-    task: str = "classification",
-    eval_batch_size: Optional[int] = None,
-    eval_at_start: bool = True,
-    optimizer_options: Optional[Dict[str, Any]] = None,
-    augment: Optional[AugmentFn] = None,
-    sampler_hz: float = 20.0,
-    progress_interval_s: float = 1.0,
-    controller: Any = None,
-    segment_s: Optional[float] = None,
-    noise_tracker: Any = None,
 ) -> TrainResult:
-    """Fine-tune ``model`` (in place, from its current weights) until the target or the cap.
+    """Fine-tune ``model`` (in place, from its current weights) until ``plan``'s target or cap.
 
     ``train_set``/``test_set``: ``(inputs, targets)`` tensors, a TensorDataset or any map-style
-    Dataset of ``(x, y)``. ``eval_every_samples`` defaults to one epoch, ``max_samples`` to 100
-    epochs. ``power_read``: a ``() -> watts`` callable (sampled at ``sampler_hz``) or a running
-    or not-yet-started ``PowerSampler``. ``progress(samples, max_samples, info)`` is called at
-    most every ``progress_interval_s`` while training and after every evaluation.
-    ``augment(x_batch, generator)`` must draw its randomness from the generator it is given
-    (the checkpointed one), which keeps augmented runs resumable bit for bit.
+    Dataset of ``(x, y)``. ``plan`` says what is trained (``plan.py``: the checkpoint's
+    fingerprint covers it), ``hooks`` what watches or steers the run (power, progress, the
+    closed loop, the noise tracker). ``augment(x_batch, generator)`` in the plan must draw its
+    randomness from the generator it is given (the checkpointed one), which keeps augmented
+    runs resumable bit for bit.
 
-    ``controller``: a closed loop (``closedloop.ClosedLoop``) choosing the batch size per step;
-    then ``batch_size``/``lr`` are the learning-rate reference pair (module docstring).
+    With a ``controller`` hook (``closedloop.ClosedLoop``) choosing the batch size per step,
+    ``plan.batch_size``/``plan.lr`` are the learning-rate reference pair (module docstring).
 
     With ``checkpoint_path``: an existing checkpoint is verified against this run's fingerprint
     (``TrainerError`` naming the differences, the file untouched) and resumed; a finished one is
     returned without training (its weights are loaded into ``model``); every evaluation
     rewrites it atomically.
 
-    ``segment_s`` (needs ``checkpoint_path``): train at least this many seconds of training time
-    in this call, then stop at the next evaluation with status ``paused`` (module docstring).
-
-    ``noise_tracker``: a ``noise_scale.NoiseTracker`` that reads every step's gradients (the
-    gradient noise scale of the device's data, at no extra pass); a controller's own
-    ``noise_tracker`` attribute is used when this is None. It only reads: the run's numbers
-    are the same with or without it.
+    ``plan.segment_s`` (needs ``checkpoint_path``): train at least this many seconds of training
+    time in this call, then stop at the next evaluation with status ``paused`` (module
+    docstring).
     """
-    b = _positive_int("batch_size", batch_size)
-    if not (isinstance(lr, (int, float)) and lr > 0 and math.isfinite(lr)):
-        raise TrainerError("lr must be a positive number, got {!r}".format(lr))
-    if not (isinstance(target_accuracy, (int, float)) and 0.0 <= target_accuracy <= 1.0):
-        raise TrainerError("target_accuracy must be in [0, 1], got {!r}".format(target_accuracy))
-    if task not in TASKS:
-        raise TrainerError("unknown task {!r} (known: {})".format(task, ", ".join(TASKS)))
-    opt_name = str(optimizer).strip().lower()
-    if opt_name not in OPTIMIZERS:
-        raise TrainerError(
-            "unknown optimizer {!r} (known: {})".format(optimizer, ", ".join(OPTIMIZERS))
-        )
-    if segment_s is not None:
-        ok = isinstance(segment_s, (int, float)) and not isinstance(segment_s, bool)
-        if not (ok and 0 < segment_s < float("inf")):
-            raise TrainerError("segment_s must be a positive number, got {!r}".format(segment_s))
-        if not checkpoint_path:
-            raise TrainerError("segment_s needs checkpoint_path: a paused run resumes from it")
+    hooks = hooks if hooks is not None else TrainHooks()
+    plan = plan.checked(with_checkpoint=bool(checkpoint_path))
+    controller = hooks.controller
     train = IndexedData(train_set, "train_set")
     test = IndexedData(test_set, "test_set")
-    if controller is None and len(train) < b:
+    if controller is None and len(train) < plan.batch_size:
         raise TrainerError(
             "batch_size {} exceeds the {} training samples (partial batches are dropped)".format(
-                b, len(train)
+                plan.batch_size, len(train)
             )
         )
-    k = _positive_int(
-        "eval_every_samples", len(train) if eval_every_samples is None else eval_every_samples
-    )
-    cap = _positive_int("max_samples", 100 * len(train) if max_samples is None else max_samples)
-    eval_bs = _positive_int(
-        "eval_batch_size", max(b, 256) if eval_batch_size is None else eval_batch_size
-    )
+    plan = plan.resolved(len(train))
     dev = torch.device(device)
-
-    settings = {
-        "format_version": CHECKPOINT_VERSION,
-        "task": task,
-        "batch_size": b,
-        "lr": float(lr),
-        "optimizer": opt_name,
-        "optimizer_options": dict(optimizer_options or {}),
-        "seed": int(seed),
-        "target_accuracy": float(target_accuracy),
-        "eval_every_samples": k,
-        "eval_at_start": bool(eval_at_start),
-        "augment": getattr(augment, "__name__", type(augment).__name__) if augment else None,
-    }
-    if controller is not None:
-        settings["closed_loop"] = True  # batch_size/lr are then the reference pair
+    settings = plan.fingerprint_settings(CHECKPOINT_VERSION, controller is not None)
     fingerprint = run_fingerprint(model, train, test, settings)
     model.to(dev)
-    opt = make_optimizer(opt_name, model.parameters(), float(lr), optimizer_options)
-    state = RunState(k)
+    opt = make_optimizer(plan.optimizer, model.parameters(), plan.lr, plan.optimizer_options)
+    state = RunState(int(plan.eval_every_samples or 0))
     gen = torch.Generator()
-    gen.manual_seed(int(seed))
+    gen.manual_seed(plan.seed)
     resumed_from = None  # type: Optional[int]
+    cap = int(plan.max_samples or 0)
 
     with torch.random.fork_rng(devices=_rng_devices(dev)):
-        torch.manual_seed(int(seed))  # dropout and other global draws, restored on resume
+        torch.manual_seed(plan.seed)  # dropout and other global draws, restored on resume
         if checkpoint_path and os.path.exists(checkpoint_path):
             ckpt = load_checkpoint(checkpoint_path, fingerprint)
             restore_checkpoint(ckpt, model, opt, state, gen, dev, checkpoint_path)
@@ -274,14 +204,10 @@ def train_to_target(
             return build_result(state, settings, cap, resumed_from)
         state.status = RUNNING
 
-        sampler, own_sampler = _open_sampler(power_read, sampler_hz)
+        sampler, own_sampler = _open_sampler(hooks.power_read, hooks.sampler_hz)
+        session = _Session(model, opt, train, test, state, gen, dev, checkpoint_path, fingerprint)
         try:
-            _run(
-                model, opt, train, test, state, gen, dev, b, k, cap, eval_bs, task,
-                float(target_accuracy), eval_at_start, augment, sampler, progress,
-                progress_interval_s, checkpoint_path, fingerprint, controller, float(lr), opt_name,
-                segment_s, noise_tracker,
-            )  # fmt: skip
+            _run(session, plan, hooks, sampler)
         finally:
             if own_sampler and sampler is not None:
                 sampler.stop()
@@ -301,42 +227,42 @@ def _open_sampler(power_read: Any, hz: float) -> Tuple[Optional[PowerSampler], b
     return PowerSampler(power_read, hz=hz).start(), True
 
 
+class _Session(NamedTuple):
+    """The live objects of one call: what ``_run`` trains, counts in and checkpoints to."""
+
+    model: nn.Module
+    opt: torch.optim.Optimizer
+    train: IndexedData
+    test: IndexedData
+    state: RunState
+    gen: torch.Generator
+    dev: torch.device
+    checkpoint_path: Optional[str]
+    fingerprint: Dict[str, Any]
+
+
 def _run(
-    model: nn.Module,
-    opt: torch.optim.Optimizer,
-    train: IndexedData,
-    test: IndexedData,
-    state: RunState,
-    gen: torch.Generator,
-    dev: torch.device,
-    b: int,
-    k: int,
-    cap: int,
-    eval_bs: int,
-    task: str,
-    target: float,
-    eval_at_start: bool,
-    augment: Optional[AugmentFn],
-    sampler: Optional[PowerSampler],
-    progress: Optional[ProgressFn],
-    progress_interval_s: float,
-    checkpoint_path: Optional[str],
-    fingerprint: Dict[str, Any],
-    controller: Any = None,
-    ref_lr: float = 0.0,
-    opt_name: str = "adam",
-    segment_s: Optional[float] = None,
-    noise_tracker: Any = None,
+    session: _Session, plan: TrainPlan, hooks: TrainHooks, sampler: Optional[PowerSampler]
 ) -> None:
     """The loop: train stretches between evaluations; each evaluation may stop and checkpoints."""
+    model, opt, train, test, state, gen, dev, checkpoint_path, fingerprint = session
+    b, k, task, target = (
+        plan.batch_size,
+        int(plan.eval_every_samples or 0),
+        plan.task,
+        plan.target_accuracy,
+    )
+    cap, eval_bs = int(plan.max_samples or 0), int(plan.eval_batch_size or 0)
+    ref_lr, opt_name, augment, segment_s = plan.lr, plan.optimizer, plan.augment, plan.segment_s
+    controller, progress = hooks.controller, hooks.progress
     session_t0 = time.perf_counter()
     wall_before = state.wall_time_s
     train_before = state.train_time_s  # this call's segment is measured from here
     history_of = getattr(controller, "history", None)
     on_eval = getattr(controller, "evaluated", None)
-    tracker = (
-        noise_tracker if noise_tracker is not None else getattr(controller, "noise_tracker", None)
-    )
+    tracker = hooks.noise_tracker
+    if tracker is None:
+        tracker = getattr(controller, "noise_tracker", None)
     params = [p for p in model.parameters() if p.requires_grad] if tracker is not None else []
     n = len(train)
     model.train()
@@ -386,7 +312,7 @@ def _run(
             on_eval(state.samples, acc)  # the learning curve's point: may re-select
         return state.status != RUNNING
 
-    if not state.curve and eval_at_start:
+    if not state.curve and plan.eval_at_start:
         if evaluate_and_decide(None, 0):
             return
     elif state.samples >= cap:  # resumed under a lower cap: the last evaluation decides
@@ -398,7 +324,7 @@ def _run(
     if on_resume is not None and state.samples > 0:  # a checkpoint's work counts
         on_resume(state.samples, state.cur_batch)
     step_done = getattr(controller, "after_step", None)
-    next_progress = time.perf_counter() + progress_interval_s
+    next_progress = time.perf_counter() + hooks.progress_interval_s
     while True:
         # One training stretch: up to the next evaluation or the cap.
         stop_at = min(state.next_eval, cap)
@@ -449,7 +375,7 @@ def _run(
                         info["freq_mhz"] = controller.freq_mhz
                         info["budget_w"] = controller.budget_w
                     progress(state.samples, cap, info)
-                    next_progress = time.perf_counter() + progress_interval_s
+                    next_progress = time.perf_counter() + hooks.progress_interval_s
         _sync(dev)
         stretch = time.perf_counter() - t0
         state.train_time_s += stretch
