@@ -285,8 +285,8 @@ def run(args: argparse.Namespace) -> int:
             if live:
                 budget = last.get("budget_w")
                 err.print(
-                    f"\r[bold]train[/] {done}/{total} samples  b={last.get('batch_size', '-')} "
-                    f"f={last.get('freq_mhz', '-')} MHz  budget="
+                    f"\r[bold]train[/] {done}/{total} samples  b={last.get('running_batch_size', '-')} "
+                    f"f={last.get('running_freq_mhz', '-')} MHz  budget="
                     f"{'none' if budget is None else budget} W  acc={last.get('accuracy', '-')}",
                     end="", highlight=False,
                 )  # fmt: skip

@@ -8,7 +8,8 @@ Request:  ``{"id": N, "cmd": "hello"|"profile"|"lock"|"restore"|"power"|"train"|
           ...args}`` (``HANDLERS`` is the authoritative list; ``hello`` reports it)
 Response: ``{"id": N, "ok": true, ...}`` or ``{"id": N, "ok": false, "error": "one line"}``
 Events:   ``{"id": N, "event": "progress", "done": k, "total": n}`` before a long command's
-          final response.
+          final response; a closed-loop train's add ``running_batch_size``/``running_freq_mhz``
+          (the point running now) and ``budget_w``.
 
 Commands are plain functions ``handler(ctx, request) -> dict`` in ``HANDLERS``; adding one is
 one dict entry. A handler raises to fail; the server turns the exception into a one-line error

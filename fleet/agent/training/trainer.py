@@ -370,9 +370,9 @@ def _run(
                     step_done()  # the closed loop's drift watch times each step
                 if progress is not None and time.perf_counter() >= next_progress:
                     info = {"phase": "train"}  # type: Dict[str, Any]
-                    if controller is not None:
-                        info["batch_size"] = b
-                        info["freq_mhz"] = controller.freq_mhz
+                    if controller is not None:  # the point running now, named so (not the
+                        info["running_batch_size"] = b  # start's or the reference's)
+                        info["running_freq_mhz"] = controller.freq_mhz
                         info["budget_w"] = controller.budget_w
                     progress(state.samples, cap, info)
                     next_progress = time.perf_counter() + hooks.progress_interval_s
