@@ -6,7 +6,7 @@ device's name. ``records.decode_reply`` turns records into a row as they are; th
 refuses a row that is not a plausible report, with one line naming the device and the field,
 so the coordinator can report that device as ``error`` and keep every other number clean.
 Bounds are generous (what no real board can produce), not tight guesses, and they are the
-kernel's (``fleet.method.records.ROW_NUMBERS``, ``Segment``): the board's records hold the same.
+kernel's (``fleet.method.records.ReportRow``, ``Segment``): the board's records hold the same.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import math
 
 from fleet.common.errors import InputError
 from fleet.common.names import is_safe
-from fleet.method.records import MAX_ENERGY_J, ROW_NUMBERS, RecordError, segments_from
+from fleet.method.records import MAX_ENERGY_J, RecordError, ReportRow
+from fleet.rounds.device_round import baseline_columns
 
 # Every status a device may report (a segment reply's "running" included); "lost" is the
 # coordinator's to give, never a device's.
@@ -39,11 +40,24 @@ def check_row(row: dict[str, object], device: str) -> dict[str, object]:
     status = row.get("status")
     if status not in DEVICE_STATUSES:
         raise InputError(f"{where}: field 'status': {str(status)[:80]!r} is not a device status")
-    for f in ROW_NUMBERS:  # the kernel's bounds, as the board's records hold them
-        try:
-            f.check(row.get(f.name), f"{where}: row")
-        except RecordError as exc:
-            raise InputError(str(exc)) from None
+    segs = row.get("segments")
+    if isinstance(segs, list) and len(segs) > MAX_EVENTS:
+        raise InputError(f"{where}: field 'segments': expected at most {MAX_EVENTS} entries")
+    baselines = set(baseline_columns())  # the host's registry's: numbers or None
+    try:  # every other key is the kernel's row field, within its bounds
+        ReportRow.from_dict({k: v for k, v in row.items() if k not in baselines}, where)
+    except RecordError as exc:
+        raise InputError(str(exc)) from None
+    for key in baselines:
+        value = row.get(key)
+        if value is None:
+            continue
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not 0 <= value < math.inf
+        ):
+            raise InputError(f"{where}: field '{key}': expected a number >= 0, got {value!r:.40}")
     if status in ("ok", "late"):  # a device that trained says how long and how much
         for key in ("time_s", "samples"):
             if row.get(key) is None:
@@ -55,14 +69,6 @@ def check_row(row: dict[str, object], device: str) -> dict[str, object]:
         value = row.get(key)
         if value is not None and (not isinstance(value, str) or len(value) > MAX_MESSAGE):
             raise InputError(f"{where}: field '{key}': expected text of at most {MAX_MESSAGE}")
-    segs = row.get("segments")
-    if segs is not None:  # the kernel's Segment record, one line naming the bad one
-        if not isinstance(segs, list) or len(segs) > MAX_EVENTS:
-            raise InputError(f"{where}: field 'segments': expected at most {MAX_EVENTS} entries")
-        try:
-            segments_from(segs, f"{where}: field 'segments'")
-        except RecordError as exc:
-            raise InputError(str(exc)) from None
     for key in ("guard_events", "efficiency_fits"):
         _events(row.get(key), f"{where}: field '{key}'")
     return row

@@ -20,14 +20,14 @@ import pytest
 
 from fleet.method.agent_records import RECORDS, TrainReply, TrainRequest
 from fleet.method.record_base import Field
-from fleet.method.records import Progress, Record, RecordError, Segment
+from fleet.method.records import Progress, Record, RecordError, ReportRow, Segment
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def sample_value(record: type[Record], f: Field) -> object:
     """A value for ``f`` other than its default, within its bounds."""
-    if record is TrainReply and f.name == "segments":
+    if record in (TrainReply, ReportRow) and f.name == "segments":
         return [sample(Segment), sample(Segment).replace(start_s=9.0, reason="guard")]
     if record is TrainReply and f.name == "progress":
         return sample(Progress)
@@ -50,7 +50,7 @@ def sample(record: type[Record]) -> Record:
     return record(**{f.name: sample_value(record, f) for f in record.FIELDS})
 
 
-@pytest.mark.parametrize("record", RECORDS, ids=lambda r: r.NAME)
+@pytest.mark.parametrize("record", [*RECORDS, ReportRow], ids=lambda r: r.NAME)
 def test_every_record_round_trips_with_every_field_set(record: type[Record]) -> None:
     r = sample(record)
     for f in record.FIELDS:  # the sample sets every field, none at its default
@@ -153,6 +153,39 @@ def test_building_a_record_refuses_a_name_it_does_not_know() -> None:
         "samples": 0.0, "energy_j": 1.0, "peak_power_w": None, "reason": "start",
     }  # fmt: skip  # positional, in the report's segment order; ``done`` only when set
     assert math.isnan(Segment.from_dict({"energy_j": None}).energy_j)  # unknown energy: NaN
+
+
+def test_the_report_row_is_the_kernels_record_and_a_reply_with_another_field_is_refused():
+    """One list of a row's fields: the host's builder (``DeviceResult``) has exactly the
+    kernel's ``ReportRow`` fields, in order (the baseline columns apart: the host's registry
+    names them); a row the host writes reads back as the record; a device's reply row with a
+    field the record does not know is refused in one line naming the closest."""
+    from dataclasses import fields
+
+    from clients.reply_check import check_row
+    from fleet.common.errors import InputError
+    from fleet.rounds.device_round import DeviceResult, baseline_columns
+
+    host = [f.name for f in fields(DeviceResult) if f.name != "baseline_time_s"]
+    assert host == list(ReportRow.names())
+    res = DeviceResult("nano-1", "jetson-nano", 5.0, "ok", 16, 921.6, 40.0, 32, 614.4, 44.0,
+                       180.0, 4.9, 4.1, 0.81, 4000.0, {"B1": 60.0})  # fmt: skip
+    res.segments = [
+        Segment(0.0, 20.0, 5.0, 16, 921.6, 2000.0, 90.0, 4.9, "start"),
+        Segment(20.0, 44.0, 4.0, 32, 614.4, 2000.0, 90.0, 3.9, "budget-change"),
+    ]
+    row = res.to_dict()
+    cols = set(baseline_columns())
+    back = ReportRow.from_dict({k: v for k, v in row.items() if k not in cols}, "row")
+    assert back.segments == res.segments and back.end_batch_size == 32 and back.samples == 4000.0
+    assert check_row(dict(row), "nano-1") == row
+    with pytest.raises(InputError) as err:
+        check_row(dict(row, energy=1.0), "nano-1")
+    assert str(err.value) == (
+        "device nano-1: unknown field 'energy' in report row v1 (closest: 'energy_j')"
+    )
+    with pytest.raises(InputError, match=r"field 'samples' must be in \[0, 1e\+15\], got -1.0"):
+        check_row(dict(row, samples=-1.0), "nano-1")
 
 
 # --------------------------------------------------------------------------- a real agent

@@ -121,7 +121,7 @@ def test_hostile_reply_refused_naming_device_and_field() -> None:
     for key, bad in cases.items():
         row = _row()
         row[key] = bad
-        with pytest.raises(InputError, match=rf"device nano-1: row field '{key}'"):
+        with pytest.raises(InputError, match=rf"device nano-1: report row field '{key}'"):
             check_row(row, "nano-1")
     for key, bad in (
         ("status", "pwned"),

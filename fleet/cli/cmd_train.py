@@ -284,9 +284,9 @@ def run(args: argparse.Namespace) -> int:
             last.update(info)
             if live:
                 budget = last.get("budget_w")
+                b, f = last.get("running_batch_size", "-"), last.get("running_freq_mhz", "-")
                 err.print(
-                    f"\r[bold]train[/] {done}/{total} samples  b={last.get('running_batch_size', '-')} "
-                    f"f={last.get('running_freq_mhz', '-')} MHz  budget="
+                    f"\r[bold]train[/] {done}/{total} samples  b={b} f={f} MHz  budget="
                     f"{'none' if budget is None else budget} W  acc={last.get('accuracy', '-')}",
                     end="", highlight=False,
                 )  # fmt: skip

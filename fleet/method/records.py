@@ -13,7 +13,8 @@ The records here are the round's; the agent's requests and replies (``TrainReque
 
 - ``Segment``: one stretch at one batch size, clock and budget (inside a reply or a row);
 - ``Progress``: where a device is in its round (a segment reply, a resume request,
-  ``state.json``): cumulative counters and the point running now (``end_*``).
+  ``state.json``): cumulative counters and the point running now (``end_*``);
+- ``ReportRow``: one device's row of the round report, the one list of its fields.
 
 Field names mean one thing everywhere: ``batch_size``/``freq_mhz`` alone name a single point
 (a fixed-point run, a segment, a profile row, the report row's *chosen start point*);
@@ -98,28 +99,60 @@ class Segment(Record):
         return f.check(value, cls.NAME)
 
 
-#: The report row's numbers as a device's reply carries them (``clients/reply_check.py``
-#: checks a row with these): the start point (``batch_size``/``freq_mhz``, with the
-#: ``predicted_time_s`` it was chosen on), the end point (``end_*``) and the measured totals,
-#: each within what no real board exceeds.
-ROW_NUMBERS = (
-    number("budget_w", 0.0, MAX_POWER_W),
-    integer("batch_size", 1, MAX_BATCH),
-    number("freq_mhz", 0.0, MAX_FREQ),
-    number("predicted_time_s", 0.0, MAX_SECONDS),
-    integer("end_batch_size", 1, MAX_BATCH),
-    number("end_freq_mhz", 0.0, MAX_FREQ),
-    number("time_s", 0.0, MAX_SECONDS),
-    number("energy_j", 0.0, MAX_ENERGY_J),
-    number("peak_power_w", 0.0, MAX_POWER_W),
-    number("mean_power_w", 0.0, MAX_POWER_W),
-    number("accuracy", 0.0, 1.0),
-    number("samples", 0.0, MAX_SAMPLES),
-    number("idle_power_w", 0.0, MAX_POWER_W),
-    integer("learned_batch_size", 1, MAX_BATCH),
-    number("learned_samples", 0.0, MAX_SAMPLES),
-    number("learned_log_sd", 0.0, 100.0),
-)
+# ------------------------------------------------------------------------------- report row
+
+
+class ReportRow(Record):
+    """One device's row of the round report (``report.json``, ``devices.csv``, a reply row):
+    the one list of its fields, their meaning and their bounds.
+
+    ``batch_size``/``freq_mhz`` are the point chosen at the round's start and
+    ``predicted_time_s`` that start point's prediction; ``end_batch_size``/``end_freq_mhz`` the
+    point running at the end; ``segments`` the stretches in between; ``time_s``/``energy_j``/
+    ``samples``/``accuracy`` what the run measured (``peak_power_w``/``mean_power_w`` profiled
+    until measured ones replace them). The baseline columns (``<name>_time_s``,
+    ``speedup_vs_<name>``) depend on the host's baseline registry and are checked there; every
+    other key is refused in one line naming the closest field. The host's builder of a row
+    (``fleet/rounds/device_round.DeviceResult``) has exactly these fields, a test holds it so.
+    """
+
+    NAME = "report row"
+    TOP = False
+    FIELDS = (
+        Field("device", "str", required=True, null=False),
+        Field("device_type", "str", default=""),
+        number("budget_w", 0.0, MAX_POWER_W),
+        Field("status", "str", default="error", null=False),
+        integer("batch_size", 1, MAX_BATCH),
+        number("freq_mhz", 0.0, MAX_FREQ),
+        number("predicted_time_s", 0.0, MAX_SECONDS),
+        integer("end_batch_size", 1, MAX_BATCH),
+        number("end_freq_mhz", 0.0, MAX_FREQ),
+        number("time_s", 0.0, MAX_SECONDS),
+        number("energy_j", 0.0, MAX_ENERGY_J),
+        number("peak_power_w", 0.0, MAX_POWER_W),
+        number("mean_power_w", 0.0, MAX_POWER_W),
+        number("accuracy", 0.0, 1.0),
+        number("samples", 0.0, MAX_SAMPLES),
+        Field("profile", "str", default=""),
+        Field("efficiency", "str", default=""),
+        Field("learning", "str", default="trace"),
+        Field("message", "str", default=""),
+        Field("trace", "str"),
+        Field("segments", "list", default=[]),
+        Field("guard_events", "list", default=[]),
+        integer("learned_batch_size", 1, MAX_BATCH),
+        number("learned_samples", 0.0, MAX_SAMPLES),
+        number("learned_log_sd", 0.0, 100.0),
+        Field("efficiency_fits", "list", default=[]),
+    )
+    __slots__ = tuple(f.name for f in FIELDS)
+
+    @classmethod
+    def _checked(cls, f: Field, value: Any) -> Any:
+        if f.name == "segments":  # the kernel's Segment record, one line naming the bad one
+            return segments_from(value, cls.NAME + " field 'segments'")
+        return f.check(value, cls.NAME)
 
 
 def segments_from(items: Any, where: str) -> list:

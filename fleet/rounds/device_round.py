@@ -160,11 +160,15 @@ def row_fields() -> list[str]:
     names: list[str] = []
     for f in fields(DeviceResult):
         if f.name == "baseline_time_s":
-            names += [time_column(n) for n in BASELINES]
-            names += [speedup_column(n) for n in BASELINES]
+            names += baseline_columns()
         else:
             names.append(f.name)
     return names
+
+
+def baseline_columns() -> list[str]:
+    """The row's baseline columns for today's registry: each baseline's time and speedup."""
+    return [time_column(n) for n in BASELINES] + [speedup_column(n) for n in BASELINES]
 
 
 # Row fields holding lists (of dicts): report.json and the wire carry them as JSON, not columns.
