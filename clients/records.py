@@ -153,17 +153,8 @@ def encode_instruction(ins: TrainInstruction) -> ConfigRecord:
             # the seed spread per batch size (0: unknown): how far a learning device trusts it
             "efficiency-std": [float(ins.efficiency.std.get(b, 0.0)) for b in bs],
             "efficiency-source": ins.efficiency.source,
-            "run-name": run.name,
-            "model": run.model,
-            "efficiency": run.efficiency,
-            "target-accuracy": float(run.target_accuracy),
-            "mode": run.mode,
-            "objective": run.objective,
-            "rounds": int(run.rounds),
-            "optimizer": run.optimizer,
-            "lr-ref-batch": int(run.lr_ref_batch),
-            "lr-ref": float(run.lr_ref),
-            "seed": int(run.seed),
+            # the [run] keys with a wire key of their own (the schema's ``Key.wire``), typed
+            **{k.wire: k.type(getattr(run, k.name)) for k in RUN_KEYS if k.wire},
             RUN_SETTINGS: json.dumps(run.more()),
             "fleet-path": ins.fleet_path,
             "server-round": int(ins.server_round),
@@ -174,21 +165,10 @@ def encode_instruction(ins: TrainInstruction) -> ConfigRecord:
 
 
 MAX_RUN_SETTINGS_CHARS = 64 * 1024
-RUN_SETTINGS = "run-settings"  # the [run] keys beyond _RUN_KEYS, as JSON (RunSettings.more)
+RUN_SETTINGS = "run-settings"  # the [run] keys without a wire key, as JSON (RunSettings.more)
 MAX_BATCH_SIZES = 4096
-_RUN_KEYS = {  # wire key -> the fleet file's [run] field, read through the same schema
-    "run-name": "name",
-    "model": "model",
-    "efficiency": "efficiency",
-    "target-accuracy": "target_accuracy",
-    "mode": "mode",
-    "objective": "objective",
-    "rounds": "rounds",
-    "optimizer": "optimizer",
-    "lr-ref-batch": "lr_ref_batch",
-    "lr-ref": "lr_ref",
-    "seed": "seed",
-}
+# wire key -> the fleet file's [run] field, as the schema names them (``Key.wire``)
+_RUN_KEYS = {k.wire: k.name for k in RUN_KEYS if k.wire}
 
 
 def _wire_text(t: dict, key: str, where: str, default: str) -> str:

@@ -124,7 +124,15 @@ def test_run_settings_are_exactly_the_schema():
     for f, k in zip(fields, RUN_KEYS, strict=True):
         if not k.required and k.name != "name":
             assert f.default == k.default, k.name
-    assert set(SETTINGS) == {k.name for k in RUN_KEYS[11:]}
+    assert set(SETTINGS) == {k.name for k in RUN_KEYS if not k.wire}
+    # every key travels one way: its own wire key (named once, in the schema) or run-settings
+    fleet = load_fleet(DEFAULT)
+    cfg = records.encode_instruction(records.TrainInstruction(Efficiency({32: 100.0}), fleet.run))
+    wired = [k.wire for k in RUN_KEYS if k.wire]
+    assert len(set(wired)) == len(wired) and set(wired) <= set(cfg.keys())
+    assert set(json.loads(str(cfg[records.RUN_SETTINGS]))) <= {
+        k.name for k in RUN_KEYS if not k.wire
+    }
 
 
 def test_committed_reference_page_is_the_generated_one():

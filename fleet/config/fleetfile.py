@@ -129,15 +129,16 @@ class RunSettings:
     input_shape: str | None = None
 
     def more(self) -> dict[str, object]:
-        """The settings beyond the first eleven that are set (not None), by their [run] names:
-        what the train instruction carries as one JSON object (``clients/records.py``)."""
+        """The settings without a wire key of their own (``Key.wire``) that are set (not
+        None), by their [run] names: what the train instruction carries as one JSON object
+        (``clients/records.py``)."""
         return {k.name: getattr(self, k.name) for k in MORE_KEYS
                 if getattr(self, k.name) is not None}  # fmt: skip
 
 
-# The keys the train instruction carries one wire key each (clients/records.py); the others
-# travel together as ``RunSettings.more()`` and come back through ``read_more``.
-MORE_KEYS = RUN_KEYS[11:]
+# The keys without a wire key of their own (``Key.wire``): they travel together in the train
+# instruction (clients/records.py) as ``RunSettings.more()`` and come back through ``read_more``.
+MORE_KEYS = tuple(k for k in RUN_KEYS if not k.wire)
 
 
 def read_more(table: object, where: str) -> dict[str, object]:

@@ -46,6 +46,9 @@ class Key:
     ok: Callable[[object], bool] | None = None
     choices: tuple[str, ...] | Callable[[], tuple[str, ...]] = ()  # a callable: a live registry
     required: bool = False
+    # its own key in a train instruction (``clients/records.py``); "" = it travels inside the
+    # instruction's run-settings JSON (``RunSettings.more``)
+    wire: str = ""
 
     def allowed(self) -> tuple[str, ...]:
         """The values a choice takes now (a registry's entries are read when a file is)."""
@@ -78,13 +81,20 @@ def _positive(v: object) -> bool:
 # [run]: the settings of the whole run. RunSettings (fleet.config.fleetfile) has exactly these
 # fields, in this order (a test keeps them equal).
 RUN_KEYS: tuple[Key, ...] = (
-    Key("name", str, None, "the run's name (default: the file's stem); safe-name alphabet"),
+    Key(
+        "name",
+        str,
+        None,
+        "the run's name (default: the file's stem); safe-name alphabet",
+        wire="run-name",
+    ),
     Key(
         "model",
         str,
         None,
         "the model every device fine-tunes (resnet18, small_cnn...)",
         required=True,
+        wire="model",
     ),
     Key(
         "efficiency",
@@ -92,6 +102,7 @@ RUN_KEYS: tuple[Key, ...] = (
         None,
         "the proxy's efficiency CSV the coordinator ships (relative to the file)",
         required=True,
+        wire="efficiency",
     ),
     Key(
         "target_accuracy",
@@ -101,9 +112,15 @@ RUN_KEYS: tuple[Key, ...] = (
         expect="an accuracy in (0, 1]",
         ok=lambda v: isinstance(v, (int, float)) and 0 < v <= 1,
         required=True,
+        wire="target-accuracy",
     ),
     Key(
-        "mode", str, "local", "local: devices keep their weights; federated: FedAvg", choices=MODES
+        "mode",
+        str,
+        "local",
+        "local: devices keep their weights; federated: FedAvg",
+        choices=MODES,
+        wire="mode",
     ),
     Key(
         "objective",
@@ -111,6 +128,7 @@ RUN_KEYS: tuple[Key, ...] = (
         "time",
         "what a device minimises (deadline: energy within the round's deadline)",
         choices=lambda: tuple(OBJECTIVES),  # the registry: a registered objective is known
+        wire="objective",
     ),
     Key(
         "rounds",
@@ -119,6 +137,7 @@ RUN_KEYS: tuple[Key, ...] = (
         "rounds of the run",
         expect=f"an integer in [1, {MAX_ROUNDS}]",
         ok=_in(1, MAX_ROUNDS),
+        wire="rounds",
     ),
     Key(
         "optimizer",
@@ -126,6 +145,7 @@ RUN_KEYS: tuple[Key, ...] = (
         "adam",
         "the optimizer (it picks the learning-rate rule)",
         choices=OPTIMIZERS,
+        wire="optimizer",
     ),
     Key(
         "lr_ref_batch",
@@ -134,6 +154,7 @@ RUN_KEYS: tuple[Key, ...] = (
         "the batch size of the reference learning rate",
         expect=f"an integer in [1, {MAX_BATCH}]",
         ok=_in(1, MAX_BATCH),
+        wire="lr-ref-batch",
     ),
     Key(
         "lr_ref",
@@ -142,6 +163,7 @@ RUN_KEYS: tuple[Key, ...] = (
         "the learning rate at lr_ref_batch (scaled to the chosen batch)",
         expect="a learning rate > 0",
         ok=_positive,
+        wire="lr-ref",
     ),
     Key(
         "seed",
@@ -150,6 +172,7 @@ RUN_KEYS: tuple[Key, ...] = (
         "the seed of models and data order",
         expect=f"an integer in [0, {MAX_SEED}]",
         ok=_in(0, MAX_SEED),
+        wire="seed",
     ),
     Key(
         "deadline_s",
