@@ -188,6 +188,14 @@ class NvmlBackend(Backend):
         except self._nv.NVMLError:
             return None
 
+    def average_power_w(self) -> Optional[float]:
+        """NVML's classic reading (a ~1 s moving average on recent GPUs), for comparison with
+        the instantaneous field ``read_power_w`` uses; None when the card does not say."""
+        try:
+            return float(self._nv.nvmlDeviceGetPowerUsage(self._handle)) / 1000.0
+        except self._nv.NVMLError:
+            return None
+
     def _supported_clocks(self) -> List[float]:
         if self._supported is None:
             nv = self._nv
@@ -339,7 +347,10 @@ class NvmlBackend(Backend):
     def read_power_w(self) -> Optional[float]:
         watch = self._watch
         if watch is not None:
-            watch.read()  # the clock and the counter beside every power reading of a point
+            if watch.done:
+                self._watch = None
+            else:
+                watch.read()  # the clock and the counter beside every power reading of a point
         if self._instant_ok:
             watts = self._instant_power_w()
             if watts is not None:

@@ -35,6 +35,7 @@ class PointWatch(object):
         self._clock_fn = clock_fn
         self._counter_fn = counter_fn
         self.readings = []  # type: List[Tuple[float, Optional[float], Optional[float]]]
+        self.done = False  # set by columns(): the backend stops feeding it (a run lasts hours)
         self.read()
 
     def read(self) -> None:
@@ -42,8 +43,10 @@ class PointWatch(object):
         self.readings.append((time.monotonic(), self._clock_fn(), self._counter_fn()))
 
     def columns(self, row: Dict[str, Any]) -> Dict[str, Any]:
-        """The row's extra columns, from the window the row says it timed (ending now)."""
+        """The row's extra columns, from the window the row says it timed (ending now); ends
+        the watch."""
         self.read()
+        self.done = True
         t_end = self.readings[-1][0]
         window = _window_s(row)
         t_start = t_end - window if window is not None else self.readings[0][0]
