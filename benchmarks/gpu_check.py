@@ -374,6 +374,7 @@ def budget_check(backend: Any, load: Any, profile_rows: list[dict], scale: float
         "guard_events": len(summary.get("guard_events") or []),
         "drift_events": len(summary.get("drift_events") or []),
         "loop_energy_j": _r(summary.get("energy_j"), 1),
+        "loop_counter_energy_j": _r(summary.get("counter_energy_j"), 1),
         "counter_energy_j": None if e0 is None or e1 is None else _r((e1 - e0) / 1000.0, 1),
         "side_peak_w": _r(max(watts), 1) if watts else None,
         "side_samples": len(watts),

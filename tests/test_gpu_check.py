@@ -58,6 +58,9 @@ def test_gpu_check_with_the_fake_card_writes_every_section(tmp_path):
         "counter_energy_j",
     ):
         assert key in run, key
+    # the closed loop's run carries the hardware counter's energy beside its sampled energy
+    assert run["loop_counter_energy_j"] > 0
+    assert abs(run["loop_counter_energy_j"] / run["loop_energy_j"] - 1) < 0.1
     text = (tmp_path / "out" / "gpu_check.md").read_text()
     assert "fake NVML (simulated card), not a measurement" in text
     assert "## Energy: sampled vs the hardware counter" in text
