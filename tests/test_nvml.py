@@ -222,3 +222,45 @@ def test_missing_package_is_a_device_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", None)  # makes `import pynvml` fail
     with pytest.raises(DeviceError, match="nvidia-ml-py"):
         open_backend("nvml")
+
+
+# -- the closed loop and its guard with the power limit as the knob ---------------------------
+def test_closed_loop_sets_the_limit_the_guard_lowers_it_and_the_card_gets_it_back(card, tmp_path):
+    """A profile made at half load says every limit from 500 W draws ~420 W; trained at full load
+    the card draws what the limit lets it, so the guard steps the limit down until the power is
+    under the 450 W budget; at the end the limit found (700 W) is back and the state file gone.
+    ``pace``: every step lasts at least the LUT's 0.1 s, so 40 steps give the guard 4 s of
+    readings on any machine."""
+    torch = pytest.importorskip("torch")
+    from fleet.agent.loop.underbudget import train_under_budget
+    from fleet.agent.models import registry as models
+    from fleet.method.budget import FixedBudget
+    from fleet.method.selection import lut_from_rows
+
+    fake_nvml.set_privileged(True)
+    state = tmp_path / "state"
+    b = open_backend("nvml", allow_power_limit=True, state_dir=str(state))
+    rows = [
+        {"batch_size": 8, "freq_mhz": 300, "time_per_batch_s": 0.12, "peak_power_w": 310.0},
+        {"batch_size": 8, "freq_mhz": 500, "time_per_batch_s": 0.10, "peak_power_w": 420.0},
+        {"batch_size": 8, "freq_mhz": 700, "time_per_batch_s": 0.09, "peak_power_w": 420.0},
+    ]
+    gen = torch.Generator().manual_seed(0)
+    data = (torch.randn(512, 1, 28, 28, generator=gen), torch.randint(0, 10, (512,), generator=gen))
+    model = models.build_model("small_cnn", 10, (1, 28, 28), seed=0)
+    seen = []
+    fake_nvml.set_load(1.0)  # 72 + 680 W asked: the limit decides
+    try:
+        result, summary = train_under_budget(
+            b, model, data, (data[0][:64], data[1][:64]), lut_from_rows(rows), {8: 1000.0},
+            FixedBudget(450.0), 8, 1e-3, target_accuracy=1.0, max_samples=8 * 40,
+            eval_every_samples=8 * 40, pace=True, sampler_hz=20.0,
+            progress=lambda *a: seen.append(limit_mw(card)), progress_interval_s=0.05,
+        )  # fmt: skip
+    finally:
+        fake_nvml.set_load(0.0)
+    steps = [(e["from_mhz"], e["to_mhz"]) for e in summary["guard_events"]]
+    assert steps == [(700, 500), (500, 300)]  # watts: 700 W then 500 W drew over 450 W
+    assert summary["freq_mhz"] == 300 and 300000 in seen  # the card ran at 300 W
+    assert limit_mw(card) == 700000 and load_nvml(str(state)) == []  # restored on the way out
+    assert summary["counter_energy_j"] > 0
