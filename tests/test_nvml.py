@@ -264,3 +264,24 @@ def test_closed_loop_sets_the_limit_the_guard_lowers_it_and_the_card_gets_it_bac
     assert summary["freq_mhz"] == 300 and 300000 in seen  # the card ran at 300 W
     assert limit_mw(card) == 700000 and load_nvml(str(state)) == []  # restored on the way out
     assert summary["counter_energy_j"] > 0
+
+
+def test_a_measured_clock_profile_is_one_column_for_coverage(tmp_path):
+    """Rows at the clocks each point ran at (1980, 1965 MHz) under a grid labelled with the clock
+    at open (345): no grid point is lacking (nothing could be locked); a batch size without a
+    row is."""
+    from fleet.trust.coverage import read_coverage
+
+    head = "# grid_batch_sizes=16,64{}\n# grid_freqs=345\n# knob=sm_clock_measured\n"
+    body = (
+        "batch_size,freq_mhz,time_per_batch_s,peak_power_w\n16,1980,0.002,124\n64,1965,0.002,130\n"
+    )
+    full = tmp_path / "full.csv"
+    full.write_text(head.format("") + body)
+    assert read_coverage(str(full)).lacking() == []
+    gap = tmp_path / "gap.csv"
+    gap.write_text(head.format(",256") + body)
+    assert read_coverage(str(gap)).lacking() == [(256, 345.0)]
+    plain = tmp_path / "plain.csv"  # the same rows as a knob grid: every other clock is lacking
+    plain.write_text(head.format("").replace("# knob=sm_clock_measured\n", "") + body)
+    assert (16, 345.0) in read_coverage(str(plain)).lacking()
