@@ -226,16 +226,17 @@ def record(backend: Any, seconds: float, hz: float, work: Any) -> tuple[list[flo
 
 def window_peaks(times: list[float], watts: list[float], length: float) -> list[float]:
     """The peak of each consecutive window of ``length`` seconds (complete windows only)."""
+    peaks: list[float] = []
     if not times:
-        return []
-    t0, peaks, cur, edge = times[0], [], None, times[0] + length
+        return peaks
+    cur: float | None = None
+    edge = times[0] + length
     for t, w in zip(times, watts, strict=True):
         while t >= edge:
             if cur is not None:
                 peaks.append(cur)
             cur, edge = None, edge + length
         cur = w if cur is None else max(cur, w)
-    del t0
     return peaks
 
 
@@ -335,7 +336,8 @@ def budget_check(backend: Any, load: Any, profile_rows: list[dict], scale: float
     model = models.build_model("small_cnn", 10, (1, 28, 28), seed=0)
     chosen = by_batch[-2]
     seconds = 30.0 * scale
-    max_samples = max(chosen.batch_size * 4, int(seconds / chosen.time_per_batch_s) * 64)
+    steps = int(seconds / chosen.time_per_batch_s)  # about ``seconds`` at the chosen point
+    max_samples = chosen.batch_size * max(4, steps)
     side = PowerSampler(backend.read_power_w, hz=50.0).start()
     side.mark()
     e0, t0 = backend.energy_counter_mj(), time.monotonic()
