@@ -285,3 +285,24 @@ def test_a_measured_clock_profile_is_one_column_for_coverage(tmp_path):
     plain = tmp_path / "plain.csv"  # the same rows as a knob grid: every other clock is lacking
     plain.write_text(head.format("").replace("# knob=sm_clock_measured\n", "") + body)
     assert (16, 345.0) in read_coverage(str(plain)).lacking()
+
+
+def test_profile_with_the_power_limit_as_the_knob_rows_in_watts(card, tmp_path):
+    pytest.importorskip("torch")
+    from fleet.agent.measure.profiler import profile_grid
+
+    fake_nvml.set_privileged(True)
+    state = tmp_path / "state"
+    b = open_backend("nvml", allow_power_limit=True, state_dir=str(state))
+    fake_nvml.set_load(1.0)
+    result = profile_grid(
+        b, "small_cnn", batch_sizes=[4], freqs=[300, 700], steps=2, warmup=1, sampler_hz=50,
+        idle_s=0, min_window_s=0.3,
+    )  # fmt: skip
+    assert [r["freq_mhz"] for r in result.rows] == [300, 700]  # the knob, in watts
+    at = {r["freq_mhz"]: r for r in result.rows}
+    assert at[300]["peak_power_w"] == pytest.approx(300, rel=0.05)  # held at the limit
+    assert at[700]["peak_power_w"] == pytest.approx(700, rel=0.05)
+    assert at[300]["sm_clock_mhz"] < at[700]["sm_clock_mhz"]  # the limit holds the clock back
+    assert result.metadata["knob"] == "power_limit_w"
+    assert limit_mw(card) == 700000 and load_nvml(str(state)) == []  # restored after the sweep
