@@ -1,12 +1,9 @@
-"""CPU (RAPL), replay and NVML backends, and the open_backend factory.
+"""CPU (RAPL) and replay backends, and the open_backend factory.
 
 RAPL counters are real files under a fake powercap tree that the test advances; time comes from
-an injected clock. NVML has no hardware here, so its logic runs against a small stand-in pynvml
-module placed in sys.modules (the real package is an optional import).
+an injected clock. NVML is tests/test_nvml.py, against the fake card simulations/fake_nvml.py.
 """
 
-import sys
-import types
 from pathlib import Path
 
 import pytest
@@ -187,90 +184,3 @@ def test_open_backend_kinds_and_errors(tmp_path):
         open_backend("tpu")
     with pytest.raises(DeviceError, match="does not take option.*rail.*valid options"):
         open_backend("cpu", rail="VDD_IN")
-
-
-# -- NVML (logic only, against a stand-in module) -------------------------------------------------
-def fake_pynvml(instant=True, current=1410, locked_calls=None):
-    nv = types.ModuleType("pynvml")
-
-    class NVMLError(Exception):
-        def __init__(self, value):
-            super().__init__(f"NVML error {value}")
-            self.value = value
-
-    class Value:
-        uiVal = 0
-
-    class Field:
-        def __init__(self, mw):
-            self.nvmlReturn = 0
-            self.valueType = 1
-            self.value = Value()
-            self.value.uiVal = mw
-
-    calls = locked_calls if locked_calls is not None else []
-    nv.NVMLError = NVMLError
-    nv.NVML_SUCCESS = 0
-    nv.NVML_ERROR_NOT_SUPPORTED = 3
-    nv.NVML_ERROR_NO_PERMISSION = 4
-    nv.NVML_CLOCK_GRAPHICS = 0
-    if instant:
-        nv.NVML_FI_DEV_POWER_INSTANT = 186
-    nv.nvmlInit = lambda: None
-    nv.nvmlDeviceGetCount = lambda: 1
-
-    def handle(i):
-        if i != 0:
-            raise NVMLError(2)
-        return "h0"
-
-    nv.nvmlDeviceGetHandleByIndex = handle
-    nv.nvmlDeviceGetClockInfo = lambda h, kind: current
-    nv.nvmlDeviceGetSupportedMemoryClocks = lambda h: [405, 1593]
-    nv.nvmlDeviceGetSupportedGraphicsClocks = lambda h, mem: (
-        [1410, 1395, 705, 210] if mem == 1593 else [210]
-    )
-    nv.nvmlDeviceSetGpuLockedClocks = lambda h, lo, hi: calls.append(("lock", lo, hi))
-    nv.nvmlDeviceResetGpuLockedClocks = lambda h: calls.append(("reset",))
-    nv.nvmlDeviceGetFieldValues = lambda h, ids: [Field(251500)]
-    nv.nvmlDeviceGetPowerUsage = lambda h: 60000
-    nv.nvmlDeviceGetName = lambda h: b"NVIDIA A100"
-    nv.nvmlSystemGetDriverVersion = lambda: "550.54"
-    return nv
-
-
-def test_nvml_missing_package_is_a_device_error(monkeypatch):
-    monkeypatch.setitem(sys.modules, "pynvml", None)  # makes `import pynvml` fail
-    with pytest.raises(DeviceError, match="nvidia-ml-py"):
-        open_backend("nvml")
-
-
-def test_nvml_current_mode(monkeypatch):
-    calls = []
-    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(locked_calls=calls))
-    b = open_backend("nvml")
-    assert b.frequencies() == [1410.0]
-    b.lock(1410)  # the current clock: a no-op
-    with pytest.raises(DeviceError, match="clock changes disabled; profile at current clocks"):
-        b.lock(705)
-    b.restore()
-    assert calls == []
-    assert b.read_power_w() == pytest.approx(251.5)  # instantaneous field, mW -> W
-    d = b.describe()
-    assert d["gpu"] == "NVIDIA A100" and d["mode"] == "current" and d["power"] == "instant"
-
-
-def test_nvml_locking_mode_and_average_power_fallback(monkeypatch):
-    calls = []
-    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(instant=False, locked_calls=calls))
-    b = open_backend("nvml", allow_clock_changes=True)
-    assert b.frequencies() == [210.0, 705.0, 1395.0, 1410.0]  # at the max memory clock
-    with pytest.raises(DeviceError, match="1000 MHz is not a supported graphics clock"):
-        b.lock(1000)
-    b.lock(705)
-    b.restore()
-    b.restore()
-    assert calls == [("lock", 705, 705), ("reset",)]
-    assert b.read_power_w() == pytest.approx(60.0)
-    with pytest.raises(DeviceError, match="no NVML GPU at index 3"):
-        open_backend("nvml", index=3)

@@ -34,7 +34,12 @@ POLL_S = 0.1  # how often a late node is looked for
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("restore", help="restore GPU clocks saved by an interrupted run")
-    p.add_argument("--backend", choices=("jetson",), default="jetson", help="device backend")
+    p.add_argument(
+        "--backend",
+        choices=("jetson", "nvml"),
+        default="jetson",
+        help="device backend (nvml: the power limit and locked clocks of every GPU saved)",
+    )
     p.add_argument("--sysfs-root", default="/", help="sysfs prefix (copied trees, dry runs)")
     p.add_argument("--gpu-node", help="devfreq entry of the GPU (default: discovered)")
     p.add_argument(
@@ -92,6 +97,8 @@ def wait_for_nodes(args: argparse.Namespace) -> float | None:
 def run(args: argparse.Namespace) -> int:
     if not args.wait_s >= 0:  # also refuses nan
         raise InputError(f"--wait-s: expected seconds >= 0, got {args.wait_s:g}")
+    if args.backend == "nvml":
+        return _restore_nvml(args)
     waited_s = wait_for_nodes(args)
     if waited_s is None:
         # Nothing saved: a machine with no GPU devfreq node (a PC, a board whose node comes
@@ -172,4 +179,38 @@ def _nothing_saved_no_node(args: argparse.Namespace) -> int:
             f"and no {node} under {where} (not a Jetson, or its GPU node is not up yet)",
             file=sys.stderr,
         )
+    return 0
+
+
+def _restore_nvml(args: argparse.Namespace) -> int:
+    """Every GPU whose power limit or locked clocks a killed run left in the state directory,
+    put back and its file removed; none saved: one line, exit 0."""
+    from fleet.agent.devices.nvml import import_pynvml
+    from fleet.agent.devices.nvml_restore import restore_saved, said_nvml
+
+    state_dir = args.state_dir or default_state_dir(args.sysfs_root)
+    try:
+        done = restore_saved(state_dir, import_pynvml)
+    except DeviceError as exc:
+        raise InputError(str(exc)) from None
+    gpus = [
+        {
+            "uuid": r["uuid"],
+            "index": r.get("index"),
+            "power_limit_w": None if r.get("power_limit_mw") is None else r["power_limit_mw"] / 1e3,
+            "clocks_unlocked": bool(r.get("clocks_locked")),
+            "state_file": r["path"],
+        }
+        for r in done
+    ]
+    if args.json:
+        emit_json({"restored": bool(done), "state_dir": state_dir, "gpus": gpus})
+        return 0
+    if not done:
+        print(
+            f"powerfleet restore: nothing to restore (no saved GPU settings in {state_dir})",
+            file=sys.stderr,
+        )
+    for r in done:
+        print(f"restored GPU {r['uuid']} (index {r.get('index')}): {said_nvml(r)}")
     return 0

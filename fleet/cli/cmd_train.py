@@ -388,6 +388,7 @@ def _report(result: Any, summary: dict[str, Any], args: argparse.Namespace, ckpt
         "train_time_s": result.train_time_s,
         "eval_time_s": result.eval_time_s,
         "energy_j": summary["energy_j"],
+        "counter_energy_j": summary.get("counter_energy_j"),  # NVML's hardware counter, beside
         "peak_power_w": summary["peak_power_w"],
         "power_samples": summary["power_samples"],
         # False on a board without a power sensor: the budget was met from the profile alone

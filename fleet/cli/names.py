@@ -51,8 +51,10 @@ NAMES = {
     # device backends (fleet.agent.devices: one declaration per option)
     "backend": "--backend",
     "backend_opt_allow-clock-changes": "--allow-clock-changes",
+    "backend_opt_allow-power-limit": "--allow-power-limit",  # NVML: the power limit is the knob
     "backend_opt_gpu-index": "--gpu-index",
     "backend_opt_gpu-node": "--gpu-node",
+    "backend_opt_power-step-w": "--power-step-w",
     "backend_opt_powercap-root": "--powercap-root",
     "backend_opt_profile-csv": "--profile-csv",  # the replay backend's recorded file
     "backend_opt_rail": "--rail",

@@ -24,6 +24,7 @@ from fleet.method.budget import BudgetError, parse_budget
 from fleet.method.profile_io import ProfileFormatError, read_rows
 
 Key = tuple[int, float]
+MEASURED_KNOB = "sm_clock_measured"  # the header's knob= when freq_mhz is a measured clock
 
 
 class CoverageError(InputError):
@@ -41,12 +42,19 @@ class Coverage:
     predicted: set[Key] = field(default_factory=set)  # rows with source=predicted
     plan: str | None = None  # "grid", "staircase", "predict", or unknown
     staircase_budget_w: float | None = None
+    # The knob was not set but measured (NVML current clocks: each row's freq_mhz is the clock
+    # the card chose): the grid is one column, a batch size with any row is covered.
+    measured_knob: bool = False
 
     def is_predicted(self, batch_size: int, knob: float) -> bool:
         return (int(batch_size), float(knob)) in self.predicted
 
     def lacking(self) -> list[Key]:
         """Grid points the file has no row for."""
+        if self.measured_knob:
+            have = {b for b, _f in self.present}
+            label = self.knobs[0] if self.knobs else 0.0
+            return [(b, label) for b in self.batch_sizes if b not in have]
         return [(b, f) for b in self.batch_sizes for f in self.knobs if (b, f) not in self.present]
 
 
@@ -97,7 +105,10 @@ def read_coverage(path: str) -> Coverage:
             budget = parse_budget(meta.get("budget_w", ""), "budget_w")
         except BudgetError:
             budget = None
-    return Coverage(str(path), bs, fs, present, predicted, meta.get("plan"), budget)
+    measured = meta.get("knob") == MEASURED_KNOB
+    if measured:
+        fs = _floats(meta.get("grid_freqs"))[:1]
+    return Coverage(str(path), bs, fs, present, predicted, meta.get("plan"), budget, measured)
 
 
 def _bounds(profile: Profile, b: int, f: float) -> tuple[float, float, float]:

@@ -76,13 +76,17 @@ def save(state_dir: str, identity: Dict[str, Any], bounds: Dict[str, Any]) -> st
     record.update(process_identity())
     record.update(identity)
     record.update(bounds)
-    path = state_path(state_dir)
+    return _write_json(state_dir, state_path(state_dir), record, "the original GPU clocks")
+
+
+def _write_json(state_dir: str, path: str, record: Dict[str, Any], what: str) -> str:
+    """Write ``record`` to ``path`` atomically (temp file, fsync, rename, directory fsync)."""
     tmp = None
     try:
         if not os.path.isdir(state_dir):
             os.makedirs(state_dir, mode=0o700)
             os.chmod(state_dir, 0o700)  # makedirs' mode is masked by the umask
-        fd, tmp = tempfile.mkstemp(prefix=".jetson-clocks.", dir=state_dir)
+        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", dir=state_dir)
         with os.fdopen(fd, "w") as fh:
             json.dump(record, fh, sort_keys=True)
             fh.write("\n")
@@ -93,8 +97,8 @@ def save(state_dir: str, identity: Dict[str, Any], bounds: Dict[str, Any]) -> st
         _fsync_dir(state_dir)
     except OSError as exc:
         raise DeviceError(
-            "cannot save the original GPU clocks to {}: {}; choose a writable --state-dir".format(
-                path, exc.strerror or exc
+            "cannot save {} to {}: {}; choose a writable --state-dir".format(
+                what, path, exc.strerror or exc
             )
         ) from None
     finally:
@@ -275,3 +279,70 @@ def _fsync_dir(path: str) -> None:
         pass
     finally:
         os.close(fd)
+
+
+# -- NVML: a GPU's power limit and locked clocks ---------------------------------------------------
+NVML_FORMAT = "powerfleet-nvml-state-1"
+NVML_PREFIX = "nvml-"
+
+
+def nvml_state_path(state_dir: str, uuid: str) -> str:
+    """One file per GPU, named by its UUID (indices renumber; a UUID does not)."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in str(uuid))
+    return os.path.join(state_dir, NVML_PREFIX + safe + ".json")
+
+
+def save_nvml(state_dir: str, record: Dict[str, Any]) -> str:
+    """Save a GPU's original settings before the first change (``uuid``, ``index``, ``gpu``,
+    ``power_limit_mw``: the limit found, or None when the limit is not touched;
+    ``clocks_locked``: whether a restore must reset locked clocks). One-line DeviceError when it
+    cannot be written: the caller must then not touch the card."""
+    full = {"format": NVML_FORMAT, "saved_at": time.time()}  # type: Dict[str, Any]
+    full.update(process_identity())
+    full.update(record)
+    path = nvml_state_path(state_dir, str(record["uuid"]))
+    return _write_json(state_dir, path, full, "the GPU's original settings")
+
+
+def load_nvml(state_dir: str) -> List[Dict[str, Any]]:
+    """Every NVML record in ``state_dir`` (each with its ``path``); a damaged one is a
+    one-line DeviceError naming it."""
+    try:
+        names = sorted(os.listdir(state_dir))
+    except OSError:
+        return []
+    out = []
+    for name in names:
+        if not (name.startswith(NVML_PREFIX) and name.endswith(".json")):
+            continue
+        path = os.path.join(state_dir, name)
+        try:
+            with open(path, "r") as fh:
+                record = json.loads(fh.read())
+        except (OSError, ValueError):
+            record = None
+        limit = record.get("power_limit_mw") if isinstance(record, dict) else None
+        ok = (
+            isinstance(record, dict)
+            and record.get("format") == NVML_FORMAT
+            and isinstance(record.get("uuid"), str)
+            and (limit is None or _positive_int(limit))
+            and isinstance(record.get("clocks_locked"), bool)
+        )
+        if not ok:
+            raise DeviceError(
+                "GPU state {} is damaged (expected a {} JSON object naming the GPU's uuid, an "
+                "integer power_limit_mw or null and clocks_locked); check the GPU's settings "
+                "(nvidia-smi -q -d POWER,CLOCK) and remove the file".format(path, NVML_FORMAT)
+            )
+        record["path"] = path
+        out.append(record)
+    return out
+
+
+def remove_nvml(state_dir: str, uuid: str) -> None:
+    try:
+        os.unlink(nvml_state_path(state_dir, uuid))
+    except FileNotFoundError:
+        return
+    _fsync_dir(state_dir)

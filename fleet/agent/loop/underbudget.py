@@ -90,6 +90,8 @@ def train_under_budget(
         pace=loop_plan.pace,
         learner=learner,
     )
+    counter = getattr(backend, "energy_counter_mj", None)  # NVML: the GPU's own energy counter
+    counter_mj0 = counter() if callable(counter) else None
     with loop:
         result = train_to_target(
             model,
@@ -105,6 +107,10 @@ def train_under_budget(
     if result.status == "reached":
         loop.reached()  # a learner knows the count at the running batch size now
     summary = loop.summary()
+    counter_mj1 = counter() if counter_mj0 is not None else None
+    if counter_mj0 is not None and counter_mj1 is not None:
+        # Beside the sampled energy_j (this call's): the hardware counter over the same call.
+        summary["counter_energy_j"] = (counter_mj1 - counter_mj0) / 1000.0
     if summary["status"] is None or result.status == "reached":
         summary["status"] = result.status
     summary["batch_size"] = loop.batch_size

@@ -151,7 +151,10 @@ def profile_grid(
             if controllable:
                 backend.lock(f)
                 settle(backend)  # samples before this are never in a window: mark() comes later
+            watch = _watch_point(backend)
             row = measurer(b, f)
+            if watch is not None and row["status"] == "ok":
+                row.update(watch.columns(row))  # what the backend saw meanwhile (NVML: clocks)
             rows.append(row)
             if progress is not None:
                 progress(len(rows), total, row)
@@ -201,6 +204,10 @@ def profile_grid(
     probes = len(rows)
     if design is not None:
         rows = _fill_predicted(rows, bs, points, metadata)
+    if getattr(backend, "knob_measured", False):  # NVML current clocks: the clock each ran at
+        from fleet.agent.devices.nvml_point import label_measured_clocks
+
+        label_measured_clocks(rows)
     return ProfileResult(rows, probes, len(bs) * len(points), metadata)
 
 
@@ -236,6 +243,13 @@ def _adapt(
         for b, f in step:
             measure(b, f)
         extra -= len(step)
+
+
+def _watch_point(backend: Backend) -> Any:
+    """The backend's watch over one point (``watch_point()``: NVML samples the clock it ran at
+    and its energy counter), or None for a backend that has nothing to add."""
+    start = getattr(backend, "watch_point", None)
+    return start() if callable(start) else None
 
 
 def require_power(backend: Backend) -> None:

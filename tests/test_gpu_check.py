@@ -1,0 +1,80 @@
+"""benchmarks/gpu_check.py runs its whole path against the fake NVML card, and says in one line
+that there is no GPU where NVML does not start. Real subprocesses; the figures checked are the
+fake card's (simulations/fake_nvml.py), so the assertions are about what the check reports and
+that it changed nothing, not about a GPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "benchmarks.gpu_check", *args],
+        capture_output=True, text=True, cwd=str(ROOT), env=env, timeout=600,
+    )  # fmt: skip
+
+
+def test_gpu_check_with_the_fake_card_writes_every_section(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("FAKE_NVML_STATE", None)
+    done = _run(["--fake", "--quick", "--out", str(tmp_path / "out")], env)
+    assert done.returncode == 0, done.stderr
+    report = json.loads((tmp_path / "out" / "gpu_check.json").read_text())
+    assert report["fake"] is True and report["settings_unchanged"] is True
+    assert (
+        report["device"]["mode"] == "current" and report["settings_before"]["power_limit_w"] == 700
+    )
+    loads = {(r["load"], r["hz"]) for r in report["energy"]}
+    assert loads == {
+        (n, hz) for n in ("idle", "steady", "bursty", "small-kernels") for hz in (20, 50)
+    }
+    for r in report["energy"]:
+        assert 0.95 < r["sampled_over_counter"] < 1.05 and r["n_samples"] >= 3
+    idle = [r for r in report["energy"] if r["load"] == "idle"]
+    assert all(r["sm_clock_mhz_min_max"] == [345, 345] for r in idle)  # the fake's idle clock
+    clocks = report["clocks"]
+    assert clocks["clock_at_open_mhz"] == 345 and clocks["knob"] == "sm_clock_measured"
+    for row in clocks["rows"]:  # each row names the clock it ran at, not the one at open
+        assert row["freq_mhz"] != 345
+        assert row["sm_clock_min_mhz"] <= row["freq_mhz"] <= row["sm_clock_max_mhz"]
+    window = report["peak_vs_window"]
+    assert window["samples"] > 50 and window["windows"][0]["window_s"] == 0.25
+    assert window["peak_w"] >= window["windows"][0]["median_peak_w"]
+    run = report["budgeted_run"]
+    for key in (
+        "budget_w",
+        "status",
+        "loop_over_budget_samples",
+        "guard_events",
+        "side_seconds_above_budget",
+        "side_longest_excursion_s",
+        "counter_energy_j",
+    ):
+        assert key in run, key
+    # the closed loop's run carries the hardware counter's energy beside its sampled energy
+    assert run["loop_counter_energy_j"] > 0
+    assert abs(run["loop_counter_energy_j"] / run["loop_energy_j"] - 1) < 0.1
+    text = (tmp_path / "out" / "gpu_check.md").read_text()
+    assert "fake NVML (simulated card), not a measurement" in text
+    assert "## Energy: sampled vs the hardware counter" in text
+
+
+def test_gpu_check_without_a_gpu_says_so_in_one_line(tmp_path):
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "pynvml.py").write_text(
+        "def nvmlInit():\n    raise RuntimeError('NVML Shared Library Not Found')\n"
+    )  # a machine without the driver
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(shim), str(ROOT)]))
+    done = _run(["--out", str(tmp_path / "out")], env)
+    assert done.returncode == 3
+    assert done.stderr.strip().count("\n") == 0
+    assert done.stderr.startswith("gpu_check: no NVIDIA GPU here: NVML did not start")
+    assert not (tmp_path / "out").exists()
