@@ -317,9 +317,11 @@ def _trainer(load: Any, batch: int) -> Any:
 def budget_check(backend: Any, load: Any, profile_rows: list[dict], scale: float) -> dict:
     import torch
 
+    from fleet.agent.loop.loop_plan import LoopPlan
     from fleet.agent.loop.underbudget import train_under_budget
     from fleet.agent.measure.sampler import PowerSampler
     from fleet.agent.models import registry as models
+    from fleet.agent.training.plan import TrainHooks, TrainPlan
     from fleet.method.budget import FixedBudget
     from fleet.method.selection import lut_from_rows
 
@@ -343,11 +345,13 @@ def budget_check(backend: Any, load: Any, profile_rows: list[dict], scale: float
     e0, t0 = backend.energy_counter_mj(), time.monotonic()
     load.busy(0.5)
     try:
+        plan = TrainPlan(
+            chosen.batch_size, 1e-3, 1.0, max_samples=max_samples, eval_every_samples=max_samples
+        )
+        loop_plan = LoopPlan(points, efficiency, FixedBudget(budget), drift={"rows": profile_rows})
         result, summary = train_under_budget(
-            backend, model, train, test, points, efficiency, FixedBudget(budget),
-            chosen.batch_size, 1e-3, target_accuracy=1.0, max_samples=max_samples,
-            eval_every_samples=max_samples, device=load.device, sampler_hz=20.0,
-            drift={"rows": profile_rows},
+            backend, model, train, test, plan, loop_plan, hooks=TrainHooks(sampler_hz=20.0),
+            device=load.device,
         )  # fmt: skip
     finally:
         load.busy(0.0)

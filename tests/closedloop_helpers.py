@@ -87,19 +87,17 @@ class FollowBackend(Backend):
 
 def under_budget(backend, model, train_set, test_set, points, efficiency, source, ref_b, lr, **kw):
     """``train_under_budget`` with the tests' keywords split into its records: the trainer
-    plan's fields, the loop plan's fields, and the call's own (device, checkpoint_path,
-    sampler_hz, progress, log)."""
+    plan's fields, the loop plan's fields, the hooks' fields and the call's own (device,
+    checkpoint_path, log)."""
     from fleet.agent.loop.loop_plan import LoopPlan
     from fleet.agent.loop.underbudget import train_under_budget
-    from fleet.agent.training.plan import TrainPlan
+    from fleet.agent.training.plan import TrainHooks, TrainPlan
 
     loop = {k: kw.pop(k) for k in list(kw) if k in LoopPlan._fields}
-    call = {
-        k: kw.pop(k)
-        for k in ("device", "checkpoint_path", "sampler_hz", "progress", "log")
-        if k in kw
-    }
-    call = {k: v for k, v in call.items() if v is not None}
+    hooks = TrainHooks(**{k: kw.pop(k) for k in list(kw) if k in TrainHooks._fields})
+    call = {k: kw.pop(k) for k in ("device", "checkpoint_path", "log") if k in kw}
     plan = TrainPlan(ref_b, lr, **kw)
     loop_plan = LoopPlan(points, efficiency, source, **loop)
-    return train_under_budget(backend, model, train_set, test_set, plan, loop_plan, **call)
+    return train_under_budget(
+        backend, model, train_set, test_set, plan, loop_plan, hooks=hooks, **call
+    )

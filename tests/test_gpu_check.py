@@ -36,7 +36,9 @@ def test_gpu_check_with_the_fake_card_writes_every_section(tmp_path):
         (n, hz) for n in ("idle", "steady", "bursty", "small-kernels") for hz in (20, 50)
     }
     for r in report["energy"]:
-        assert 0.95 < r["sampled_over_counter"] < 1.05 and r["n_samples"] >= 3
+        assert r["sampled_over_counter"] > 0 and r["n_samples"] >= 3
+        if r["load"] in ("idle", "steady"):  # constant power: the sample's timing cannot
+            assert 0.95 < r["sampled_over_counter"] < 1.05  # matter (bursts' phase can)
     idle = [r for r in report["energy"] if r["load"] == "idle"]
     assert all(r["sm_clock_mhz_min_max"] == [345, 345] for r in idle)  # the fake's idle clock
     clocks = report["clocks"]

@@ -232,10 +232,10 @@ def test_closed_loop_sets_the_limit_the_guard_lowers_it_and_the_card_gets_it_bac
     ``pace``: every step lasts at least the LUT's 0.1 s, so 40 steps give the guard 4 s of
     readings on any machine."""
     torch = pytest.importorskip("torch")
-    from fleet.agent.loop.underbudget import train_under_budget
     from fleet.agent.models import registry as models
     from fleet.method.budget import FixedBudget
     from fleet.method.selection import lut_from_rows
+    from tests.closedloop_helpers import under_budget
 
     fake_nvml.set_privileged(True)
     state = tmp_path / "state"
@@ -251,7 +251,7 @@ def test_closed_loop_sets_the_limit_the_guard_lowers_it_and_the_card_gets_it_bac
     seen = []
     fake_nvml.set_load(1.0)  # 72 + 680 W asked: the limit decides
     try:
-        result, summary = train_under_budget(
+        result, summary = under_budget(
             b, model, data, (data[0][:64], data[1][:64]), lut_from_rows(rows), {8: 1000.0},
             FixedBudget(450.0), 8, 1e-3, target_accuracy=1.0, max_samples=8 * 40,
             eval_every_samples=8 * 40, pace=True, sampler_hz=20.0,

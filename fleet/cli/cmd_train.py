@@ -248,7 +248,7 @@ def run(args: argparse.Namespace) -> int:
     from fleet.agent.loop.loop_plan import LoopPlan
     from fleet.agent.loop.underbudget import train_under_budget
     from fleet.agent.training.checkpoint import atomic_torch_save
-    from fleet.agent.training.plan import TrainPlan
+    from fleet.agent.training.plan import TrainHooks, TrainPlan
     from fleet.agent.training.train_state import TrainerError
     from fleet.training.task import build_for, load_task
 
@@ -306,8 +306,8 @@ def run(args: argparse.Namespace) -> int:
             )  # fmt: skip
             result, summary = train_under_budget(
                 backend, model, task.train, task.test, plan, loop_plan, device=device,
-                checkpoint_path=ckpt, sampler_hz=args.sampler_hz, progress=progress,
-                log=lambda m: note(COMMAND, m),
+                checkpoint_path=ckpt, log=lambda m: note(COMMAND, m),
+                hooks=TrainHooks(sampler_hz=args.sampler_hz, progress=progress),
             )  # fmt: skip
         except (ClosedLoopError, TrainerError) as exc:
             raise InputError(str(exc)) from None

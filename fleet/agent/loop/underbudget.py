@@ -17,7 +17,7 @@ from fleet.agent.loop.driftwatch import DriftWatch, rows_from_points
 from fleet.agent.loop.loop_plan import LoopPlan
 from fleet.agent.loop.segments import finite
 from fleet.agent.measure.sampler import sensor_hz
-from fleet.agent.training.plan import ProgressFn, TrainHooks, TrainPlan
+from fleet.agent.training.plan import TrainHooks, TrainPlan
 
 
 def train_under_budget(
@@ -29,15 +29,16 @@ def train_under_budget(
     loop_plan: LoopPlan,
     device: Any = "cpu",
     checkpoint_path: Optional[str] = None,
-    sampler_hz: float = 20.0,
-    progress: Optional[ProgressFn] = None,
+    hooks: Optional[TrainHooks] = None,
     log: Optional[Callable[[str], None]] = None,
 ) -> Tuple[Any, Dict[str, Any]]:
     """Fine-tune under the closed loop; the device is restored on every way out.
 
     The one entry point shared by ``powerfleet train`` and the agent's ``train`` command:
     ``plan`` goes to ``trainer.train_to_target`` (its ``batch_size``/``lr`` are the
-    learning-rate reference pair there), ``loop_plan`` (``loop_plan.py``) sets up the loop.
+    learning-rate reference pair there), ``loop_plan`` (``loop_plan.py``) sets up the loop;
+    of ``hooks`` the progress callback, its interval, the noise tracker and the sampler's rate
+    are used (the loop is the controller and its sampler the power reader).
     Returns (TrainResult, ``ClosedLoop.summary()``) with the
     summary's ``status`` set to the trainer's unless the loop stopped the run.
 
@@ -55,7 +56,8 @@ def train_under_budget(
     from fleet.agent.training.trainer import train_to_target
 
     n_train = _length(train_set)
-    sampler_hz = sensor_hz(backend, sampler_hz)  # the loop's one sampler; drift times by it
+    hooks = hooks if hooks is not None else TrainHooks()
+    sampler_hz = sensor_hz(backend, hooks.sampler_hz)  # the loop's one sampler; drift times by it
     points, efficiency, learn = loop_plan.points, loop_plan.efficiency, loop_plan.learn
     watch = None  # type: Optional[DriftWatch]
     opts = dict(loop_plan.drift or {"off": True})
@@ -98,16 +100,14 @@ def train_under_budget(
             train_set,
             test_set,
             plan,
-            TrainHooks(
-                power_read=loop.sampler, sampler_hz=sampler_hz, progress=progress, controller=loop
-            ),
+            hooks._replace(power_read=loop.sampler, sampler_hz=sampler_hz, controller=loop),
             device=device,
             checkpoint_path=checkpoint_path,
         )
     if result.status == "reached":
         loop.reached()  # a learner knows the count at the running batch size now
     summary = loop.summary()
-    counter_mj1 = counter() if counter_mj0 is not None else None
+    counter_mj1 = counter() if callable(counter) else None
     if counter_mj0 is not None and counter_mj1 is not None:
         # Beside the sampled energy_j (this call's): the hardware counter over the same call.
         summary["counter_energy_j"] = (counter_mj1 - counter_mj0) / 1000.0

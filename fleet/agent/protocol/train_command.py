@@ -215,8 +215,8 @@ def _train_closed_loop(
     try:
         result, summary = train_under_budget(
             ctx.backend, model, train_set, test_set, plan, loop_plan, device=job.device,
-            checkpoint_path=job.checkpoint, sampler_hz=job.sampler_hz,
-            progress=_progress_to(ctx), log=lambda m: log.warning("%s", m),
+            checkpoint_path=job.checkpoint, log=lambda m: log.warning("%s", m),
+            hooks=TrainHooks(sampler_hz=job.sampler_hz, progress=_progress_to(ctx)),
         )  # fmt: skip
     except ClosedLoopError as exc:
         raise ProtocolError(str(exc)) from None
