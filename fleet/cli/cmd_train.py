@@ -265,6 +265,7 @@ def run(args: argparse.Namespace) -> int:
             from fleet.agent.measure.profiler import require_power
 
             require_power(backend)
+        origin = _origin(args.backend, backend.describe())
     except DeviceError as exc:
         raise InputError(str(exc)) from None
 
@@ -312,6 +313,7 @@ def run(args: argparse.Namespace) -> int:
         uninstall()
         backend.restore()
     out = _report(result, summary, args, ckpt)
+    out.update(origin)
     if args.out:
         atomic_torch_save(
             {k: v.detach().cpu() for k, v in model.state_dict().items()},
@@ -324,6 +326,18 @@ def run(args: argparse.Namespace) -> int:
     else:
         _print_human(out)
     return 0
+
+
+def _origin(backend_name: str, desc: dict[str, Any]) -> dict[str, Any]:
+    """Where the run's times and power come from: ``source`` measured (this board), virtual (a
+    virtual board: the host's times, with ``host``) or replayed (a recorded profile)."""
+    if backend_name == "replay":
+        return {"source": "replayed"}
+    out = {"source": str(desc.get("source") or "measured")}
+    if out["source"] == "virtual":
+        out["host"] = desc.get("host")
+        out["virtual_board"] = desc.get("virtual_board")
+    return out
 
 
 def _drift_settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -480,6 +494,11 @@ def _print_human(out: dict[str, Any]) -> None:
         console.print(
             f"learnt: b={ev['batch_size']} needs {ev['samples_to_target']:,.0f} samples to the "
             f"target ({how}, sd of log {ev['log_sd']:.2f}; {fits} fit(s))"
+        )
+    if out.get("source") == "virtual":
+        console.print(
+            f"source virtual: a virtual board ({out.get('virtual_board')}) on host "
+            f"{out.get('host')}; times are the host's, not the board's"
         )
     if out["stop_reason"]:
         print(f"powerfleet train: {out['stop_reason']}", file=sys.stderr)
