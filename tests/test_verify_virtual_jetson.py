@@ -72,4 +72,6 @@ def test_a_wrongly_predicted_choice_is_probed_and_corrected(tmp_path: Path) -> N
     text = prof.read_text()
     assert "verified=at 4.45 W" in text
     chosen = next(ln for ln in text.splitlines() if ln.startswith(f"16,{row['freq_mhz']:g},"))
-    assert ",measured" in chosen  # the round never trains on an unverified prediction
+    # the round never trains on an unverified prediction; probed on a virtual board, the point
+    # says so (its time is the host's), and so does the row
+    assert ",virtual" in chosen and "source=virtual: a virtual board on host" in row["message"]

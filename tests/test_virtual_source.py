@@ -11,7 +11,7 @@ import socket
 
 import pytest
 
-from fleet.agent.devices.board_identity import VIRTUAL_MARKER, measurement_origin
+from fleet.agent.devices.board_identity import VIRTUAL_MARKER, measurement_origin, run_origin
 from fleet.agent.measure.drift import refresh_comments, refresh_rows
 from fleet.method.profile_io import read_rows
 from fleet.trust import store
@@ -94,3 +94,12 @@ def test_a_probe_or_a_drift_refresh_on_a_virtual_board_stays_virtual():
     assert by_f[460.8] == "virtual"  # the re-measured point: the host's time again
     assert "source=virtual" in refresh_comments(["source=virtual"], [event])
     assert "source=refreshed" in refresh_comments(["source=measured"], [event])
+
+
+def test_a_runs_origin_follows_its_backend():
+    assert run_origin("replay", {"source": "virtual"}) == {"source": "replayed"}
+    assert run_origin("cpu", {"backend": "cpu"}) == {"source": "measured"}
+    desc = {"source": "virtual", "host": "h (cpu)", "virtual_board": "nano", "l4t": ""}
+    assert run_origin("jetson", desc) == {
+        "source": "virtual", "host": "h (cpu)", "virtual_board": "nano"
+    }  # fmt: skip

@@ -20,6 +20,7 @@ from typing import Any
 from rich.console import Console
 
 from fleet.agent.devices import DeviceError, open_backend
+from fleet.agent.devices.board_identity import run_origin
 from fleet.agent.devices.guard import install_restore_handlers
 from fleet.cli import checks
 from fleet.cli.cmd_profile import add_backend_flags, backend_options
@@ -265,7 +266,7 @@ def run(args: argparse.Namespace) -> int:
             from fleet.agent.measure.profiler import require_power
 
             require_power(backend)
-        origin = _origin(args.backend, backend.describe())
+        origin = run_origin(args.backend, backend.describe())  # source: measured, virtual, ...
     except DeviceError as exc:
         raise InputError(str(exc)) from None
 
@@ -326,18 +327,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         _print_human(out)
     return 0
-
-
-def _origin(backend_name: str, desc: dict[str, Any]) -> dict[str, Any]:
-    """Where the run's times and power come from: ``source`` measured (this board), virtual (a
-    virtual board: the host's times, with ``host``) or replayed (a recorded profile)."""
-    if backend_name == "replay":
-        return {"source": "replayed"}
-    out = {"source": str(desc.get("source") or "measured")}
-    if out["source"] == "virtual":
-        out["host"] = desc.get("host")
-        out["virtual_board"] = desc.get("virtual_board")
-    return out
 
 
 def _drift_settings(args: argparse.Namespace) -> dict[str, Any]:

@@ -151,3 +151,16 @@ def device_type(node_name: str, of_node: str, board: str = "", root: str = "") -
     if any(tag in text for tag in _ORIN_GPU) or "orin" in board.lower():
         return LEGACY_ORIN
     return ""
+
+
+def run_origin(backend_name: str, desc: Dict[str, Any]) -> Dict[str, Any]:
+    """Where a run's times and power come from, from its backend's ``describe()``: ``source``
+    measured (this machine), virtual (a virtual board: the host's times, with ``host`` and
+    ``virtual_board``) or replayed (a recorded profile answers, nothing is measured)."""
+    if backend_name == "replay":
+        return {"source": "replayed"}
+    out = {"source": str(desc.get("source") or "measured")}  # type: Dict[str, Any]
+    if out["source"] == "virtual":
+        out["host"] = desc.get("host")
+        out["virtual_board"] = desc.get("virtual_board")
+    return out
