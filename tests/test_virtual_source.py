@@ -54,6 +54,8 @@ def test_a_profile_on_a_virtual_board_says_virtual_on_every_row_and_in_its_heade
             "--steps", "1", "--warmup", "0", "--out", str(out), "--json",
         )  # fmt: skip
     assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout)
+    assert summary["source"] == "virtual" and summary["host"].startswith(socket.gethostname())
     _header, rows, comments = read_rows(str(out))
     assert [row["source"] for _line, row in rows] == ["virtual", "virtual"]
     meta = dict(c.split("=", 1) for c in comments if "=" in c)

@@ -322,7 +322,7 @@ def refresh_rows(
         key = _key(p["batch_size"], p["freq_mhz"])
         row = dict(table.get(key) or {})
         row.update(p)
-        row["source"] = "measured"
+        row["source"] = "virtual" if p.get("source") == "virtual" else "measured"
         updates[key] = row
     if any(r.get("source") == "virtual" for r in rows):
         for row in updates.values():  # a virtual board re-measured it: still the host's times
