@@ -226,6 +226,9 @@ def run_on_agent(
     if info.get("origin") != "local":  # say where a profile not from this board's file came from
         head = f"profile {info.get('origin')} ({info['probes']} probe(s))"
         row.message = f"{head}; {row.message}" if row.message else head
+    if board.get("source") == "virtual":  # the board says so itself (board_identity)
+        head = f"source=virtual: a virtual board on host {board.get('host')} (the host's times)"
+        row.message = f"{head}; {row.message}" if row.message else head
     return row.to_dict()
 
 

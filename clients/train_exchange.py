@@ -147,6 +147,8 @@ def fill_from_train(res: DeviceResult, out: dict[str, Any], target: float) -> No
     for key in ("time_s", "energy_j", "peak_power_w", "mean_power_w", "accuracy"):
         if getattr(reply, key) is not None:
             setattr(res, key, getattr(reply, key))
+    if reply.accuracy is not None:  # the board evaluated its model on held-out data
+        res.accuracy_source = "measured"
     res.samples = reply.samples
     res.segments = list(reply.segments)
     res.guard_events = [dict(e) for e in reply.guard_events if isinstance(e, dict)]

@@ -85,8 +85,9 @@ def show(report: dict) -> None:
         f"round energy {fmt(f.get('round_energy_j'))} J (idle waiting included; "
         f"{f.get('idle_unknown', '?')} devices without idle power); round time "
         f"{fmt(f['round_time_s'])} s (median {fmt(f['median_time_s'])} s); weighted accuracy "
-        f"{fmt(f['accuracy_weighted'])}; median speed-up {speedup_summary(f)}; budget violations: "
-        f"{len(f['budget_violations'])}",
+        f"{fmt(f['accuracy_weighted'])}"
+        f"{' (trace)' if f.get('accuracy_source') == 'trace' else ''}; median speed-up "
+        f"{speedup_summary(f)}; budget violations: {len(f['budget_violations'])}",
         highlight=False,
     )
     if report.get("deadline_vs_time"):  # the deadline objective beside the time objective

@@ -24,9 +24,11 @@ the total (a sub-rail: adding it would count it twice); "NC" channels read nothi
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from fleet.agent.devices.board_identity import VIRTUAL_MARKER
 from fleet.agent.devices.boards import BOARDS as ROWS_BY_KEY
 from fleet.agent.devices.boards import L4T_TO_JETPACK, ROWS, Board, kernel_rules
 from simulations.devicemodel.boards import Device
@@ -407,7 +409,18 @@ def write_tree(root: Path, spec: BoardSpec, watts: float | None = None, late: bo
         else:
             write_ina238_hwmon(root, s.address, s.index, uw[s.labels[0]])
     write_identity(root, spec.compatible, spec.model_string, spec.release_line)
+    write_marker(root, spec)
     return root / "sys/class/devfreq" / spec.nodes[0]
+
+
+def write_marker(root: Path, spec: BoardSpec) -> Path:
+    """Say at the tree's root that this board is virtual (``board_identity.VIRTUAL_MARKER``): the
+    agent reads it and labels every profile and run ``source=virtual`` with the host, since its
+    times are the host's, not the board's. A real board never has this file."""
+    text = json.dumps(
+        {"board": spec.key, "jetpack": spec.jetpack, "built_by": "simulations.virtual_jetson"}
+    )
+    return put(root / VIRTUAL_MARKER, text + "\n")
 
 
 def find_board(root: Path) -> tuple[BoardSpec, Path]:
@@ -435,5 +448,6 @@ __all__ = [
     "ALIASES", "BOARDS", "CONTROL_DIR", "DT_IDENTITY", "INA238_MV", "JETSON_ORIN", "LATE_DIR",
     "RAIL_MV", "ROW_KEYS", "BoardSpec", "SensorSpec", "board_spec", "find_board",
     "input_rail_files", "jetpacks", "put", "rail_microwatts", "read_rail_w", "reading_files",
-    "release_line", "write_devfreq", "write_hwmon_rails", "write_iio_rails", "write_tree",
+    "release_line", "write_devfreq", "write_hwmon_rails", "write_iio_rails", "write_marker",
+    "write_tree",
 ]  # fmt: skip

@@ -72,4 +72,7 @@ def test_a_wrongly_predicted_choice_is_probed_and_corrected(tmp_path: Path) -> N
     text = prof.read_text()
     assert "verified=at 4.45 W" in text
     chosen = next(ln for ln in text.splitlines() if ln.startswith(f"16,{row['freq_mhz']:g},"))
-    assert ",measured" in chosen  # the round never trains on an unverified prediction
+    assert ",predicted" not in chosen  # the round never trains on an unverified prediction
+    # the point probed on this virtual board says so (its time is the host's), and so does the row
+    probed = next(ln for ln in text.splitlines() if ln.startswith("16,921.6,"))
+    assert ",virtual" in probed and "source=virtual: a virtual board on host" in row["message"]

@@ -60,6 +60,11 @@ def show(report: dict[str, Any]) -> None:
         f"  L4T {b['l4t'] or '-'}  JetPack {b['jetpack'] or '-'}  devfreq rules {b['kernel_rules']}"
     )
     out.print(f"  compatible {', '.join(b['compatible']) or '-'}")
+    if b.get("source") == "virtual":
+        out.print(
+            f"  [bold]virtual board[/bold] ({b.get('virtual_board')}) on host {b.get('host')}: "
+            "its times are the host's, not the board's; profiles and runs say source=virtual"
+        )
     gpu = report["gpu"]
     out.print("[bold]GPU[/bold]" + (f"  {gpu['error']}" if gpu.get("error") else ""))
     for n in gpu.get("nodes", []):

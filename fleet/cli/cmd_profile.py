@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import socket
 import sys
 from typing import Any
 
@@ -238,6 +239,9 @@ def run(args: argparse.Namespace) -> int:
         "budget_w": budget,
         "predicted": sum(1 for r in result.rows if r.get("source") == "predicted"),
         "idle_power_w": result.metadata.get("idle_power_w"),  # None: no power reading
+        # measured, replayed, or virtual (a virtual board: the host's times, and which host)
+        "source": result.metadata.get("source"),
+        "host": result.metadata.get("host") or socket.gethostname(),
     }
     if args.json:
         emit_json(summary)
@@ -266,6 +270,8 @@ def run(args: argparse.Namespace) -> int:
     console.print(
         f"probed {result.probes} of {result.grid_size} grid points{saved}; wrote {args.out}"
     )
+    if summary["source"] == "virtual":
+        console.print(f"source virtual: times are the host's ({summary['host']}), not the board's")
     if failed:
         print(
             f"powerfleet profile: note: {len(failed)} point(s) could not run "

@@ -20,6 +20,7 @@ from typing import Any
 from rich.console import Console
 
 from fleet.agent.devices import DeviceError, open_backend
+from fleet.agent.devices.board_identity import run_origin
 from fleet.agent.devices.guard import install_restore_handlers
 from fleet.cli import checks
 from fleet.cli.cmd_profile import add_backend_flags, backend_options
@@ -267,6 +268,7 @@ def run(args: argparse.Namespace) -> int:
             from fleet.agent.measure.profiler import require_power
 
             require_power(backend)
+        origin = run_origin(args.backend, backend.describe())  # source: measured, virtual, ...
     except DeviceError as exc:
         raise InputError(str(exc)) from None
 
@@ -318,6 +320,7 @@ def run(args: argparse.Namespace) -> int:
         uninstall()
         backend.restore()
     out = _report(result, summary, args, ckpt)
+    out.update(origin)
     if args.out:
         atomic_torch_save(
             {k: v.detach().cpu() for k, v in model.state_dict().items()},
@@ -487,6 +490,11 @@ def _print_human(out: dict[str, Any]) -> None:
         console.print(
             f"learnt: b={ev['batch_size']} needs {ev['samples_to_target']:,.0f} samples to the "
             f"target ({how}, sd of log {ev['log_sd']:.2f}; {fits} fit(s))"
+        )
+    if out.get("source") == "virtual":
+        console.print(
+            f"source virtual: a virtual board ({out.get('virtual_board')}) on host "
+            f"{out.get('host')}; times are the host's, not the board's"
         )
     if out["stop_reason"]:
         print(f"powerfleet train: {out['stop_reason']}", file=sys.stderr)

@@ -243,7 +243,8 @@ def run_markdown(report: dict, run_dir: Path) -> str:
         f"{_num(_kj(f.get('idle_wait_j')), ',.1f')} kJ idle; {_unknown(f)})",
         f"- round time: {_num(f.get('round_time_s'), ',.0f')} s (slowest device); median "
         f"{_num(f.get('median_time_s'), ',.0f')} s",
-        f"- accuracy (weighted by samples): {_num(f.get('accuracy_weighted'), '.3f')}",
+        f"- accuracy (weighted by samples): {_num(f.get('accuracy_weighted'), '.3f')}"
+        + _accuracy_note(f.get("accuracy_source")),
         f"- median speed-up {speedup_summary(f)}",
         f"- budget violations: {len(f.get('budget_violations') or [])}",
         "",
@@ -346,3 +347,13 @@ def _source_of(d: dict) -> str:
     if d.get("learning") == "train":
         parts.append("real training")
     return ", ".join(parts) or "?"
+
+
+def _accuracy_note(source: object) -> str:
+    """Say when the fleet's accuracy is not (all) measured: replayed devices report the accuracy
+    their recorded trace reached (they stop exactly at the target)."""
+    if source == "trace":
+        return " (the traces' accuracy: replayed devices stop where their trace reached it)"
+    if source == "mixed":
+        return " (measured and traces' accuracy mixed: see each device's accuracy_source)"
+    return ""

@@ -68,6 +68,7 @@ def fleet_totals(rows: list[dict[str, object]]) -> dict[str, object]:
         "round_time_s": max(times) if times else None,
         "median_time_s": statistics.median(times) if times else None,
         "accuracy_weighted": (sum(a * w for a, w in acc_w) / wsum) if wsum else None,
+        "accuracy_source": _accuracy_source(ok),
         "samples": sum(_finite([r.get("samples") for r in ok])),
         "max_peak_power_w": max(_finite([r.get("peak_power_w") for r in ok]), default=None),
         "budget_violations": over,
@@ -188,11 +189,30 @@ def device_table(rows: list[dict[str, object]]) -> tuple[list[str], list[list[st
                 _num(d.get("time_s"), ",.0f"),
                 _num(_kj(d.get("energy_j")), ".1f"),
                 _num(_kj(d.get("idle_wait_j")), ".2f"),
-                _num(d.get("accuracy"), ".3f"),
+                _accuracy(d),
                 *(_num(d.get(speedup_column(n)), ".2f") for n in BASELINES),
             ]
         )
     return headers, body
+
+
+def _accuracy_source(rows: list[dict[str, object]]) -> str | None:
+    """Where the fleet's accuracy comes from: ``measured``, ``trace`` or ``mixed`` (None: no
+    device has an accuracy)."""
+    with_accuracy = [r for r in rows if r.get("accuracy") is not None]
+    found = {str(r.get("accuracy_source") or "unknown") for r in with_accuracy}
+    if not found:
+        return None
+    return found.pop() if len(found) == 1 else "mixed"
+
+
+def _accuracy(d: dict[str, object]) -> str:
+    """The accuracy cell; a replayed device's is its trace's (it stops where the trace reached
+    the target), marked so it is never read as measured: ``0.800 (trace)``."""
+    cell = _num(d.get("accuracy"), ".3f")
+    if d.get("accuracy_source") == "trace" and d.get("accuracy") is not None:
+        cell += " (trace)"
+    return cell
 
 
 def segment_table(rows: list[dict[str, object]]) -> tuple[list[str], list[list[str]]]:

@@ -78,6 +78,10 @@ class DeviceResult:
     peak_power_w: float | None = None
     mean_power_w: float | None = None
     accuracy: float | None = None
+    # where ``accuracy`` comes from: "measured" (evaluated on held-out data after real training,
+    # on a board or the host) or "trace" (a replayed device stops where its recorded trace
+    # reached the target: the trace's accuracy, not one this run measured); None: no accuracy
+    accuracy_source: str | None = None
     samples: float | None = None
     baseline_time_s: dict[str, float] = field(default_factory=dict)
     profile: str = ""

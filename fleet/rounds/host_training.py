@@ -55,19 +55,20 @@ class HostTraining:
             # the shipped (pre-trained) model already meets the target on this device's data
             res.time_s = res.energy_j = res.samples = 0.0
             res.accuracy, res.message = out.final_accuracy, "the shipped model meets the target"
+            res.accuracy_source = "measured"
             return
         n = float(out.samples_to_accuracy) if out.samples_to_accuracy else math.nan
         clock = VirtualClock(Efficiency({b: n}, source=f"trained:{spec.data}"), batch_size=b)
         clock.run(rnd, res)
         if res.status == "ok":
-            res.accuracy = out.final_accuracy
+            res.accuracy, res.accuracy_source = out.final_accuracy, "measured"
             res.message = ""
         elif res.status == "not reached":
             # it trained (and drew power) until the cap: charge the clock for what it did
             res.samples = float(out.samples)
             res.time_s = out.samples * rnd.first.time_per_batch_s / b
             res.energy_j = res.time_s * rnd.first.mean_power_w
-            res.accuracy = out.final_accuracy
+            res.accuracy, res.accuracy_source = out.final_accuracy, "measured"
             res.message = (
                 f"target {run.target_accuracy:g} not reached within {out.samples} samples "
                 f"(best {out.best_accuracy:.3f})"
@@ -103,7 +104,7 @@ class HostTraining:
         control = LearnedBatch(rnd, learning, rnd.first)
         out = self._train(run, task, model, run.lr_ref_batch, run.lr_ref, control)
         control.fill(res)
-        res.accuracy = out.final_accuracy
+        res.accuracy, res.accuracy_source = out.final_accuracy, "measured"
         if out.status == "reached":
             res.status = "ok"
         elif out.status == "over-budget":

@@ -172,6 +172,7 @@ class VirtualClock:
             res.peak_power_w = max(res.peak_power_w, rnd.first.peak_power_w)
         if res.status == "ok":
             res.accuracy, note = reached_accuracy(self.trace, rnd.run.target_accuracy)
+            res.accuracy_source = "trace"
             res.message = note or res.message
         if learning is not None:
             learning.report(res)

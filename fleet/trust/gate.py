@@ -34,7 +34,7 @@ from fleet.core.profile import Profile, load_profile
 from fleet.core.selection import SelectionIndex
 from fleet.method.profile_io import ProfileFormatError, read_rows, write_rows
 from fleet.trust.coverage import Coverage, check_coverage, missing_points, read_coverage
-from fleet.trust.verify import profile_from_rows, select_verified
+from fleet.trust.verify import probed, profile_from_rows, select_verified
 
 MAX_FILL = 24  # missing points profiled in one round (a third of a Nano grid); more: re-profile
 FILL_STEP = 6  # points measured before the gaps are computed again (a win prunes the rest)
@@ -174,8 +174,7 @@ def _fill(rows: list[dict[str, Any]], keys: list[tuple[int, float]], measure: Me
     """Measure each missing point and put it into ``rows`` (replacing any row at that point)."""
     done = []
     for b, f in keys:
-        got = dict(measure(b, f))
-        got["source"] = "measured"
+        got = probed(measure(b, f))
         for i, r in enumerate(rows):
             try:
                 same = int(float(r["batch_size"])) == b and math.isclose(float(r["freq_mhz"]), f)

@@ -38,12 +38,13 @@ from fleet.method.profile_io import (
     write_rows,
 )
 
-SOURCES = ("measured", "predicted", "refreshed", "sibling")
+SOURCES = ("measured", "predicted", "refreshed", "sibling", "virtual")
 PREFIX = "store."
 SUFFIX = ".csv"
 DEFAULT_SUBDIR = "profile-store"
-# Sibling preference: what was measured on a board beats what was predicted or copied.
-_RANK = {"measured": 0, "refreshed": 1, "predicted": 2, "sibling": 3}
+# Sibling preference: what was measured on a board beats what was predicted or copied; a
+# virtual board's profile (host times, not a board's) comes last.
+_RANK = {"measured": 0, "refreshed": 1, "predicted": 2, "sibling": 3, "virtual": 4}
 
 Row = dict[str, Any]
 
@@ -77,7 +78,8 @@ class Workload:
 class Provenance:
     """Where a stored profile came from. ``source``: measured, predicted (a predict-mode
     profile: some rows are predictions), refreshed (corrected after drift), sibling (copied
-    from another board of the same type, not yet verified here)."""
+    from another board of the same type, not yet verified here), virtual (measured on a
+    virtual board: the host's times, not the board's)."""
 
     board_type: str
     source: str = "measured"
@@ -349,14 +351,15 @@ def provenance_from_comments(
 ) -> Provenance:
     """Provenance from an agent-written profile's ``key=value`` header lines (``date``,
     ``probes``, ``plan``, ``source``, ``l4t``, ``serial`` where the backend reported them).
-    A predict-mode profile (``plan=predict``) is ``predicted``; ``source=refreshed`` stays."""
+    A virtual board's (``source=virtual``) stays virtual, whatever its plan; a predict-mode
+    profile (``plan=predict``) is ``predicted``; ``source=refreshed`` stays."""
     meta: dict[str, str] = {}
     for line in comments:
         if "=" in line and not line.startswith(PREFIX):
             key, value = line.split("=", 1)
             meta.setdefault(key.strip(), value.strip())
     source = "measured"
-    if meta.get("source") in ("refreshed", "sibling"):
+    if meta.get("source") in ("virtual", "refreshed", "sibling"):
         source = meta["source"]
     elif meta.get("plan") == "predict":
         source = "predicted"

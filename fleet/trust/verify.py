@@ -57,6 +57,15 @@ def _num(value: Any) -> float:
     return out
 
 
+def probed(row: Row) -> Row:
+    """A point just probed on the board, as a profile row: ``source=measured``, or ``virtual``
+    when the board that measured it is a virtual one (its times are the host's: a probe there
+    makes a point no more the board's than before)."""
+    got = dict(row)
+    got["source"] = "virtual" if got.get("source") == "virtual" else "measured"
+    return got
+
+
 def profile_from_rows(rows: Sequence[Row], source: str = "<table>") -> Profile:
     """The selectable view of profile rows (ok rows with a time)."""
     points = []
@@ -150,8 +159,7 @@ def select_verified(
             key, row = near, next(r for r in table if _key(r) == near)
         if len(corrections) >= max_probes:
             break
-        got = dict(measure(*key))
-        got["source"] = "measured"
+        got = probed(measure(*key))
         t_old, p_old = _num(row.get("time_per_batch_s")), _num(row.get("peak_power_w"))
         t_new, p_new = _num(got.get("time_per_batch_s")), _num(got.get("peak_power_w"))
         reasons = []

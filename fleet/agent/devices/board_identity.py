@@ -8,13 +8,23 @@ driven or its power read. The answer is a row of ``boards.ROWS``: the device tre
 ``compatible`` names the module part number (the only thing that tells a TX2 from a TX2 NX, or
 an Orin NX from an Orin Nano), the model string is the fallback, the GPU node the last resort.
 
+A *virtual* board (``simulations/virtual_jetson.py``: a board's sysfs tree and a kernel stand-in,
+for rehearsals and tests) says so itself: its tree builder writes ``VIRTUAL_MARKER``
+(``.virtual_jetson/virtual-board.json``) at the tree's root, beside the kernel stand-in's control
+files. No real board has it: its sysfs root is ``/``, and nothing of NVIDIA's or ours writes
+``/.virtual_jetson``. A board that has it measures host times, not the board's: its profiles and
+runs say ``source=virtual`` and which host (``measurement_origin``), whatever flags were given.
+
 Python 3.6 compatible, stdlib only (this runs on JetPack 4.6).
 """
 
+import json
 import re
-from typing import Optional, Tuple
+import socket
+from typing import Any, Dict, Optional, Tuple
 
 from fleet.agent.devices.boards import Board, identify, jetpack_of
+from fleet.agent.devices.machine import cpu_model
 from fleet.agent.devices.sysfs import read_text, under
 
 # The fleet's family type for any Orin module, kept for fleet files and profiles written before
@@ -22,6 +32,44 @@ from fleet.agent.devices.sysfs import read_text, under
 LEGACY_ORIN = "jetson-orin"
 _ORIN_GPU = ("ga10b", "17000000.gpu")
 _MAX_DT_BYTES = 4096  # a compatible property is a few hundred bytes
+# Written at a virtual board's root by its builder (module docstring); never on a real board.
+VIRTUAL_MARKER = ".virtual_jetson/virtual-board.json"
+
+
+def virtual_board(root: str) -> Optional[Dict[str, Any]]:
+    """The marker of a virtual board under ``root`` (its ``board`` key, ``jetpack``, ``built_by``),
+    or None: a real board (or a copied real tree). An unreadable or damaged marker still marks
+    the tree virtual (``{}``): only a virtual board's builder writes that path."""
+    path = under(root, VIRTUAL_MARKER)
+    try:
+        with open(path, "r") as fh:
+            data = json.load(fh)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def host_label() -> str:
+    """This machine, as a virtual board's measurements name it: hostname and CPU model."""
+    cpu = cpu_model("/")  # the live machine's, never the virtual tree's
+    name = socket.gethostname()
+    return "{} ({})".format(name, cpu) if cpu else name
+
+
+def measurement_origin(root: str) -> Dict[str, Any]:
+    """Where measurements on the board under ``root`` come from: ``{"source": "measured"}`` on a
+    real board; ``{"source": "virtual", "host": ..., "virtual_board": ...}`` on a virtual one
+    (times are the host's, not the board's; power is the stand-in's model)."""
+    marker = virtual_board(root)
+    if marker is None:
+        return {"source": "measured"}
+    return {
+        "source": "virtual",
+        "host": host_label(),
+        "virtual_board": str(marker.get("board") or "unknown"),
+    }
 
 
 def board_model(root: str) -> Optional[str]:
@@ -103,3 +151,16 @@ def device_type(node_name: str, of_node: str, board: str = "", root: str = "") -
     if any(tag in text for tag in _ORIN_GPU) or "orin" in board.lower():
         return LEGACY_ORIN
     return ""
+
+
+def run_origin(backend_name: str, desc: Dict[str, Any]) -> Dict[str, Any]:
+    """Where a run's times and power come from, from its backend's ``describe()``: ``source``
+    measured (this machine), virtual (a virtual board: the host's times, with ``host`` and
+    ``virtual_board``) or replayed (a recorded profile answers, nothing is measured)."""
+    if backend_name == "replay":
+        return {"source": "replayed"}
+    out = {"source": str(desc.get("source") or "measured")}  # type: Dict[str, Any]
+    if out["source"] == "virtual":
+        out["host"] = desc.get("host")
+        out["virtual_board"] = desc.get("virtual_board")
+    return out

@@ -20,7 +20,13 @@ Python 3.6 compatible, stdlib only (this runs on JetPack 4.6).
 from typing import Dict, Optional
 
 from fleet.agent.devices.base import Backend, BackendSpec, Capabilities, Option
-from fleet.agent.devices.board_identity import board_model, board_serial, device_type, l4t_release
+from fleet.agent.devices.board_identity import (
+    board_model,
+    board_serial,
+    device_type,
+    l4t_release,
+    measurement_origin,
+)
 from fleet.agent.devices.board_power import open_power
 from fleet.agent.devices.clocklock import SETTLE_TIMEOUT_S, DevfreqClockLock
 from fleet.agent.devices.devfreq import find_gpu_devfreq
@@ -54,6 +60,9 @@ class JetsonBackend(DevfreqClockLock, Backend):
         self.rail = self.power if self.power.rails else None
         self.power_unavailable = self.power.unavailable  # type: Optional[str]
         self.sensor_period_s = self.power.period_s  # type: Optional[float]
+        # A virtual board's tree says so (board_identity.VIRTUAL_MARKER): its times are the
+        # host's, and every profile and run it gives says source=virtual and the host.
+        self.origin = measurement_origin(sysfs_root)  # type: Dict[str, object]
         self._init_clocks(gpu_node, state_dir, settle_timeout_s)
         self.recovered = self.recover()
 
@@ -79,6 +88,7 @@ class JetsonBackend(DevfreqClockLock, Backend):
         # Provenance for the coordinator's profile store: empty where the board does not say.
         info["l4t"] = l4t_release(self.sysfs_root)
         info["serial"] = board_serial(self.sysfs_root)
+        info.update(self.origin)  # source (measured | virtual), and the host when virtual
         return info
 
 

@@ -179,7 +179,8 @@ def can_run(m: Dict[str, Any], jetson_ready: bool) -> List[Dict[str, str]]:
     out.append(
         {
             "what": "rehearse a board owner's path on a virtual Jetson (a sysfs tree and a "
-            "kernel stand-in), one command a line",
+            "kernel stand-in; README, 'Before the board arrives', has the whole path), one "
+            "command a line",
             "command": "\n".join(
                 [
                     "python -m simulations.virtual_jetson build /tmp/vboard --board nano",

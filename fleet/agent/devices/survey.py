@@ -22,6 +22,7 @@ from fleet.agent.devices.board_identity import (
     board_row,
     jetpack,
     l4t_release,
+    measurement_origin,
 )
 from fleet.agent.devices.board_power import open_power
 from fleet.agent.devices.devfreq import DevfreqNode, available_hz, find_gpu_nodes
@@ -49,6 +50,8 @@ def survey(
         "jetpack": jp,
         "kernel_rules": boards.kernel_rules(jp),
     }  # type: Dict[str, Any]
+    # "measured", or "virtual" with the host: a virtual board's tree says so itself
+    board.update(measurement_origin(sysfs_root))
     if row is not None and gp.get("nodes"):
         gp["expected_nodes"] = list(boards.gpu_nodes(row, jp))
         gp["table_vs_board"] = _table_check(row, gp["nodes"][0]["available_mhz"])

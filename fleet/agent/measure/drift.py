@@ -322,8 +322,11 @@ def refresh_rows(
         key = _key(p["batch_size"], p["freq_mhz"])
         row = dict(table.get(key) or {})
         row.update(p)
-        row["source"] = "measured"
+        row["source"] = "virtual" if p.get("source") == "virtual" else "measured"
         updates[key] = row
+    if any(r.get("source") == "virtual" for r in rows):
+        for row in updates.values():  # a virtual board re-measured it: still the host's times
+            row["source"] = "virtual"
     if not updates:
         return [dict(r) for r in rows]
     out = carry_deviation(rows, [updates[k] for k in sorted(updates)], power, True)
@@ -374,14 +377,16 @@ def refresh_comments(
     probes: Sequence[Row] = (),
     when: Optional[str] = None,
 ) -> List[str]:
-    """Header lines of a refreshed profile: the old ones (``source=`` becomes ``refreshed``)
-    plus one line saying when and why, and one per drift event."""
+    """Header lines of a refreshed profile: the old ones (``source=`` becomes ``refreshed``;
+    ``source=virtual`` stays: a virtual board's refresh is still the host's times) plus one line
+    saying when and why, and one per drift event."""
     if when is None:
         now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
         when = now.isoformat().replace("+00:00", "Z")
     out = []
     for line in comments:
-        out.append("source=refreshed" if line.strip().startswith("source=") else line)
+        keep = line.strip() == "source=virtual" or not line.strip().startswith("source=")
+        out.append(line if keep else "source=refreshed")
     if not any(line.startswith("source=") for line in out):
         out.append("source=refreshed")
     out.append(

@@ -202,6 +202,9 @@ def profile_grid(
         if not replay:
             metadata["idle_window_s"] = float(idle_s)
     probes = len(rows)
+    if metadata["source"] == "virtual":
+        for row in rows:  # every row says it: a row read alone must not pass for the board's
+            row["source"] = "virtual"
     if design is not None:
         rows = _fill_predicted(rows, bs, points, metadata)
     if getattr(backend, "knob_measured", False):  # NVML current clocks: the clock each ran at
@@ -387,7 +390,8 @@ def _metadata(
         "steps": None if replay else int(steps),
         "warmup": None if replay else int(warmup),
         "sampler_hz": None if replay else float(sampler_hz),
-        "source": "replayed" if replay else "measured",
+        # measured on this board, or "virtual" (a virtual board: host times) as it says itself
+        "source": "replayed" if replay else str(desc.pop("source", None) or "measured"),
         "plan": "grid" if budget_w is None else "staircase",
         "budget_w": budget_w,
         "torch_device": None if replay else str(device),
