@@ -168,8 +168,12 @@ def test_the_report_row_is_the_kernels_record_and_a_reply_with_another_field_is_
 
     host = [f.name for f in fields(DeviceResult) if f.name != "baseline_time_s"]
     assert host == list(ReportRow.names())
-    res = DeviceResult("nano-1", "jetson-nano", 5.0, "ok", 16, 921.6, 40.0, 32, 614.4, 44.0,
-                       180.0, 4.9, 4.1, 0.81, 4000.0, {"B1": 60.0})  # fmt: skip
+    res = DeviceResult(
+        "nano-1", "jetson-nano", 5.0, "ok", batch_size=16, freq_mhz=921.6, predicted_time_s=40.0,
+        end_batch_size=32, end_freq_mhz=614.4, time_s=44.0, energy_j=180.0, peak_power_w=4.9,
+        mean_power_w=4.1, accuracy=0.81, accuracy_source="measured", samples=4000.0,
+        baseline_time_s={"B1": 60.0},
+    )  # fmt: skip
     res.segments = [
         Segment(0.0, 20.0, 5.0, 16, 921.6, 2000.0, 90.0, 4.9, "start"),
         Segment(20.0, 44.0, 4.0, 32, 614.4, 2000.0, 90.0, 3.9, "budget-change"),

@@ -133,6 +133,7 @@ class ReportRow(Record):
         number("peak_power_w", 0.0, MAX_POWER_W),
         number("mean_power_w", 0.0, MAX_POWER_W),
         number("accuracy", 0.0, 1.0),
+        Field("accuracy_source", "str"),  # measured (an evaluation) | trace (a replay's)
         number("samples", 0.0, MAX_SAMPLES),
         Field("profile", "str", default=""),
         Field("efficiency", "str", default=""),
