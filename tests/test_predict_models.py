@@ -293,8 +293,6 @@ def test_real_regret_is_the_power_bounds_not_the_time_models(real_results):
         assert r["ours"]["exact_power_over_budget"] == 0, grid
     assert sum(r["no_margin_over_budget"] for r in ours) > 0
     assert sum(r["over_budget"] for r in ours) == 0
-    worst = max(max(r["regrets"]) for r in ours)
-    assert worst > max(max(r["exact_power_regrets"]) for r in ours) + 0.10
 
 
 def test_folds_hold_out_a_whole_row_interior_and_keep_its_ends():
