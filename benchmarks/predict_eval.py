@@ -98,6 +98,21 @@ def noisy_limit_view(table: Table, seed: int) -> Table:
     return out
 
 
+def noisy_view(table: Table, seed: int) -> Table:
+    """A clock grid as a sensor reads it: 1 % noise on every time and power reading
+    (independent, deterministic for a seed); no share of a limit (the knob is a clock)."""
+    rnd = random.Random(seed)
+    out: Table = {}
+    for (b, k), row in sorted(table.items()):
+        e_power, e_time = rnd.gauss(0.0, 0.01), rnd.gauss(0.0, 0.01)
+        out[(b, k)] = {
+            "time_per_batch_s": row["time_per_batch_s"] * (1 + e_time),
+            "peak_power_w": row["peak_power_w"] * (1 + e_power),
+            "mean_power_w": row["mean_power_w"] * (1 + e_power),
+        }
+    return out
+
+
 def axes(table: Table) -> tuple[list[int], list[float]]:
     return sorted({k[0] for k in table}), sorted({k[1] for k in table})
 
@@ -236,30 +251,61 @@ def evaluate_grid(
         {q: {k: v[q] for k, v in table.items()} for q in QUANTITIES}, sorted(table), "t"
     )
     guess = _profile(vals, sorted(table), "p")
-    regrets, over, verified = [], 0, []
+    # Why a choice is off (the same choices, two things changed): selection held to the
+    # prediction itself (no bound: what the bound costs, and what it saves in picks over the
+    # budget), and selection knowing every point's true power (only predicted time left: what
+    # a mis-ranking time model costs).
+    no_margin = _profile({**vals, "peak_power_bound_w": {}}, sorted(table), "p")
+    true_power = {k: v["peak_power_w"] for k, v in table.items()}
+    exact = _profile(
+        {**vals, "peak_power_w": true_power, "peak_power_bound_w": {}}, sorted(table), "p"
+    )
+    scored: dict[str, tuple[list[float], int]] = {}
+    for label, prof in (("", guess), ("no_margin_", no_margin), ("exact_power_", exact)):
+        scored[label] = _score(truth, prof, bs, per_step, table)
+    regrets, over = scored[""]
+    out["regrets"] = regrets
+    out["over_budget"] = over
+    for label in ("no_margin_", "exact_power_"):
+        out[f"{label}regrets"], out[f"{label}over_budget"] = scored[label]
+    out["verified_regrets"] = [
+        _verified(table, vals, set(probed), eff, budget) / best - 1.0
+        for eff, budget, best in _cases(truth, bs, per_step, table)
+    ]
+    return out
+
+
+def _cases(truth: Profile, bs: list[int], per_step: bool, table: Table):
+    """Every (efficiency, budget) the grid is scored at where the truth has a choice, with the
+    true best time to accuracy there."""
     for eff in efficiencies(bs, per_step).values():
         for budget in budgets(table):
             try:
                 best = select(truth, eff, budget)
             except InfeasibleError:
                 continue
-            try:
-                got = select(guess, eff, budget)
-            except InfeasibleError:
-                regrets.append(math.inf)
-                continue
-            p = truth.point(got.batch_size, got.freq_mhz)
-            if p.peak_power_w > budget + 1e-9:
-                over += 1
-            tta = p.time_per_batch_s / p.batch_size * eff.reached[p.batch_size]
-            regrets.append(tta / best.predicted_time_s - 1.0)
-            verified.append(
-                _verified(table, vals, set(probed), eff, budget) / best.predicted_time_s - 1.0
-            )
-    out["regrets"] = regrets
-    out["over_budget"] = over
-    out["verified_regrets"] = verified
-    return out
+            yield eff, budget, best.predicted_time_s
+
+
+def _score(
+    truth: Profile, guess: Profile, bs: list[int], per_step: bool, table: Table
+) -> tuple[list[float], int]:
+    """Choosing with ``guess`` at every case of :func:`_cases`: the regrets (time to accuracy of
+    the choice in truth over the true best, minus one; inf where ``guess`` finds nothing) and
+    how many choices are over the budget in truth."""
+    regrets, over = [], 0
+    for eff, budget, best in _cases(truth, bs, per_step, table):
+        try:
+            got = select(guess, eff, budget)
+        except InfeasibleError:
+            regrets.append(math.inf)
+            continue
+        p = truth.point(got.batch_size, got.freq_mhz)
+        if p.peak_power_w > budget + 1e-9:
+            over += 1
+        tta = p.time_per_batch_s / p.batch_size * eff.reached[p.batch_size]
+        regrets.append(tta / best - 1.0)
+    return regrets, over
 
 
 def _verified(table: Table, vals: dict, probed: set, eff: Efficiency, budget: float) -> float:
