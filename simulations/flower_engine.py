@@ -26,6 +26,7 @@ have 2 cores) for Ray.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import tempfile
@@ -40,6 +41,7 @@ from fleet.common.errors import InputError
 from fleet.config.fleetfile import load_fleet
 from fleet.reports.report import read_report
 
+ANSI = re.compile(r"\x1b\[[0-9;]*m")  # Flower colours its log lines whatever the output is
 CONNECTION = "powerfleet-sim"  # the local-simulation connection in the private config.toml
 
 
@@ -203,9 +205,10 @@ def local_superlink_command(home: Path, http_port: int, control_port: int) -> li
 
 
 def _last_words(text: str) -> str:
-    """The last message flwr printed, without rich's box drawing (what a user would read)."""
+    """The last message flwr printed, without rich's box drawing or Flower's colour codes
+    (what a user would read)."""
     words = []
-    for line in reversed(text.splitlines()):
+    for line in reversed(ANSI.sub("", text).splitlines()):
         clean = line.strip().strip("│╭╮╰╯─ ").strip()
         if clean:
             words.append(clean)
