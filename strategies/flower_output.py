@@ -21,7 +21,7 @@ import os
 import sys
 import warnings
 from collections import Counter
-from typing import Any
+from typing import Any, TextIO
 
 # (category, first words of the message) -> times seen; filled by the hook below
 _filtered: Counter[tuple[str, str]] = Counter()
@@ -44,12 +44,19 @@ def is_noise(category: type[Warning], filename: str) -> bool:
     return issubclass(category, NOISE_CATEGORIES) and _package_of(filename) is not None
 
 
-def _show(message: Any, category: type[Warning], filename: str, lineno: int, *rest: Any) -> None:
+def _show(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: TextIO | None = None,
+    line: str | None = None,
+) -> None:
     if is_noise(category, filename):
         words = " ".join(str(message).split())
         _filtered[(f"{_package_of(filename)} {category.__name__}", words[:70])] += 1
         return
-    _original_showwarning(message, category, filename, lineno, *rest)
+    _original_showwarning(message, category, filename, lineno, file, line)
 
 
 def install(env: dict[str, str] | None = None) -> None:
