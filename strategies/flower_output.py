@@ -4,10 +4,10 @@ Why here: under ``flwr run``, everything the ServerApp's process logs or prints 
 through the SuperLink's log stream to the user's ``flwr run --stream``, whose output may be a
 terminal, a pipe or a file; this process cannot tell which. So:
 
-- Flower's console handler is made plain (no ANSI colour codes) for this process unless the
-  user asks for colour with ``FORCE_COLOR``. Flower colours its lines unconditionally and
-  ignores ``NO_COLOR``; the lines Flower's own CLI prints before this app is loaded stay as
-  Flower writes them.
+- Flower's console handler and Ray's prefix on its workers' lines are made plain (no ANSI
+  colour codes) for this process unless the user asks for colour with ``FORCE_COLOR``.
+  Flower colours its lines unconditionally and ignores ``NO_COLOR``; the lines Flower prints
+  before this app is loaded stay as Flower writes them.
 - Warnings that concern Flower's or Ray's own future (a ``FutureWarning`` or
   ``DeprecationWarning`` raised inside ``ray`` or ``flwr``) say nothing to a powerfleet user:
   they are counted, not shown, and ``summary()`` turns the count into one log line at the end
@@ -71,6 +71,9 @@ def install(env: dict[str, str] | None = None) -> None:
         from flwr.supercore.logger import update_console_handler
 
         update_console_handler(colored=False)
+        # Ray's driver prefixes its workers' output with a colour unless this says 0; it reads
+        # the variable as it prints, in this process
+        os.environ.setdefault("RAY_COLOR_PREFIX", "0")
 
 
 def summary() -> str | None:

@@ -10,6 +10,7 @@ simulated SuperNodes as a `--federation-config "num-supernodes=N"` would give.
 from __future__ import annotations
 
 import logging
+import os
 import warnings
 from pathlib import Path
 
@@ -85,9 +86,13 @@ def test_spare_supernodes_stay_idle_and_are_said_once(tmp_path, capsys):
 
 
 @pytest.fixture()
-def hook():
-    """flower_output's hook installed for one test; Flower's handler and the count restored."""
+def hook(monkeypatch):
+    """flower_output's hook installed for one test; Flower's handler, the count and the
+    environment restored."""
     from flwr.supercore.logger import console_handler
+
+    monkeypatch.setenv("RAY_COLOR_PREFIX", "x")  # recorded, so the test's value is undone
+    monkeypatch.delenv("RAY_COLOR_PREFIX")
 
     colored = console_handler.colored
     with warnings.catch_warnings():
@@ -129,8 +134,10 @@ def test_plain_log_lines_unless_colour_is_forced(hook):
 
     flower_output.install(env={"TERM": "xterm-256color"})
     assert console_handler.colored is False
+    assert os.environ["RAY_COLOR_PREFIX"] == "0"  # Ray's driver prints its workers' lines plain
     record = logging.LogRecord("flwr", logging.INFO, "x", 1, "hello", None, None)
     assert "\x1b[" not in console_handler.format(record)
     console_handler.colored = True
+    del os.environ["RAY_COLOR_PREFIX"]
     flower_output.install(env={"FORCE_COLOR": "1"})
-    assert console_handler.colored is True
+    assert console_handler.colored is True and "RAY_COLOR_PREFIX" not in os.environ
