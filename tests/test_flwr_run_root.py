@@ -98,7 +98,7 @@ def test_flwr_run_from_a_fresh_clone_writes_the_default_report(tmp_path: Path) -
             started.update([pid, *processes.descendants(pid)])
         processes.stop_tree(proc)
         stop_pids(links)
-    assert links, "flwr run started no local SuperLink under this FLWR_HOME"
+    assert links, f"flwr run started no local SuperLink under this FLWR_HOME: {out[-2000:]}"
     assert [p for p in started if processes.is_alive(p)] == []
 
     reports = sorted((clone / "runs").glob("mixed-nano-tx2nx-*/report.json"))
