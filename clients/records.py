@@ -428,6 +428,18 @@ def fleet_for(path: str) -> Fleet:
     return _cached_fleet(path, mtime)
 
 
+class SpareNode(InputError):
+    """A simulated SuperNode whose partition-id is past the fleet's last device: the federation
+    is larger than the fleet. It has nothing to run; the coordinator counts such nodes and says
+    so once (``strategies/segmented.py``) instead of an error per node."""
+
+    def __init__(self, partition_id: int, fleet_path: str, devices: int) -> None:
+        super().__init__(
+            f"partition-id {partition_id} has no device: {fleet_path} lists {devices} devices"
+        )
+        self.devices = devices
+
+
 def device_spec_for(node_config: dict, fleet_path: str) -> DeviceSpec:
     """Which device am I? Deployment: my node config. Simulation: my partition's fleet entry."""
     if "device-name" in node_config:
@@ -436,9 +448,7 @@ def device_spec_for(node_config: dict, fleet_path: str) -> DeviceSpec:
         pid = int(node_config["partition-id"])
         devices = fleet_for(fleet_path).devices
         if not 0 <= pid < len(devices):
-            raise InputError(
-                f"partition-id {pid} has no device: {fleet_path} lists {len(devices)} devices"
-            )
+            raise SpareNode(pid, fleet_path, len(devices))
         return devices[pid]
     raise InputError(
         "node config names no device: give the SuperNode --node-config with device-name, "

@@ -110,6 +110,14 @@ def decode_identity(content: RecordDict) -> dict[str, str]:
     return {str(k): str(v) for k, v in cfg.items()} if cfg is not None else {}
 
 
+def spare_of(content: RecordDict) -> int | None:
+    """The fleet's device count when the node is a spare simulated SuperNode (its partition-id
+    is past the fleet's last device), else None."""
+    cfg = content.config_records.get(IDENTITY)
+    spare = cfg.get("spare") if cfg is not None else None
+    return spare if isinstance(spare, int) and not isinstance(spare, bool) else None
+
+
 def identity_of(content: RecordDict) -> str:
     """The device name a node says it runs; InputError when it says none or an invalid one."""
     cfg = content.config_records.get(IDENTITY)

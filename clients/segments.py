@@ -92,6 +92,8 @@ def identify(node_config: dict, content: RecordDict) -> RecordDict:
             out["device"], out["device-type"] = spec.name, spec.device_type
     except (InputError, ValueError, TypeError) as exc:
         out["error"] = " ".join(str(exc).split())[:MAX_TEXT]
+        if isinstance(exc, records.SpareNode):  # a larger federation than fleet: idle, not wrong
+            out["spare"] = exc.devices
     return RecordDict({IDENTITY: out})
 
 

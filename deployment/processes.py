@@ -27,6 +27,7 @@ QUIET_ENV = {
     "FLWR_TELEMETRY_ENABLED": "0",
     "FLWR_DISABLE_UPDATE_CHECK": "1",
     "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_COLOR_PREFIX": "0",  # Ray's driver: its workers' lines without colour codes in our logs
 }
 
 

@@ -1,15 +1,15 @@
 """Run a fleet file through Flower's simulation the supported way: ``flwr run`` on a local
 simulation SuperLink, exactly as ``flwr run .`` from the project root does.
 
-Why this shape: Flower marks ``flwr.simulation.run_simulation`` deprecated; the supported path
-is a SuperLink in simulation mode that ``flwr run`` starts on demand for a connection whose
-address is ``:local:``. So each call gets a private ``FLWR_HOME`` holding one such connection
-(``options.num-supernodes`` = the fleet's device count), submits the powerfleet Flower app
-(``deployment/flower_app``: the same components and run-config keys as the root
-``pyproject.toml``'s ``[tool.flwr.app]``) with this run's settings as run-config overrides, and
+Why this shape: Flower marks ``flwr.simulation.run_simulation`` deprecated; the supported path is a
+SuperLink in simulation mode that ``flwr run`` starts on demand for a connection whose address is
+``:local:``. So each call gets a private ``FLWR_HOME`` holding one such connection, sizes the
+simulation with ``--federation-config`` (``num-supernodes`` = the fleet's device count), submits the
+powerfleet Flower app (``deployment/flower_app``: the same components and run-config keys as the
+root ``pyproject.toml``'s ``[tool.flwr.app]``) with this run's settings as run-config overrides, and
 waits. ``flwr run --stream`` can exit 0 on a failed run, so success is the report the ServerApp
-writes with this call's token. The local SuperLink outlives ``flwr run`` by design; it is found
-by this call's private home in its command line and stopped with everything it started.
+writes with this call's token. The local SuperLink outlives ``flwr run`` by design; it is found by
+this call's private home in its command line and stopped with everything it started.
 
 Ports: the local SuperLink's HTTP and Control API ports are Flower's fixed defaults unless
 ``FLWR_LOCAL_SUPERLINK_HTTP_API_PORT`` / ``FLWR_LOCAL_CONTROL_API_PORT`` say otherwise; each call
@@ -26,6 +26,7 @@ have 2 cores) for Ray.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import tempfile
@@ -40,6 +41,7 @@ from fleet.common.errors import InputError
 from fleet.config.fleetfile import load_fleet
 from fleet.reports.report import read_report
 
+ANSI = re.compile(r"\x1b\[[0-9;]*m")  # Flower colours its log lines whatever the output is
 CONNECTION = "powerfleet-sim"  # the local-simulation connection in the private config.toml
 
 
@@ -47,24 +49,29 @@ class FlowerRunError(RuntimeError):
     """The Flower run ended without producing this run's report."""
 
 
-def connection_config(num_supernodes: int, ray_cpus: int = 2, verbose: bool = False) -> str:
-    """$FLWR_HOME/config.toml with one local-simulation connection sized for the fleet."""
+def connection_config() -> str:
+    """$FLWR_HOME/config.toml with one local-simulation connection (no ``options.``: Flower
+    1.42 deprecates them; the simulation's size travels as ``--federation-config``)."""
+    return "\n".join(
+        ["[superlink]", f'default = "{CONNECTION}"', "", f"[superlink.{CONNECTION}]"]
+        + ['address = ":local:"', ""]
+    )
+
+
+def federation_config(num_supernodes: int, ray_cpus: int = 2, verbose: bool = False) -> str:
+    """The ``--federation-config`` TOML file: one SuperNode per device, one Ray CPU each, at
+    most ``ray_cpus`` for Ray, and Ray's own logging kept out of the run's output."""
     return "\n".join(
         [
-            "[superlink]",
-            f'default = "{CONNECTION}"',
-            "",
-            f"[superlink.{CONNECTION}]",
-            'address = ":local:"',
-            f"options.num-supernodes = {int(num_supernodes)}",
-            f"options.verbose = {'true' if verbose else 'false'}",
-            'options.backend.name = "ray"',
-            "options.backend.client-resources.num-cpus = 1",
-            "options.backend.client-resources.num-gpus = 0.0",
-            f"options.backend.init-args.num-cpus = {int(ray_cpus)}",
-            "options.backend.init-args.num-gpus = 0",
-            'options.backend.init-args.logging-level = "ERROR"',
-            "options.backend.init-args.log-to-driver = false",
+            f"num-supernodes = {int(num_supernodes)}",
+            f"verbose = {'true' if verbose else 'false'}",
+            'backend = "ray"',
+            "client-resources-num-cpus = 1",
+            "client-resources-num-gpus = 0.0",
+            f"init-args-num-cpus = {int(ray_cpus)}",
+            "init-args-num-gpus = 0",
+            'init-args-logging-level = "ERROR"',
+            "init-args-log-to-driver = false",
             "",
         ]
     )
@@ -132,7 +139,9 @@ def flwr_run_local(
     home = Path(tempfile.mkdtemp(prefix="powerfleet-flwr-"))
     link = None
     try:
-        (home / "config.toml").write_text(connection_config(num_supernodes, ray_cpus, verbose))
+        (home / "config.toml").write_text(connection_config())
+        federation = home / "federation-config.toml"
+        federation.write_text(federation_config(num_supernodes, ray_cpus, verbose))
         overrides = home / "run-config.toml"
         lines = [f"{k} = {daemons.toml_value(v)}\n" for k, v in run_config.items()]
         overrides.write_text("".join(lines))
@@ -153,6 +162,7 @@ def flwr_run_local(
         except processes.DeployError as exc:
             raise FlowerRunError(f"local simulation SuperLink: {exc}") from None
         argv = [processes.flower_bin("flwr"), "run", str(app_dir), CONNECTION, "--stream"]
+        argv += ["--federation-config", str(federation)]
         if run_config:
             argv += ["-c", str(overrides)]
         log_path = home / "flwr-run.log"
@@ -203,9 +213,10 @@ def local_superlink_command(home: Path, http_port: int, control_port: int) -> li
 
 
 def _last_words(text: str) -> str:
-    """The last message flwr printed, without rich's box drawing (what a user would read)."""
+    """The last message flwr printed, without rich's box drawing or Flower's colour codes
+    (what a user would read)."""
     words = []
-    for line in reversed(text.splitlines()):
+    for line in reversed(ANSI.sub("", text).splitlines()):
         clean = line.strip().strip("│╭╮╰╯─ ").strip()
         if clean:
             words.append(clean)
@@ -277,6 +288,7 @@ def read_run_report(run_dir: Path, token: str, said: str = "") -> dict[str, Any]
 __all__ = [
     "FlowerRunError",
     "connection_config",
+    "federation_config",
     "flwr_run_local",
     "local_superlinks",
     "run_flower",

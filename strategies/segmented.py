@@ -115,6 +115,9 @@ class SegmentedRound:
         self.t0 = time.monotonic()
         self._shipped_cache: dict[str, dict[int, float]] | None = None
         self._instruction: records.TrainInstruction | None = None
+        self.spare: set[int] = set()  # simulated SuperNodes past the fleet's last device
+        self._last_online: set[int] | None = None
+        self._sized = False  # the federation's size against the fleet's: said once
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> tuple[list[dict], list[tuple[ArrayRecord, float]]]:
@@ -122,6 +125,7 @@ class SegmentedRound:
             online = self._online()
             if online is not None:
                 self._identify(online)
+                self._check_size(online)
                 self._check_lost(online)
                 if self.plan and self._ready() and self.state["plan"].get("deadline_s") is None:
                     self._plan_deadline()
@@ -148,6 +152,8 @@ class SegmentedRound:
             for e in self.state["devices"].values()
         ):
             return True
+        if self.s.lockstep and self._sized:
+            return True  # a simulation's SuperNodes are all there; the missing devices are lost
         if time.monotonic() - self.t0 < self.s.node_wait_s:
             return False
         if not known:
@@ -217,7 +223,40 @@ class SegmentedRound:
             elif name is not None and self.state["devices"].get(name, {}).get("status") == "lost":
                 self._take(name, node)  # its node is back online (the SuperLink was frozen)
 
+    def _check_size(self, online: set[int]) -> None:
+        """Once every node online said who it is, one line when federation and fleet differ
+        in size. A simulation (``lockstep``) has all its SuperNodes from the start: a device
+        without one is lost now, with the reason, not after ``node_wait_s``."""
+        stable, self._last_online = online == self._last_online, set(online)
+        if self._sized or not online or not stable or self.identifying:
+            return
+        if any(node not in self.identified for node in online):
+            return
+        self._sized = True
+        devices = len(self.fleet_order)
+        sized = f'size it to the fleet: flwr run ... --federation-config "num-supernodes={devices}"'
+        if self.spare:
+            idle = f"{len(self.spare)} of the {len(online)} SuperNodes have no device"
+            log(INFO, "powerfleet: %s (the fleet lists %d): idle; %s", idle, devices, sized)
+        known = self.state["devices"]  # a device no node ran is not in the book yet
+        missing = [n for n in self.fleet_order if known.get(n, {}).get("node_id") is None]
+        missing = [n for n in missing if known.get(n, {}).get("status", "pending") == "pending"]
+        if self.s.lockstep and missing:
+            why = f"no SuperNode: the simulation has {len(online)} for {devices} devices; {sized}"
+            log(INFO, "powerfleet: %d device(s) cannot run: %s", len(missing), why)
+            for name in missing:
+                if name not in known and name in self.describe:
+                    known[name] = book.device_entry(name, *self.describe[name])
+                book.mark_lost(self.state, name, why)
+            self.state["devices"] = {k: known[k] for k in sorted(known, key=self._rank)}
+            self.dirty = True
+
     def _on_identity(self, node: int, msg: Message) -> None:
+        spare = wire.spare_of(msg.content)
+        if spare is not None:  # counted, said once by _check_size
+            self.spare.add(node)
+            self.identified[node] = None
+            return
         if msg.has_error():
             log(WARNING, "segments: node %d did not identify: %s", node, msg.error.reason)
             self.identified[node] = None

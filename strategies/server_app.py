@@ -51,11 +51,13 @@ from fleet.planning.round_logic import SEGMENT_S
 from fleet.reports.report import write_report
 from fleet.rounds.virtual_clock import cached_efficiency
 from fleet.trust.store import store_from_fleet
-from strategies import coordinator, segmented_run
+from strategies import coordinator, flower_output, segmented_run
 from strategies.efficiencies import EfficiencyKeeper
 from strategies.profiles import ProfileKeeper
 from strategies.segmented import SegmentSettings
 from strategies.strategy import PowerAwareStrategy, ReportingGrid
+
+flower_output.install()  # before Flower starts Ray in this process: its noise counted, plain lines
 
 # (done, total, what): the runner's progress convention (simulations/runner.py); called with
 # (0, total, "starting") first, once per device reply with its name, and (total, total, "done").
@@ -314,6 +316,14 @@ def run_fleet(grid: Grid, settings: ServerSettings) -> dict[str, Any]:
     if settings.segment_s > 0:
         segmented_run.finish(run_dir, state)
     log(INFO, "powerfleet: report written to %s", run_dir / "report.json")
+    # `flwr run` ends with the table `powerfleet simulate` prints (a display never fails a run)
+    try:
+        flower_output.print_result({**report, "run_dir": str(run_dir)})
+    except Exception as exc:  # noqa: BLE001
+        log(WARNING, "powerfleet: the result table could not be printed: %s", exc)
+    filtered = flower_output.summary()
+    if filtered:
+        log(INFO, "powerfleet: %s", filtered)
     _emit(settings, total, total, "done")
     return report
 

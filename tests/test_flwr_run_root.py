@@ -1,16 +1,20 @@
 """`flwr run .` from the project root: the Flower-native way in, checked on a fresh clone.
 
-The root pyproject.toml carries the Flower app (``[tool.flwr.app]``) and a local-simulation
-federation sized for the default fleet. Run from a fresh clone's root with only the venv's bin
-on PATH and a private FLWR_HOME, it must write the same report as ``powerfleet simulate`` under
-``runs/``, and every process it started (Flower leaves its local SuperLink running) must be
-stoppable and stopped.
+The root pyproject.toml carries the Flower app (``[tool.flwr.app]``) and no legacy federation
+table (Flower 1.42 would migrate it and rewrite pyproject.toml); the README's command sizes the
+simulation on the command line. Run from a fresh clone's root with only the venv's bin on PATH
+and a private FLWR_HOME, it must write the same report as ``powerfleet simulate`` under
+``runs/``, end its log with the same table in plain text and leave pyproject.toml as it was.
+The local SuperLink (which Flower leaves running) is started first with Flower's own command,
+so the verdict does not hang on Flower's 15 s start limit; it and everything it started are
+stopped.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tomllib
@@ -20,7 +24,7 @@ import pytest
 
 from deployment import flwr_cli, processes
 from fleet.config.fleetfile import load_fleet
-from simulations.flower_engine import local_superlinks, stop_pids
+from simulations.flower_engine import local_superlink_command, local_superlinks, stop_pids
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,9 +39,22 @@ def test_root_app_and_deployment_app_agree() -> None:
     assert root["components"] == packaged["components"]
     assert root["components"]["clientapp"] == "clients.client_app:app"
     assert set(root["config"]) == set(packaged["config"])
-    fed = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"]["federations"]
+    assert "federations" not in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"]
+
+
+def test_the_readme_sizes_the_simulation_to_the_default_fleet() -> None:
+    """One simulated SuperNode per device of the fleet the command runs."""
+    root = _app(ROOT / "pyproject.toml")
     default_fleet = load_fleet(ROOT / root["config"]["fleet-path"])
-    assert fed["local-simulation"]["options"]["num-supernodes"] == len(default_fleet.devices) == 8
+    assert SIZE == f"num-supernodes={len(default_fleet.devices)} client-resources-num-cpus=1"
+    readme = (ROOT / "README.md").read_text()
+    assert f'flwr run . --stream --federation-config "{SIZE}"' in readme
+    pinned = re.search(r'"flwr\[simulation\]==([\d.]+)"', (ROOT / "pyproject.toml").read_text())
+    assert pinned is not None and f"Flower {pinned.group(1)}" in readme
+
+
+SIZE = "num-supernodes=8 client-resources-num-cpus=1"
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 @pytest.mark.integration
@@ -64,9 +81,27 @@ def test_flwr_run_from_a_fresh_clone_writes_the_default_report(tmp_path: Path) -
         FLWR_LOCAL_SUPERLINK_HTTP_API_PORT=str(processes.free_port()),
         FLWR_LOCAL_CONTROL_API_PORT=str(processes.free_port()),
     )
+    # The local SuperLink `flwr run` would start, started first with flwr's own command from the
+    # clone (its working directory is the ServerApp's): Flower gives the one it starts 15 s to
+    # answer, which a loaded 2-core machine misses; `flwr run` finds this one up and uses it.
+    http, control = env["FLWR_LOCAL_SUPERLINK_HTTP_API_PORT"], env["FLWR_LOCAL_CONTROL_API_PORT"]
+    (home / "local-superlink").mkdir(parents=True)
+    link = subprocess.Popen(
+        local_superlink_command(home, int(http), int(control)),
+        cwd=clone,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     started: set[int] = set()
+    try:
+        processes.wait_healthy("127.0.0.1", int(http), link, timeout_s=180.0)
+    except processes.DeployError:
+        processes.stop_tree(link)
+        raise
     proc = subprocess.Popen(
-        ["flwr", "run", ".", "--stream"],
+        ["flwr", "run", ".", "--stream", "--federation-config", SIZE],
         cwd=clone,
         env=env,
         stdout=subprocess.PIPE,
@@ -82,7 +117,8 @@ def test_flwr_run_from_a_fresh_clone_writes_the_default_report(tmp_path: Path) -
             started.update([pid, *processes.descendants(pid)])
         processes.stop_tree(proc)
         stop_pids(links)
-    assert links, "flwr run started no local SuperLink under this FLWR_HOME"
+        processes.stop_tree(link)
+    assert links == [link.pid], out[-2000:]  # the run used the SuperLink of this FLWR_HOME
     assert [p for p in started if processes.is_alive(p)] == []
 
     reports = sorted((clone / "runs").glob("mixed-nano-tx2nx-*/report.json"))
@@ -97,3 +133,13 @@ def test_flwr_run_from_a_fresh_clone_writes_the_default_report(tmp_path: Path) -
         (clone / "simulations" / "fleets" / "default.toml").resolve()
     )
     assert (reports[0].parent / "devices.csv").exists()
+    # Flower 1.42 left pyproject.toml alone (no legacy federation to migrate)
+    assert subprocess.run(["git", "diff", "--quiet"], cwd=clone).returncode == 0
+    # the log ends with powerfleet simulate's table; the app's lines carry no colour codes
+    ours = [line for line in out.splitlines() if "powerfleet:" in line or "segments:" in line]
+    assert ours and not [line for line in ours if ANSI.search(line)]
+    assert "mixed-nano-tx2nx: 8 devices, resnet18, target 0.92, engine flower" in out
+    assert f"report: {reports[0].parent}/report.json, devices.csv" in out
+    # no line per spare partition, and Ray's FutureWarning only inside the one summary line
+    assert "partition-id" not in out
+    assert not re.search(r"\.py:\d+: FutureWarning", out)
