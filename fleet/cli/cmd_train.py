@@ -387,6 +387,13 @@ def _report(result: Any, summary: dict[str, Any], args: argparse.Namespace, ckpt
         # False on a board without a power sensor: the budget was met from the profile alone
         "power_measured": summary["power_measured"],
         "over_budget_samples": summary["over_budget_samples"],
+        # the budget bounds the power averaged over this window (fleet/method/power_window.py);
+        # the time and the energy above it (any: status over-budget)
+        "power_window_s": summary["power_window_s"],
+        "over_budget_s": summary["over_budget_s"],
+        "over_budget_j": summary["over_budget_j"],
+        "over_budget_excursions": summary["over_budget_excursions"],
+        "longest_over_budget_s": summary["longest_over_budget_s"],
         "segments": summary["segments"],
         "guard_events": summary["guard_events"],
         "drift_events": summary["drift_events"],

@@ -116,6 +116,8 @@ ROW_NUMBERS = (
     number("accuracy", 0.0, 1.0),
     number("samples", 0.0, MAX_SAMPLES),
     number("idle_power_w", 0.0, MAX_POWER_W),
+    number("over_budget_s", 0.0, MAX_SECONDS),
+    number("over_budget_j", 0.0, MAX_ENERGY_J),
     integer("learned_batch_size", 1, MAX_BATCH),
     number("learned_samples", 0.0, MAX_SAMPLES),
     number("learned_log_sd", 0.0, 100.0),

@@ -54,6 +54,9 @@ class JetsonBackend(DevfreqClockLock, Backend):
         self.rail = self.power if self.power.rails else None
         self.power_unavailable = self.power.unavailable  # type: Optional[str]
         self.sensor_period_s = self.power.period_s  # type: Optional[float]
+        # the INA3221/INA238 conversion is its own hardware average: the budget bounds the
+        # reading itself, over the sensor's refresh period
+        self.power_window_s = self.sensor_period_s
         self._init_clocks(gpu_node, state_dir, settle_timeout_s)
         self.recovered = self.recover()
 

@@ -16,6 +16,7 @@ Python 3.6 compatible; pynvml and torch are optional imports.
 from typing import Any, Dict, List, Optional
 
 from fleet.agent.devices.base import Backend, BackendSpec, Capabilities, DeviceError, Option
+from fleet.method.power_window import NVML_INSTANT_AVERAGE_S
 
 _VALUE_FIELDS = {
     0: "dVal",
@@ -161,6 +162,14 @@ class NvmlBackend(Backend):
             if getattr(exc, "value", None) == getattr(nv, "NVML_ERROR_NOT_SUPPORTED", 3):
                 return None
             raise self._error("read power", exc) from exc
+
+    @property
+    def power_average_s(self) -> float:  # type: ignore[override]  # a property here
+        """The budget statistic's averaging (``fleet/method/power_window.py``): the instantaneous
+        field over ``NVML_INSTANT_AVERAGE_S``; the 1 s API already is that average."""
+        return NVML_INSTANT_AVERAGE_S if self._instant_ok else 0.0
+
+    power_window_s = NVML_INSTANT_AVERAGE_S
 
     def synchronize(self) -> None:
         if self._torch_cuda is None:

@@ -4,8 +4,9 @@ Why: a decision taken once at the start trusts two things that change on a real 
 budget (a schedule, a battery or solar controller writing a file) and the power the profile
 promised (temperature, ageing and a different rail drift it upwards). So the loop follows the
 budget at every power sample and re-selects (eq. 4) at every change, handing the trainer the new
-batch size at its next step; guards the rail (over the budget for longer than the guard window:
-a lower clock, the point ruled out; at the lowest clock: stop, status ``over-budget``); records
+batch size at its next step; guards the rail's budget statistic (``power_window.py``; over the
+budget for longer than the guard window: a lower clock, the point ruled out; at the lowest clock:
+stop, status ``over-budget``); records
 every stretch at one (batch, frequency, budget) as a segment with its measured energy; with a
 ``DriftWatch`` re-probes and refreshes the LUT when the board drifts from it; with the
 ``deadline`` objective runs the deadline point for the remaining work and time; with a learner
@@ -50,7 +51,7 @@ from fleet.agent.loop.segments import (
     merge_record,
 )
 from fleet.agent.loop.table import Table
-from fleet.agent.measure.sampler import PowerSampler, sensor_hz
+from fleet.agent.measure.sampler import PowerSampler, budget_window, sensor_hz
 from fleet.method.budget import BudgetSource
 from fleet.method.point import Point
 from fleet.method.selection import ChooseError, lut_from_rows
@@ -119,7 +120,7 @@ class ClosedLoop(object):
         self.deadline = deadline
         self.learning = LearnerHook(learner, efficiency, self.deadline is not None)
         self.drift = drift
-        self.log = SegmentLog()
+        self.log = SegmentLog(*budget_window(backend, self.hz))
         self.running = RunningPoint(backend, settle_s, self.now, pace, clock, sleep)
         self._t0 = 0.0
         self._pending = None  # type: Optional[Point]  # the switch at the next step
@@ -363,11 +364,11 @@ class ClosedLoop(object):
             try:
                 if self.follower.poll(t, self.stop_reason is not None):
                     self._budget_changed(t)
-                if watts is not None:
-                    self.log.account(t, watts, self.budget_w)
+                if watts is not None:  # the guard and drift judge the budget statistic
+                    stat = self.log.account(t, watts, self.budget_w)
                     if self.drift is not None:
-                        self.drift.on_sample(watts)
-                    self._guard(t, watts)
+                        self.drift.on_sample(stat)
+                    self._guard(t, stat)
             except DeviceError as exc:  # a refused lock: stop rather than run unguarded
                 self._stop("could not change the clock: {}".format(exc))
 
