@@ -116,13 +116,16 @@ class SegmentLog(object):
         self.segments.append(seg)
         return True
 
-    def account(self, t: float, watts: float, budget: Optional[float]) -> float:
+    def account(
+        self, t: float, watts: float, budget: Optional[float], judged: bool = True
+    ) -> float:
         """Count one power sample: the budget statistic (returned: the guard and the drift
-        watch judge it), its peak and its time and energy above ``budget``, and the energy
-        (trapezoids of the readings) of the run and of the running segment."""
+        watch judge it), its peak and, when ``judged`` (False while a new clock settles), its
+        time and energy above ``budget``; and the energy (trapezoids of the readings) of the
+        run and of the running segment."""
         self.power_samples += 1
         stat = self.window.add(t, watts)
-        self.over.add(t, stat, budget)
+        self.over.add(t, stat, budget if judged else None)
         self._power_seen = True
         self._peak_w = stat if self._peak_w is None else max(self._peak_w, stat)
         seg = self.segments[-1] if self.segments else None
