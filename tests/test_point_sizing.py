@@ -96,7 +96,7 @@ def test_the_default_point_holds_its_peak_within_one_percent_of_a_ten_times_long
     (small_cnn b=256 over 300 steps: peak 164.656 W, mean 157.669 W over 15 samples, the maximum
     of 15 normal readings lying 1.74 sd above the mean: sd 2.5 % of the mean) and the 1 s
     statistic, a 2 s point's peak is within 1 % of a 20 s point's in the median; the old 3-sample
-    point's raw peak fell short of a 10x longer one by more (the files: 2.7-8.8 % short of the
+    point's raw peak fell short of a 10x longer one by more (the files: 2.6-8.1 % short of the
     300-step points)."""
     assert (MIN_POINT_S, MIN_POWER_SAMPLES) == (2.0, 40)
     sd = (164.656 / 157.669 - 1.0) / 1.74

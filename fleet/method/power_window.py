@@ -4,11 +4,11 @@ Why: a budget in watts means nothing until it says *which* power. A Jetson's INA
 conversion that is already an average (its own hardware averaging over its refresh period); a
 datacenter GPU's NVML instantaneous field is a near-point sample that swings far above what the
 card's own limiter holds (H100, steady bf16 matmuls under the enforced 700 W limit: instantaneous
-samples peaked at 814-927 W while NVML's 1 s average peaked at 713-716 W;
-``docs/measured/h100-2026-11-27.md``). So the budget bounds the **budget statistic**: the
-time-weighted mean of the readings over the trailing ``average_s`` seconds (each reading standing
-for the time since the previous one), or the reading itself where the sensor already averages
-(``average_s`` 0: Jetson rails, RAPL, NVML's own 1 s average). Each backend states its window
+samples peaked at 814-927 W while NVML's 1 s average peaked at 713-716 W; the numbers and their
+source: ``docs/measured/h100-2026-11-27-sensors.md``). So the budget bounds the **budget
+statistic**: the time-weighted mean of the readings over the trailing ``average_s`` seconds (each
+reading standing for the time since the previous one), or the reading itself where the sensor
+already averages (``average_s`` 0: Jetson rails, RAPL, NVML's own 1 s average). Each backend states its window
 (``Backend.power_window_s``, ``Backend.power_average_s``); the default for NVML's instantaneous
 field is :data:`NVML_INSTANT_AVERAGE_S`.
 

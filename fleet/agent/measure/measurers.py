@@ -24,10 +24,10 @@ from fleet.method.profile_io import cell_number
 
 #: A measured point runs until it has at least this many seconds and power samples (and at
 #: least ``steps`` timed steps): a point sized by evidence, not by steps. Why 2 s and 40: on the
-#: H100 (``docs/measured/h100-2026-11-27.md``) a 5-step point had 3 samples and its peak came out
-#: 2.7-8.8 % below the same point over 300 steps (13-23 samples); with the budget statistic (NVML:
-#: 1 s means) and the spread measured there (small_cnn: about 2.5 % of the mean per sample), a
-#: 2 s point's peak is within 0.8 % of a 20 s point's in the median (``MIN_POINT_S``'s check in
+#: H100 (``docs/measured/h100-2026-11-27-sensors.md``) a 50-step small_cnn point had 3-4 samples
+#: and its peak came out 2.6-8.1 % below the same point over 300 steps (13-23 samples); with the
+#: budget statistic (NVML: 1 s means) and the spread measured there (about 2.5 % of the mean per
+#: sample), a 2 s point's peak is within 1 % of a 20 s point's in the median (0.8 %;
 #: ``tests/test_point_sizing.py`` replays it), 40 samples being 2 s at the default 20 Hz (two
 #: averaging windows, 21 full-window values). Twice the averaging window where that is longer.
 MIN_POINT_S = 2.0
