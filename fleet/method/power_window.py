@@ -8,9 +8,9 @@ samples peaked at 814-927 W while NVML's 1 s average peaked at 713-716 W; the nu
 source: ``docs/measured/h100-2026-11-27-sensors.md``). So the budget bounds the **budget
 statistic**: the time-weighted mean of the readings over the trailing ``average_s`` seconds (each
 reading standing for the time since the previous one), or the reading itself where the sensor
-already averages (``average_s`` 0: Jetson rails, RAPL, NVML's own 1 s average). Each backend states its window
-(``Backend.power_window_s``, ``Backend.power_average_s``); the default for NVML's instantaneous
-field is :data:`NVML_INSTANT_AVERAGE_S`.
+already averages (``average_s`` 0: Jetson rails, RAPL, NVML's own 1 s average). Each backend
+states its window (``Backend.power_window_s``, ``Backend.power_average_s``); the default for
+NVML's instantaneous field is :data:`NVML_INSTANT_AVERAGE_S`.
 
 Everything that compares power with a budget uses this one statistic: the profile's
 ``peak_power_w`` (its highest value at a point, ``peak_of``), the closed loop's guard, the drift
