@@ -2,11 +2,10 @@
 
 The H100 case (../shared/measured/h100-2026-11-27/train_135.json, copied into
 docs/measured/h100-2026-11-27-sensors.md): small_cnn b=64 profiled at 2.24 ms a step and
-134.1 W; the closed loop ran it at 2.7-2.8 ms a step (its own per-step work on the data) and fired 2 "drift"
-events in 15 s on a board that did not change. Replayed here step by step on a virtual clock
-(seeded; nothing depends on this machine's speed), with 20 Hz power readings averaged over 1 s as
-NVML's budget statistic is.
-"""
+134.1 W; the closed loop ran it at 2.7-2.8 ms a step (its own per-step work on the data) and
+fired 2 "drift" events in 15 s on a board that did not change. Replayed here step by step on a
+virtual clock (seeded; nothing depends on this machine's speed), with 20 Hz power readings
+averaged over 1 s as NVML's budget statistic is."""
 
 from __future__ import annotations
 
