@@ -462,10 +462,18 @@ def _print_human(out: dict[str, Any]) -> None:
         )
     energy = "n/a" if out["energy_j"] is None else f"{out['energy_j']:.1f} J"
     peak = "n/a" if out["peak_power_w"] is None else f"{out['peak_power_w']:.2f} W"
+    window = out.get("power_window_s")
+    if window and out["peak_power_w"] is not None:
+        peak += f" ({window:g} s mean)"
     console.print(
         f"status {out['status']}: {out['samples']} samples, accuracy {out['accuracy']:.4f}, "
         f"{out['time_s']:.1f} s, {energy}, peak {peak}"
     )
+    if out.get("over_budget_s"):
+        console.print(
+            f"over the budget for {out['over_budget_s']:.3g} s, {out['over_budget_j'] or 0:.3g} J"
+            f" above it, in {out['over_budget_excursions']} excursion(s)"
+        )
     if not out["power_measured"]:
         console.print(
             "power was not measured on this board: the budget was met from the recorded "
