@@ -99,6 +99,10 @@ def profile_grid(
         raise ValueError("warmup must be >= 0, got {}".format(warmup))
     if not float(sampler_hz) > 0:
         raise ValueError("sampler_hz must be > 0, got {}".format(sampler_hz))
+    if min_window_s is not None and not float(min_window_s) >= 0:
+        raise ValueError("min_point_s must be >= 0 s, got {}".format(min_window_s))
+    if min_power_samples is not None and int(min_power_samples) < 0:
+        raise ValueError("min_power_samples must be >= 0, got {}".format(min_power_samples))
     check_budget("budget_w", budget_w)  # the one grammar's refusal (a BudgetError: ValueError)
     if predict and budget_w is not None:
         raise ValueError("predict mode probes the whole grid's design; drop the budget")
