@@ -5,6 +5,7 @@ Numbers are hand-computed; no verdict depends on this machine's speed (times are
 
 from __future__ import annotations
 
+import random
 import sys
 
 import pytest
@@ -102,3 +103,24 @@ def test_a_jetson_rail_is_its_own_window(tmp_path):
     assert avg == 0.0  # the INA3221's conversion already averages
     period = backend.sensor_period_s
     assert window == pytest.approx(period if period else 0.05)
+
+
+def test_the_h100_run_under_135_w_has_no_excursion_of_the_statistic():
+    """train_135.json in miniature: 280 readings at 20 Hz around 128 W, 4 of them single
+    excursions to 151.3 W over the 135 W budget. As NVML's 1 s statistic nothing is over (a
+    steady workload chosen under its budget); judged reading by reading, as before, the run
+    spent 4 readings (0.2 s) over and its status could not tell."""
+    from fleet.agent.loop.segments import SegmentLog
+
+    rng = random.Random(135)
+    spikes = {40, 101, 177, 250}
+    readings = [(0.05 * i, 151.273 if i in spikes else rng.gauss(128.0, 2.0)) for i in range(280)]
+    for average_s, over_s, excursions in ((1.0, 0.0, 0), (0.0, 0.2, 4)):
+        log = SegmentLog(average_s=average_s, window_s=average_s or 0.05)
+        log.open(0.0, 64, 345.0, 135.0, "start")
+        for t, w in readings:
+            log.account(t, w, 135.0)
+        this = log.this_call(14.0, [], [])
+        assert this["over_budget_s"] == pytest.approx(over_s)
+        assert this["over_budget_excursions"] == excursions
+        assert (this["peak_power_w"] < 135.0) is (average_s > 0)
