@@ -132,9 +132,11 @@ def fill_from_train(res: DeviceResult, out: dict[str, Any], target: float) -> No
 
     Measured power replaces the profile's, so a board that ran over its budget shows up in the
     report's budget violations. ``over-budget``: the guard ran out of clocks and stopped
-    training (the checkpoint is kept on the board). ``paused``: a segment of the round ended
-    (``segment_s``) before the target: the row says ``running``, its counters cumulative since
-    the round began, and the next segment resumes from the board's checkpoint.
+    training (the checkpoint is kept on the board), or the run's budget statistic spent time
+    above the budget (``over_budget_s``/``over_budget_j``; the board's note says how much).
+    ``paused``: a segment of the round ended (``segment_s``) before the target: the row says
+    ``running``, its counters cumulative since the round began, and the next segment resumes
+    from the board's checkpoint.
     """
     where = f"device {res.device}: agent train reply"
     try:
@@ -150,6 +152,7 @@ def fill_from_train(res: DeviceResult, out: dict[str, Any], target: float) -> No
     if reply.accuracy is not None:  # the board evaluated its model on held-out data
         res.accuracy_source = "measured"
     res.samples = reply.samples
+    res.over_budget_s, res.over_budget_j = reply.over_budget_s, reply.over_budget_j
     res.segments = list(reply.segments)
     res.guard_events = [dict(e) for e in reply.guard_events if isinstance(e, dict)]
     if reply.start_batch_size is not None:
@@ -159,9 +162,9 @@ def fill_from_train(res: DeviceResult, out: dict[str, Any], target: float) -> No
     if status == "paused":
         res.status = "running"
         res.message = f"segment ended at {out.get('samples')} samples; resumes from the checkpoint"
-    elif status == "over-budget":
+    elif status == "over-budget":  # stopped by the guard, or spent time above the budget
         res.status = "over-budget"
-        res.message = str(reply.stop_reason or "the guard ran out of clocks under the budget")
+        res.message = str(reply.stop_reason or "")
     elif status == "reached":
         res.status, res.message = ("late" if late else "ok"), ""
     else:

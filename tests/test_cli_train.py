@@ -86,6 +86,10 @@ def test_train_json_contract_and_consistent_numbers(inputs):
         assert key in out, key
     assert out["status"] in ("reached", "not reached")
     assert out["samples"] >= 1536 or out["status"] == "reached"
+    # the budget statistic of a replay is its reading (one sampling period); a budget that
+    # falls is not an excursion: the stretch before the change ran under the budget then
+    assert out["power_window_s"] == pytest.approx(0.05)
+    assert (out["over_budget_s"], out["over_budget_j"], out["over_budget_excursions"]) == (0, 0, 0)
     assert out["drift_events"] == [] and out["guard_events"] == []
     segs = out["segments"]
     assert segs[0]["start_s"] == 0 and segs[0]["reason"] == "start"

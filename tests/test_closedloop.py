@@ -255,7 +255,14 @@ def test_guard_steps_down_within_half_a_second_and_never_reselects():
     assert not any((s["batch_size"], s["freq_mhz"]) == (32, 800.0) for s in after)
     assert any(s["budget_w"] == 7.0 for s in after)
     assert (after[-1]["batch_size"], after[-1]["freq_mhz"]) == (16, 800.0)
-    assert result.status == "not reached" and summary["status"] == "not reached"
+    # the rail was over the budget until the guard acted: the run says how long and how much,
+    # and is not a clean result (the trainer's own verdict stays "not reached")
+    assert result.status == "not reached" and summary["status"] == "over-budget"
+    assert 0.2 - 0.06 <= summary["over_budget_s"] <= 0.5 + 0.06
+    assert summary["over_budget_j"] == pytest.approx(
+        summary["over_budget_s"] * (model_power(32, 800.0) + 0.5 - 6.0), rel=0.35
+    )
+    assert any(n.startswith("over budget: ") for n in summary["notes"])
 
 
 def test_guard_reacts_during_a_long_step():

@@ -281,3 +281,24 @@ def test_a_board_late_from_the_start_makes_a_late_row_with_its_note():
     res = DeviceResult.for_device(spec, "eff.csv")
     fill_from_train(res, dict(reply, late=False, notes=[]), 0.9)
     assert (res.status, res.message) == ("ok", "")
+
+
+def test_a_board_that_spent_time_over_its_budget_makes_an_over_budget_row():
+    """The agent's reply says the run reached its target but its budget statistic spent 0.4 s
+    (1.2 J) above the budget: the row is ``over-budget``, not ``ok``, and carries both."""
+    from clients.train_exchange import fill_from_train
+    from fleet.rounds.device_round import DeviceResult
+
+    spec = DeviceSpec("nano-1", "jetson-nano", 5.0, "p.csv", "d.pt")
+    note = "over budget: 0.4 s and 1.2 J above the budget in 1 excursion(s)"
+    reply = {
+        "status": "over-budget", "notes": [note], "time_s": 8.0, "segments": [],
+        "over_budget_s": 0.4, "over_budget_j": 1.2, "over_budget_excursions": 1,
+        "power_window_s": 0.05,
+    }  # fmt: skip
+    res = DeviceResult.for_device(spec, "eff.csv")
+    fill_from_train(res, reply, 0.9)
+    assert (res.status, res.message) == ("over-budget", note)
+    assert (res.over_budget_s, res.over_budget_j) == (0.4, 1.2)
+    row = res.to_dict()
+    assert (row["over_budget_s"], row["over_budget_j"]) == (0.4, 1.2)

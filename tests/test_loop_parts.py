@@ -131,4 +131,32 @@ def test_the_segment_log_counts_energy_by_trapezoids_per_segment():
     # 0-1 s: (4+6)/2 = 5 J; 1-2 s: 7 J; 2-3 s: (8+4)/2 = 6 J in the second segment
     assert [s["energy_j"] for s in this["segments"]] == pytest.approx([12.0, 6.0])
     assert this["energy_j"] == pytest.approx(18.0) and this["time_s"] == 3.0
-    assert (log.power_samples, log.over_samples, this["peak_power_w"]) == (4, 1, 8.0)
+    assert (log.power_samples, log.over.samples, this["peak_power_w"]) == (4, 1, 8.0)
+    # the reading at 2 s (8 W) stands for 1-2 s: 1 s over the 6 W budget, 2 J above its line
+    assert (this["over_budget_s"], this["over_budget_j"]) == (1.0, 2.0)
+    assert this["over_budget_excursions"] == 1
+
+
+def test_the_segment_log_judges_the_budget_statistic_not_the_reading():
+    """NVML's instantaneous field averaged over 1 s (the backend's window): a 0.15 s spike to
+    8 W over a steady 5 W never takes the 1 s mean over a 6 W budget; a lasting step to 7 W
+    does, once its mean passes 6 W. Hand-computed: readings every 0.05 s."""
+    log = SegmentLog(average_s=1.0, window_s=1.0)
+    log.open(0.0, 32, 800.0, 6.0, "start")
+    stats = []
+    for i in range(81):  # 0..4 s
+        t = 0.05 * i
+        w = 8.0 if 1.0 < t <= 1.15 + 1e-9 else (7.0 if t > 2.0 + 1e-9 else 5.0)
+        stats.append(log.account(t, w, 6.0))
+    # the spike: three readings of 8 W in a 1 s window of 20: 5 + 3 x 3 / 20 = 5.45 W
+    assert max(stats[:40]) == pytest.approx(5.45)
+    # the step: the mean passes 6 W once more than half of the window is at 7 W (t > 2.5 s)
+    over = [0.05 * i for i, v in enumerate(stats) if v > 6.0 + 1e-9]
+    assert over[0] == pytest.approx(2.55)
+    this = log.this_call(4.0, [], [])
+    assert this["peak_power_w"] == pytest.approx(7.0)  # the statistic's peak, not 8 W
+    assert this["over_budget_s"] == pytest.approx(4.0 - 2.55 + 0.05)
+    # above the line: k readings of 7 W in the window give 5 + 0.1 k W; k = 11..20 stand 0.1..1 W
+    # over for 0.05 s each (0.275 J), then 20 readings at 7 W stand 1 W over (1 J)
+    assert this["over_budget_j"] == pytest.approx(1.275)
+    assert this["over_budget_excursions"] == 1

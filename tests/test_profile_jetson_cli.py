@@ -21,11 +21,14 @@ LOAD = 4  # the batch size the emulated board is told is running (power follows 
 
 def profile_board(board, out, *extra: str):
     """`powerfleet profile` on the board's tree: small_cnn at 3x16x16, b=2 and 4, one step per
-    point, no warm-up (``extra``: the mode's own flags), the summary as JSON."""
+    point, no warm-up, points of 0.15 s and 3 samples, not the default 2 s and 40 (what is
+    tested here is the sweep, not the sizing: tests/test_point_sizing.py) (``extra``: the
+    mode's own flags), the summary as JSON."""
     return run_cli(
         "profile", "--backend", "jetson", "--sysfs-root", str(board.root),
         "--model", "small_cnn", "--input-shape", "3x16x16", "--batch-sizes", "2,4",
-        "--steps", "1", "--warmup", "0", *extra, "--out", str(out), "--json",
+        "--steps", "1", "--warmup", "0", "--min-point-s", "0.15", "--min-power-samples", "3",
+        *extra, "--out", str(out), "--json",
     )  # fmt: skip
 
 

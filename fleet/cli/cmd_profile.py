@@ -64,6 +64,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--steps", type=int, default=5, help="timed training steps per point")
     p.add_argument("--warmup", type=int, default=2, help="untimed warm-up steps per point")
     p.add_argument("--sampler-hz", type=float, default=20.0, help="power sampling rate")
+    p.add_argument(
+        "--min-point-s", type=float,
+        help="each point runs at least this long (default 2 s, or twice the power statistic's "
+        "averaging window)",
+    )  # fmt: skip
+    p.add_argument(
+        "--min-power-samples", type=int, help="each point holds at least this many power "
+        "samples (default 40)",
+    )  # fmt: skip
     p.add_argument("--num-classes", type=int, help="classes (vocabulary size for text models)")
     p.add_argument(
         "--device", choices=("auto", "cpu", "cuda"), default="auto",
@@ -144,6 +153,12 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--sampler-hz must be > 0, got {args.sampler_hz}")
     if args.num_classes is not None and args.num_classes < 2:
         raise InputError(f"--num-classes must be >= 2, got {args.num_classes}")
+    if args.min_point_s is not None and not (
+        math.isfinite(args.min_point_s) and args.min_point_s >= 0
+    ):
+        raise InputError(f"--min-point-s must be >= 0 seconds, got {args.min_point_s}")
+    if args.min_power_samples is not None and args.min_power_samples < 0:
+        raise InputError(f"--min-power-samples must be >= 0, got {args.min_power_samples}")
     try:
         model = models.canonical_name(args.model)
         shape = models.format_shape(models.input_spec(model, args.input_shape).shape)
@@ -214,6 +229,8 @@ def run(args: argparse.Namespace) -> int:
                 adapt_budgets=adapt_budgets,
                 adapt_efficiency=adapt_eff,
                 adapt_probes=args.adapt_probes,
+                min_window_s=args.min_point_s,
+                min_power_samples=args.min_power_samples,
             )
     except PredictError as exc:
         raise InputError(f"--predict: {exc}") from None

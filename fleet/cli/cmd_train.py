@@ -397,6 +397,13 @@ def _report(result: Any, summary: dict[str, Any], args: argparse.Namespace, ckpt
         # False on a board without a power sensor: the budget was met from the profile alone
         "power_measured": summary["power_measured"],
         "over_budget_samples": summary["over_budget_samples"],
+        # the budget bounds the power averaged over this window (fleet/method/power_window.py);
+        # the time and the energy above it (any: status over-budget)
+        "power_window_s": summary["power_window_s"],
+        "over_budget_s": summary["over_budget_s"],
+        "over_budget_j": summary["over_budget_j"],
+        "over_budget_excursions": summary["over_budget_excursions"],
+        "longest_over_budget_s": summary["longest_over_budget_s"],
         "segments": summary["segments"],
         "guard_events": summary["guard_events"],
         "drift_events": summary["drift_events"],
@@ -465,10 +472,18 @@ def _print_human(out: dict[str, Any]) -> None:
         )
     energy = "n/a" if out["energy_j"] is None else f"{out['energy_j']:.1f} J"
     peak = "n/a" if out["peak_power_w"] is None else f"{out['peak_power_w']:.2f} W"
+    window = out.get("power_window_s")
+    if window and out["peak_power_w"] is not None:
+        peak += f" ({window:g} s mean)"
     console.print(
         f"status {out['status']}: {out['samples']} samples, accuracy {out['accuracy']:.4f}, "
         f"{out['time_s']:.1f} s, {energy}, peak {peak}"
     )
+    if out.get("over_budget_s"):
+        console.print(
+            f"over the budget for {out['over_budget_s']:.3g} s, {out['over_budget_j'] or 0:.3g} J"
+            f" above it, in {out['over_budget_excursions']} excursion(s)"
+        )
     if not out["power_measured"]:
         console.print(
             "power was not measured on this board: the budget was met from the recorded "

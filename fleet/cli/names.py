@@ -76,6 +76,8 @@ NAMES = {
     "adapt_efficiency": "--adapt-efficiency",
     "steps": "--steps",
     "warmup": "--warmup",
+    "min_point_s": "--min-point-s",
+    "min_power_samples": "--min-power-samples",
     "next": "--next",
     # training and estimation
     "subset": "--subset",

@@ -289,6 +289,12 @@ class TrainReply(Record):
         number("call_time_s", 0.0, MAX_SECONDS),
         number("loop_energy_j", 0.0, MAX_ENERGY_J),
         number("loop_peak_power_w", 0.0, MAX_POWER_W),
+        # the budget statistic's window and the run's time and energy above the budget
+        number("power_window_s", 0.0, MAX_SECONDS),
+        number("over_budget_s", 0.0, MAX_SECONDS),
+        number("over_budget_j", 0.0, MAX_ENERGY_J),
+        integer("over_budget_excursions", 0, MAX_SAMPLES),
+        number("longest_over_budget_s", 0.0, MAX_SECONDS),
         Field("stop_reason", "str"),
         Field("learning", "dict"),
         Field("objective", "str"),
@@ -358,6 +364,11 @@ class TrainReply(Record):
     call_time_s: Optional[float]
     loop_energy_j: Optional[float]
     loop_peak_power_w: Optional[float]
+    power_window_s: Optional[float]
+    over_budget_s: Optional[float]
+    over_budget_j: Optional[float]
+    over_budget_excursions: Optional[int]
+    longest_over_budget_s: Optional[float]
     stop_reason: Optional[str]
     learning: Optional[Dict[str, Any]]
     objective: Optional[str]

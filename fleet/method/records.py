@@ -142,6 +142,8 @@ class ReportRow(Record):
         Field("trace", "str"),
         Field("segments", "list", default=[]),
         Field("guard_events", "list", default=[]),
+        number("over_budget_s", 0.0, MAX_SECONDS),  # the budget statistic above the budget
+        number("over_budget_j", 0.0, MAX_ENERGY_J),
         integer("learned_batch_size", 1, MAX_BATCH),
         number("learned_samples", 0.0, MAX_SAMPLES),
         number("learned_log_sd", 0.0, 100.0),

@@ -86,6 +86,9 @@ def _over_budget(r: dict[str, object]) -> bool:
     segments = segments if isinstance(segments, list) else []
     spans = [(g.get("peak_power_w"), g.get("budget_w")) for g in segments]
     spans = spans or [(r.get("peak_power_w"), r.get("budget_w"))]
+    spent = r.get("over_budget_s")
+    if isinstance(spent, (int, float)) and spent > 0:
+        return True
     return any(
         isinstance(p, (int, float)) and isinstance(b, (int, float)) and p > b + 1e-9
         for p, b in spans

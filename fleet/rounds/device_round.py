@@ -93,6 +93,11 @@ class DeviceResult:
     # the board's runtime guard stepping the clock down: {t_s, from_mhz, to_mhz, measured_w,
     # budget_w} each (the agent's closed loop; empty in simulation)
     guard_events: list[dict[str, Any]] = field(default_factory=list)
+    # a board's time and energy with its budget statistic (the power averaged over the
+    # backend's stated window, fleet/method/power_window.py) above the budget; any: status
+    # over-budget (None: not measured, a simulated device)
+    over_budget_s: float | None = None
+    over_budget_j: float | None = None
     # what the device learnt of its samples-to-target (``[run] learn_efficiency``): the batch
     # size it speaks of, the count there and the sd of its log; the coordinator's evidence
     learned_batch_size: int | None = None

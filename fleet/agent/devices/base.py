@@ -21,6 +21,12 @@ class Backend(abc.ABC):
     """
 
     name = "backend"
+    #: The budget statistic (``fleet/method/power_window.py``): readings are averaged over the
+    #: trailing ``power_average_s`` seconds (0: each reading already is the window's average, as
+    #: the INA3221's conversions and RAPL's differences are); ``power_window_s`` is the window
+    #: the budget is stated over (None: one reading's own period, whatever the sensor's is).
+    power_average_s = 0.0  # type: float
+    power_window_s = None  # type: Optional[float]
 
     @abc.abstractmethod
     def frequencies(self) -> List[float]:

@@ -63,6 +63,9 @@ class JetsonBackend(DevfreqClockLock, Backend):
         # A virtual board's tree says so (board_identity.VIRTUAL_MARKER): its times are the
         # host's, and every profile and run it gives says source=virtual and the host.
         self.origin = measurement_origin(sysfs_root)  # type: Dict[str, object]
+        # the INA3221/INA238 conversion is its own hardware average: the budget bounds the
+        # reading itself, over the sensor's refresh period
+        self.power_window_s = self.sensor_period_s
         self._init_clocks(gpu_node, state_dir, settle_timeout_s)
         self.recovered = self.recover()
 

@@ -27,6 +27,7 @@ from fleet.agent.devices import clockstate
 from fleet.agent.devices.base import Backend, BackendSpec, Capabilities, DeviceError, Option
 from fleet.agent.devices.nvml_point import PointWatch
 from fleet.agent.devices.nvml_restore import apply_saved, said_nvml
+from fleet.method.power_window import NVML_INSTANT_AVERAGE_S
 
 POWER_STEP_W = 25.0
 """The power-limit knob's step (Zeus's default): an H100's 200-700 W range is 21 limits."""
@@ -363,6 +364,14 @@ class NvmlBackend(Backend):
             if getattr(exc, "value", None) == getattr(nv, "NVML_ERROR_NOT_SUPPORTED", 3):
                 return None
             raise self._error("read power", exc) from exc
+
+    @property
+    def power_average_s(self) -> float:  # type: ignore[override]  # a property here
+        """The budget statistic's averaging (``fleet/method/power_window.py``): the instantaneous
+        field over ``NVML_INSTANT_AVERAGE_S``; the 1 s API already is that average."""
+        return NVML_INSTANT_AVERAGE_S if self._instant_ok else 0.0
+
+    power_window_s = NVML_INSTANT_AVERAGE_S
 
     def synchronize(self) -> None:
         if self._torch_cuda is None:

@@ -75,7 +75,9 @@ class BudgetFollower(object):
 
 class Guard(object):
     """Over the budget for longer than ``window_s``: step down. ``infeasible``: the (batch, MHz)
-    pairs ruled out for the rest of the run; ``events``: every step-down (or the stop)."""
+    pairs ruled out for the rest of the run; ``events``: every step-down (or the stop). It is
+    fed the budget statistic (``fleet/method/power_window.py``: the reading averaged over the
+    backend's stated window), the value the budget bounds and the profile's peak records."""
 
     def __init__(self, window_s: float) -> None:
         self.window_s = float(window_s)

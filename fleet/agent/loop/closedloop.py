@@ -4,28 +4,27 @@ Why: a decision taken once at the start trusts two things that change on a real 
 budget (a schedule, a battery or solar controller writing a file) and the power the profile
 promised (temperature, ageing and a different rail drift it upwards). So the loop follows the
 budget at every power sample and re-selects (eq. 4) at every change, handing the trainer the new
-batch size at its next step; guards the rail (over the budget for longer than the guard window:
-a lower clock, the point ruled out; at the lowest clock: stop, status ``over-budget``); records
-every stretch at one (batch, frequency, budget) as a segment with its measured energy; with a
-``DriftWatch`` re-probes and refreshes the LUT when the board drifts from it; with the
-``deadline`` objective runs the deadline point for the remaining work and time; with a learner
-chooses again when the learnt samples-to-target move. At a budget change the clock may only go
-*down* before the batch switch (``BudgetFollower.move``), so no moment of the switch runs a point
-the profile says is over the new budget. Times are seconds since ``start()`` on the monotonic
-clock; the schedule is read on the same scale. Python 3.6 compatible, stdlib only.
+batch size at its next step; guards the rail's budget statistic (``power_window.py``; over the
+budget for longer than the guard window: a lower clock, the point ruled out; at the lowest clock:
+stop, status ``over-budget``); records every stretch at one (batch, frequency, budget) as a
+segment with its measured energy; with a ``DriftWatch`` re-probes and refreshes the LUT when the
+board drifts from it; with the ``deadline`` objective runs the deadline point for the remaining
+work and time; with a learner chooses again when the learnt samples-to-target move. At a budget
+change the clock may only go *down* before the batch switch (``BudgetFollower.move``), so no
+moment of the switch runs a point the profile says is over the new budget. Times are seconds
+since ``start()`` on the monotonic clock; the schedule is read on the same scale. Python 3.6
+compatible, stdlib only.
 
-The state is split by who owns it, each part a small object in the module of its concern: the
-``BudgetFollower`` (the budget source and the budget in force, the schedule known ahead, the move
-at a change) and the ``Guard`` (its window over the budget, the points it ruled out, its events)
-in ``budgetwatch.py``; the ``DeadlineReselector`` (progress, the plan, falling behind, the rail's
-excess) in ``deadline_reselect.py``; the ``LearnerHook`` (the learner, the samples-to-target
-chosen with, the learnt switch) in ``loop_learning.py``; the ``DriftWatch`` in ``driftwatch.py``;
-the ``SegmentLog`` (segments, energy, the record of earlier calls) in ``segments.py``; the
-``RunningPoint`` (the locked clock, the batch, pacing) in ``running.py``. This module is the
-coordinator: it holds the LUT, the switch pending at the next step, the lock, the notes and the
-status, hands the parts what they decide on as arguments (the points they may run as one
-``table.Table``) and applies what they return. ``underbudget.train_under_budget`` trains under it.
-"""
+The state is split by who owns it, each part a small object in the module of its concern:
+``BudgetFollower`` (the budget in force, the schedule ahead, the move at a change) and ``Guard``
+(its window, the points it ruled out, its events) in ``budgetwatch.py``; ``DeadlineReselector``
+in ``deadline_reselect.py``; ``LearnerHook`` in ``loop_learning.py``; ``DriftWatch`` in
+``driftwatch.py``; ``SegmentLog`` (segments, energy, the budget statistic and the time above the
+budget, the record of earlier calls) in ``segments.py``; ``RunningPoint`` (the locked clock, the
+batch, pacing) in ``running.py``. This module is the coordinator: it holds the LUT, the switch
+pending at the next step, the lock, the notes and the status, hands the parts what they decide
+on as arguments (the points they may run as one ``table.Table``) and applies what they return.
+``underbudget.train_under_budget`` trains under it."""
 
 import threading
 import time
@@ -50,7 +49,7 @@ from fleet.agent.loop.segments import (
     merge_record,
 )
 from fleet.agent.loop.table import Table
-from fleet.agent.measure.sampler import PowerSampler, sensor_hz
+from fleet.agent.measure.sampler import PowerSampler, budget_window, sensor_hz
 from fleet.method.budget import BudgetSource
 from fleet.method.point import Point
 from fleet.method.selection import ChooseError, lut_from_rows
@@ -113,13 +112,12 @@ class ClosedLoop(object):
         self.notes = []  # type: List[str]
         self.status = None  # type: Optional[str]
         self.stop_reason = None  # type: Optional[str]
-        # the parts, each owning its state (module docstring)
         self.follower = BudgetFollower(source)
         self.guard = Guard(guard_window_s)
         self.deadline = deadline
         self.learning = LearnerHook(learner, efficiency, self.deadline is not None)
         self.drift = drift
-        self.log = SegmentLog()
+        self.log = SegmentLog(*budget_window(backend, self.hz))
         self.running = RunningPoint(backend, settle_s, self.now, pace, clock, sleep)
         self._t0 = 0.0
         self._pending = None  # type: Optional[Point]  # the switch at the next step
@@ -360,14 +358,15 @@ class ClosedLoop(object):
             if self.log.end_s is not None:
                 return
             t = t_abs - self._t0
-            try:
+            try:  # the reading closes a stretch run under the budget in force until now
+                settled = t >= self.running.settle_until
+                stat = None if watts is None else self.log.account(t, watts, self.budget_w, settled)
                 if self.follower.poll(t, self.stop_reason is not None):
                     self._budget_changed(t)
-                if watts is not None:
-                    self.log.account(t, watts, self.budget_w)
+                if stat is not None:  # the guard and drift judge the budget statistic
                     if self.drift is not None:
-                        self.drift.on_sample(watts)
-                    self._guard(t, watts)
+                        self.drift.on_sample(stat)
+                    self._guard(t, stat)
             except DeviceError as exc:  # a refused lock: stop rather than run unguarded
                 self._stop("could not change the clock: {}".format(exc))
 
@@ -460,10 +459,12 @@ class ClosedLoop(object):
         self._locked()
 
     def _locked(self) -> None:
-        """A new clock: the drift watch's unit and the guard's window start again."""
+        """A new clock: the drift watch's unit, the guard's window and the budget statistic's
+        average (over this point's readings only, as a profile's peak is) start again."""
         if self.drift is not None:
             self.drift.reset_unit()
         self.guard.reset()
+        self.log.window.reset()
 
     def _stop(self, why: str) -> None:
         if self.stop_reason is None:

@@ -32,6 +32,17 @@ from fleet.agent.measure.drift import DriftDetector, pick_reprobes, refresh_comm
 Row = Dict[str, Any]
 Key = Tuple[int, float]
 
+#: The loop judges drift over the trailing second and at least 20 steps, whichever is longer:
+#: on millisecond steps a 5-unit window was 0.25 s and fired on noise (H100, small_cnn b=64:
+#: 2 events in a 15 s run of 2-3 ms steps); a second holds 20 power samples at 20 Hz.
+DEFAULT_WINDOW_S = 1.0
+DEFAULT_MIN_STEPS = 20
+#: Per-step host work of the training loop that a profile's fixed dummy batch does not do
+#: (indexing the data, the loop's hooks): on the H100 the loop's b=64 steps took 2.74-2.84 ms
+#: against the profile's 2.24 ms, +0.50-0.60 ms, with no change of the board. A slower step
+#: must exceed the tolerance by this much more to be drift; on a Jetson step of tens of
+#: milliseconds it is a few per cent of the tolerance.
+LOOP_SLACK_S = 0.001
 DEFAULT_REPROBES = 4
 DEFAULT_PROBE_UNITS = 3
 DEFAULT_MAX_REFRESHES = 3
@@ -130,6 +141,9 @@ class DriftWatch(object):
         power_tol: float = 0.08,
         window_units: int = 5,
         hz: float = 20.0,
+        window_s: Optional[float] = DEFAULT_WINDOW_S,
+        min_steps: int = DEFAULT_MIN_STEPS,
+        slack_s: float = LOOP_SLACK_S,
         reprobes: int = DEFAULT_REPROBES,
         probe_units: int = DEFAULT_PROBE_UNITS,
         max_refreshes: int = DEFAULT_MAX_REFRESHES,
@@ -138,8 +152,9 @@ class DriftWatch(object):
         self.comments = list(comments)
         self.out_path = out_path
         self.detector = DriftDetector(
-            self.rows, time_tol=time_tol, power_tol=power_tol, window_steps=window_units
-        )
+            self.rows, time_tol=time_tol, power_tol=power_tol, window_steps=window_units,
+            window_s=window_s, min_steps=min_steps, slack_s=slack_s,
+        )  # fmt: skip
         self.period_s = 1.0 / float(hz)
         self.reprobes = int(reprobes)
         self.probe_units = int(probe_units)
@@ -195,7 +210,7 @@ class DriftWatch(object):
             if key == self._probes[0]:
                 self._probe_seen.append((step_s, peak, mean))
             return None
-        event = self.detector.observe(t, key[0], key[1], step_s, peak, mean)
+        event = self.detector.observe(t, key[0], key[1], step_s, peak, mean, u.steps)
         if event is not None:
             self.events.append(event)
             if len(self.refreshes) < self.max_refreshes:

@@ -19,6 +19,8 @@ The loop calls it with its lock held. Python 3.6 compatible, stdlib only.
 import math
 from typing import Any, Dict, List, Optional, Tuple
 
+from fleet.method.power_window import OverBudget, WindowedPower
+
 # Why a segment began (its ``reason``).
 REASON_START = "start"
 REASON_BUDGET = "budget-change"
@@ -49,13 +51,16 @@ def finite(v: Optional[float]) -> Optional[float]:
 class SegmentLog(object):
     """``segments`` (this call's, each a dict: ``start_s``, ``end_s``, ``batch_size``,
     ``freq_mhz``, ``budget_w``, ``reason``, ``energy_j``, and ``done`` under a deadline),
-    ``power_samples`` and ``over_samples`` (counted), ``end_s`` (when the call ended, None while
+    ``power_samples`` (counted), ``window`` (the budget statistic, ``power_window.py``) and
+    ``over`` (its time and energy above the budget), ``end_s`` (when the call ended, None while
     it runs), ``prior`` (the record of the calls before this one)."""
 
-    def __init__(self) -> None:
+    def __init__(self, average_s: float = 0.0, window_s: Optional[float] = None) -> None:
         self.segments = []  # type: List[Dict[str, Any]]
         self.power_samples = 0
-        self.over_samples = 0
+        self.window = WindowedPower(average_s)  # the budget statistic (power_window.py)
+        self.window_s = window_s  # the window the budget is stated over, for the record
+        self.over = OverBudget()
         self.end_s = None  # type: Optional[float]
         self.prior = {}  # type: Dict[str, Any]
         self._energy_j = 0.0
@@ -111,14 +116,18 @@ class SegmentLog(object):
         self.segments.append(seg)
         return True
 
-    def account(self, t: float, watts: float, budget: Optional[float]) -> None:
-        """Count one power sample: over-budget samples, the peak, and the energy (trapezoids)
-        of the run and of the running segment."""
+    def account(
+        self, t: float, watts: float, budget: Optional[float], judged: bool = True
+    ) -> float:
+        """Count one power sample: the budget statistic (returned: the guard and the drift
+        watch judge it), its peak and, when ``judged`` (False while a new clock settles), its
+        time and energy above ``budget``; and the energy (trapezoids of the readings) of the
+        run and of the running segment."""
         self.power_samples += 1
-        if budget is not None and watts > budget:
-            self.over_samples += 1
+        stat = self.window.add(t, watts)
+        self.over.add(t, stat, budget if judged else None)
         self._power_seen = True
-        self._peak_w = watts if self._peak_w is None else max(self._peak_w, watts)
+        self._peak_w = stat if self._peak_w is None else max(self._peak_w, stat)
         seg = self.segments[-1] if self.segments else None
         if seg is not None:
             seg["end_s"] = max(seg["end_s"], t)
@@ -128,6 +137,7 @@ class SegmentLog(object):
             self._energy_j += e
             seg["energy_j"] = (seg.get("energy_j") or 0.0) + e
         self._last = (t, watts)
+        return stat
 
     def end(self, t: float) -> bool:
         """The call ends at ``t`` (the last segment with it); False when it had already."""
@@ -154,6 +164,10 @@ class SegmentLog(object):
             "time_s": end,
             "energy_j": self._energy_j if self._power_seen else None,
             "peak_power_w": self._peak_w,
+            "over_budget_s": self.over.seconds if self._power_seen else None,
+            "over_budget_j": self.over.joules if self._power_seen else None,
+            "over_budget_excursions": self.over.excursions,
+            "longest_over_budget_s": self.over.longest_s,
             "segments": segs,
             "guard_events": [dict(e) for e in guard_events],
             "drift_events": [dict(e) for e in drift_events],
@@ -171,7 +185,13 @@ class SegmentLog(object):
             # False: no reading at all (a board without a sensor): the budget was kept only
             # by the recorded profile, no guard watched and the energy is unknown
             "power_measured": self._power_seen,
-            "over_budget_samples": self.over_samples,
+            "over_budget_samples": self.over.samples,
+            # the budget statistic's window and the run's time and energy above the budget
+            "power_window_s": self.window_s,
+            "over_budget_s": run["over_budget_s"],
+            "over_budget_j": run["over_budget_j"],
+            "over_budget_excursions": run["over_budget_excursions"],
+            "longest_over_budget_s": run["longest_over_budget_s"],
             "segments": run["segments"],
             "guard_events": run["guard_events"],
         }
@@ -203,10 +223,18 @@ def merge_record(prior: Dict[str, Any], this: Dict[str, Any]) -> Dict[str, Any]:
     def earlier(key: str) -> List[Dict[str, Any]]:
         return [dict(x) for x in prior.get(key) or [] if isinstance(x, dict)]
 
+    def total(key: str, pick: Any = sum) -> Optional[float]:
+        values = [v for v in (prior.get(key), this.get(key)) if isinstance(v, (int, float))]
+        return pick(values) if values else None
+
     return {
         "time_s": offset + this["time_s"],
         "energy_j": sum(energies) if energies else None,
         "peak_power_w": max(peaks) if peaks else None,
+        "over_budget_s": total("over_budget_s"),
+        "over_budget_j": total("over_budget_j"),
+        "over_budget_excursions": int(total("over_budget_excursions") or 0),
+        "longest_over_budget_s": total("longest_over_budget_s", max) or 0.0,
         "segments": earlier("segments") + segs,
         "guard_events": earlier("guard_events") + _shifted(this["guard_events"], offset, ["t_s"]),
         "drift_events": earlier("drift_events") + _shifted(this["drift_events"], offset, ["t_s"]),

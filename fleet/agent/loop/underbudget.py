@@ -12,7 +12,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 from fleet.agent.devices.base import Backend
 from fleet.agent.learning.efficiency_belief import trust_for
 from fleet.agent.learning.efficiency_learner import EfficiencyLearner
-from fleet.agent.loop.closedloop import ClosedLoop
+from fleet.agent.loop.closedloop import STATUS_OVER_BUDGET, ClosedLoop
 from fleet.agent.loop.driftwatch import DriftWatch, rows_from_points
 from fleet.agent.loop.loop_plan import LoopPlan
 from fleet.agent.loop.segments import finite
@@ -113,6 +113,7 @@ def train_under_budget(
         summary["counter_energy_j"] = (counter_mj1 - counter_mj0) / 1000.0
     if summary["status"] is None or result.status == "reached":
         summary["status"] = result.status
+    over_budget(summary)
     summary["batch_size"] = loop.batch_size
     summary["freq_mhz"] = loop.freq_mhz
     summary["progress"] = run_progress(
@@ -120,6 +121,26 @@ def train_under_budget(
         result.sessions, result.status == "reached",
     )  # fmt: skip
     return result, summary
+
+
+def over_budget(summary: Dict[str, Any]) -> None:
+    """A run whose budget statistic spent any time above the budget is not a clean result: its
+    status becomes ``over-budget`` (the target's verdict stays in ``samples_to_accuracy``) and a
+    note says how long and how much (a paused segment keeps ``paused``: the round goes on, and
+    the record it carries is cumulative)."""
+    seconds = summary.get("over_budget_s") or 0.0
+    if not seconds > 0 or summary["status"] == "paused":
+        return
+    was = summary["status"]
+    summary["status"] = STATUS_OVER_BUDGET
+    summary["notes"].append(
+        "over budget: {:.3g} s and {:.3g} J above the budget in {} excursion(s) (longest "
+        "{:.3g} s) of the power averaged over {:.3g} s; training {}".format(
+            seconds, summary.get("over_budget_j") or 0.0, summary["over_budget_excursions"],
+            summary["longest_over_budget_s"], summary["power_window_s"] or 0.0,
+            "reached the target" if was == "reached" else "ended: {}".format(was),
+        )
+    )  # fmt: skip
 
 
 def run_progress(

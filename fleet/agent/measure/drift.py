@@ -37,6 +37,10 @@ Key = Tuple[int, float]
 DEFAULT_TIME_TOL = 0.10
 DEFAULT_POWER_TOL = 0.08
 DEFAULT_WINDOW_STEPS = 5
+#: A deviation is judged beyond the larger of the tolerance and this many times the spread the
+#: profile measured at the point (``time_cv`` of its steps, ``peak_spread_w`` of its peak): what
+#: the point itself showed as noise is not drift.
+NOISE_Z = 3.0
 KIND_TIME = "time"
 KIND_POWER = "power"
 KIND_BOTH = "both"
@@ -61,6 +65,19 @@ def _clean(f: float) -> Any:
     return int(f) if f == int(f) else f
 
 
+def noise_from_rows(rows: Sequence[Row]) -> Dict[Key, Tuple[float, float]]:
+    """{(batch, knob): (relative step-time spread, relative peak spread)} the profile measured
+    (its ``time_cv`` and ``peak_spread_w`` / ``peak_power_w`` columns; 0 where absent)."""
+    out = {}  # type: Dict[Key, Tuple[float, float]]
+    for r in rows:
+        cv = cell_number(r.get("time_cv"))
+        spread, peak = cell_number(r.get("peak_spread_w")), cell_number(r.get("peak_power_w"))
+        rel = spread / peak if spread is not None and peak else None
+        if (cv is not None and cv > 0) or (rel is not None and rel > 0):
+            out[_key(r["batch_size"], r["freq_mhz"])] = (max(cv or 0.0, 0.0), max(rel or 0.0, 0.0))
+    return out
+
+
 def expected_from_rows(rows: Sequence[Row]) -> Dict[Key, Tuple[float, Optional[float]]]:
     """{(batch, knob): (time_per_batch_s, peak_power_w or None)} of the ok rows with a time."""
     out = {}  # type: Dict[Key, Tuple[float, Optional[float]]]
@@ -78,11 +95,19 @@ def expected_from_rows(rows: Sequence[Row]) -> Dict[Key, Tuple[float, Optional[f
 class DriftDetector(object):
     """Compares each training step with the LUT; one event per persistent deviation at a point.
 
-    ``window_steps``: the median is taken over the last N steps at the current point (no verdict
-    before N). ``window_s``: if given, the window is instead the steps of the last T seconds,
-    and a verdict needs the point to have run for T seconds and at least ``min_steps`` steps.
-    ``skip_steps``: steps ignored after every change of point (the first step at a new batch
-    size pays allocation and kernel selection). Changing point starts a new window.
+    ``window_steps``: the median is taken over the last N observations at the current point (no
+    verdict before N). ``window_s``: if given, the window is instead the observations of the
+    last T seconds, and a verdict needs the point to have run for T seconds and the window to
+    hold at least ``min_steps`` training steps (an observation stands for ``steps`` of them: the
+    closed loop feeds units of steps, ``driftwatch.py``) in at least 3 observations.
+    ``skip_steps``: observations ignored after every change of point (the first step at a new
+    batch size pays allocation and kernel selection). Changing point starts a new window.
+
+    The verdict is against the noise the profile measured: a deviation counts beyond
+    ``max(tolerance, NOISE_Z x the point's spread)`` (``noise_from_rows``); a slower step
+    beyond that and ``slack_s`` seconds more: the per-step host work of a training loop
+    (indexing the data, the loop's hooks) that a profile's fixed batch does not have, which
+    matters only on millisecond steps.
     """
 
     def __init__(
@@ -94,6 +119,7 @@ class DriftDetector(object):
         window_s: Optional[float] = None,
         min_steps: int = 3,
         skip_steps: int = 1,
+        slack_s: float = 0.0,
     ) -> None:
         if not time_tol > 0 or not power_tol > 0:
             raise ValueError(
@@ -109,13 +135,15 @@ class DriftDetector(object):
         self.window_s = None if window_s is None else float(window_s)
         self.min_steps = int(min_steps)
         self.skip_steps = max(0, int(skip_steps))
+        self.slack_s = max(0.0, float(slack_s))
         self.expected = expected_from_rows(rows)
+        self.noise = noise_from_rows(rows)
         self.events = []  # type: List[Dict[str, Any]]
         self._fired = {}  # type: Dict[Key, str]  # point -> kinds of its open episode
         self._point = None  # type: Optional[Key]
         self._seen = 0  # steps at the current point, skipped ones included
         self._since = 0.0  # t_s of the first counted step at the current point
-        self._window = []  # type: List[Tuple[float, float, Optional[float], Optional[float]]]
+        self._window = []  # type: List[Tuple[float, float, Optional[float], Optional[float], int]]
 
     # -- the LUT changes ---------------------------------------------------------------------
     def set_expected(
@@ -133,6 +161,7 @@ class DriftDetector(object):
             if new.get(key) != self.expected.get(key):
                 del self._fired[key]
         self.expected = new
+        self.noise.update(noise_from_rows(rows))
 
     # -- every step --------------------------------------------------------------------------
     def observe(
@@ -143,11 +172,13 @@ class DriftDetector(object):
         step_time_s: float,
         peak_w: Optional[float] = None,
         mean_w: Optional[float] = None,
+        steps: int = 1,
     ) -> Optional[Dict[str, Any]]:
-        """Feed one step; returns the drift event when this step completes a persistent episode.
+        """Feed one observation; returns the drift event when it completes a persistent episode.
 
-        ``peak_w``: the highest power sample during the step (None: no reading, time only);
-        ``mean_w``: its mean power, if known (only carried into the event).
+        ``step_time_s``: its (mean) step time; ``peak_w``: the highest power (the budget
+        statistic) seen during it (None: no reading, time only); ``mean_w``: its mean power, if
+        known (only carried into the event); ``steps``: the training steps it stands for.
         """
         key = _key(batch_size, knob)
         if key != self._point:
@@ -160,7 +191,9 @@ class DriftDetector(object):
             return None
         if not self._window:
             self._since = float(t_s)
-        self._window.append((float(t_s), t, cell_number(peak_w), cell_number(mean_w)))
+        self._window.append(
+            (float(t_s), t, cell_number(peak_w), cell_number(mean_w), max(1, int(steps)))
+        )
         if not self._full(float(t_s)):
             return None
         exp = self.expected.get(key)
@@ -172,9 +205,13 @@ class DriftDetector(object):
         m_time = _median(times)
         m_peak = _median(peaks) if len(peaks) * 2 > len(self._window) else None
         kinds = []
-        if abs(m_time / exp[0] - 1.0) > self.time_tol:
+        cv, spread = self.noise.get(key, (0.0, 0.0))
+        time_tol = max(self.time_tol, NOISE_Z * cv)
+        slower = m_time - exp[0] > time_tol * exp[0] + self.slack_s
+        if slower or m_time - exp[0] < -time_tol * exp[0]:
             kinds.append(KIND_TIME)
-        if m_peak is not None and exp[1] is not None and abs(m_peak / exp[1] - 1) > self.power_tol:
+        power_tol = max(self.power_tol, NOISE_Z * spread)
+        if m_peak is not None and exp[1] is not None and abs(m_peak / exp[1] - 1) > power_tol:
             kinds.append(KIND_POWER)
         if not kinds:
             self._fired.pop(key, None)  # the episode (if any) is over: re-arm
@@ -193,7 +230,7 @@ class DriftDetector(object):
             "measured_peak_w": m_peak,
             "measured_mean_w": _median(means) if means else None,
             "kind": kind,
-            "steps": len(self._window),
+            "steps": sum(w[4] for w in self._window),
         }  # type: Dict[str, Any]
         self.events.append(event)
         return event
@@ -203,9 +240,21 @@ class DriftDetector(object):
             if len(self._window) > self.window_steps:
                 del self._window[: len(self._window) - self.window_steps]
             return len(self._window) >= self.window_steps
-        while len(self._window) > self.min_steps and self._window[0][0] < now - self.window_s:
+
+        def steps(window: Any) -> int:
+            return sum(w[4] for w in window)
+
+        while (
+            len(self._window) > 3
+            and self._window[0][0] < now - self.window_s
+            and steps(self._window[1:]) >= self.min_steps
+        ):
             del self._window[0]
-        return now - self._since >= self.window_s and len(self._window) >= self.min_steps
+        return (
+            now - self._since >= self.window_s
+            and steps(self._window) >= self.min_steps
+            and len(self._window) >= min(3, self.min_steps)
+        )
 
 
 # --------------------------------------------------------------------------------------------

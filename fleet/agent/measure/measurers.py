@@ -14,11 +14,27 @@ compatible.
 """
 
 import gc
+import math
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from fleet.agent.devices.base import Backend, DeviceError
+from fleet.method.power_window import peak_of, peak_spread
 from fleet.method.profile_io import cell_number
+
+#: A measured point runs until it has at least this many seconds and power samples (and at
+#: least ``steps`` timed steps): a point sized by evidence, not by steps. Why 2 s and 40: on the
+#: H100 (``docs/measured/h100-2026-11-27-sensors.md``) a 50-step small_cnn point had 3-4 samples
+#: and its peak came out 2.6-8.1 % below the same point over 300 steps (13-23 samples); with the
+#: budget statistic (NVML: 1 s means) and the spread measured there (about 2.5 % of the mean per
+#: sample), a 2 s point's peak is within 1 % of a 20 s point's in the median (0.8 %;
+#: ``tests/test_point_sizing.py`` replays it), 40 samples being 2 s at the default 20 Hz (two
+#: averaging windows, 21 full-window values). Twice the averaging window where that is longer.
+MIN_POINT_S = 2.0
+MIN_POWER_SAMPLES = 40
+#: A point never runs longer than this many times its minimum (a sensor that stopped answering
+#: must not hold the sweep forever); the row then says how few samples it got.
+MAX_POINT_FACTOR = 5.0
 
 Row = Dict[str, Any]
 
@@ -81,6 +97,7 @@ class TrainingMeasurer:
         model: Any,
         min_window_s: Optional[float],
         seed: int,
+        min_power_samples: Optional[int] = None,
     ) -> None:
         import torch
 
@@ -104,10 +121,18 @@ class TrainingMeasurer:
         self.warmup = warmup
         self.seed = seed
         self.sampler = None  # type: Any
+        self.average_s = 0.0  # the budget statistic's averaging (fleet/method/power_window.py)
+        self.window_s = None  # type: Optional[float]
+        self.min_samples = 0
         if sampler_hz is not None:
-            from fleet.agent.measure.sampler import PowerSampler
+            from fleet.agent.measure.sampler import PowerSampler, budget_window
 
-            self.min_window_s = 3.0 / sampler_hz if min_window_s is None else float(min_window_s)
+            self.average_s, self.window_s = budget_window(backend, sampler_hz)
+            default_s = max(MIN_POINT_S, 2.0 * self.average_s)
+            self.min_window_s = default_s if min_window_s is None else float(min_window_s)
+            self.min_samples = (
+                MIN_POWER_SAMPLES if min_power_samples is None else int(min_power_samples)
+            )
             self.sampler = PowerSampler(backend.read_power_w, hz=sampler_hz)
             self.sampler.start()
         else:
@@ -137,19 +162,10 @@ class TrainingMeasurer:
             if self.sampler is not None:
                 self.sampler.mark()
             start = time.perf_counter()
-            n = 0
-            max_steps = self.steps * 50
-            while n < self.steps:
-                self._step(inputs, targets)
-                n += 1
-            self._sync()
-            # Too short a window for the sampler to see: keep going (time stays a mean per step).
-            while time.perf_counter() - start < self.min_window_s and n < max_steps:
-                self._step(inputs, targets)
-                self._sync()
-                n += 1
+            n, step_s = self._timed(inputs, targets, start)
             elapsed = time.perf_counter() - start
             stats = self.sampler.window_stats() if self.sampler is not None else None
+            series = self.sampler.samples() if self.sampler is not None else None
         except (RuntimeError, MemoryError) as exc:
             if not is_oom(exc):
                 raise
@@ -159,17 +175,50 @@ class TrainingMeasurer:
         if oom:
             self._free()
             return _row(b, f, None, None, None, None, "oom")
-        peak = mean = None  # type: Optional[float]
+        peak = mean = spread = None  # type: Optional[float]
         power_samples = None  # type: Optional[int]
-        if stats is not None:
-            peak, mean, _energy, power_samples, _dur = stats
+        if stats is not None and series is not None:
+            _peak, mean, _energy, power_samples, _dur = stats
+            # the budget's own statistic (fleet/method/power_window.py), highest at this point
+            peak = peak_of(series[0], series[1], self.average_s)
+            spread = peak_spread(series[0], series[1], self.average_s)
             if not power_samples:
                 # Not one sample landed in the window: an instant reading beats no reading.
                 peak = mean = cell_number(self.backend.read_power_w())
                 power_samples = 0 if peak is None else 1
         row = _row(b, f, elapsed / n, cell_number(peak), cell_number(mean), n, "ok")
         row["power_samples"] = power_samples
+        if self.sampler is not None:  # what the point's evidence was (extra profile columns)
+            row["point_s"] = round(elapsed, 4)
+            row["power_window_s"] = self.window_s
+            row["peak_spread_w"] = None if spread is None else round(spread, 4)
+        row["time_cv"] = step_cv(step_s)
         return row
+
+    def _timed(self, inputs: Any, targets: Any, start: float) -> Any:
+        """Run the timed steps: at least ``steps``, and with a sampler until the window holds
+        ``min_window_s`` seconds and ``min_samples`` power samples (bounded by
+        ``MAX_POINT_FACTOR`` times that). Each step's host time is kept, as the closed loop's
+        drift watch times steps (no device sync per step: the mean stays the pipelined one)."""
+        n = 0
+        step_s = []  # type: List[float]
+        limit = MAX_POINT_FACTOR * self.min_window_s
+        while True:
+            t0 = time.perf_counter()
+            self._step(inputs, targets)
+            t1 = time.perf_counter()
+            step_s.append(t1 - t0)
+            n += 1
+            if n < self.steps:
+                continue
+            if self.sampler is None or t1 - start >= limit:
+                break
+            if t1 - start >= self.min_window_s and len(self.sampler.samples()[0]) >= (
+                self.min_samples
+            ):
+                break
+        self._sync()
+        return n, step_s
 
     def _free(self) -> None:
         """Drop what an out-of-memory step left behind so the next batch size starts clean."""
@@ -187,6 +236,18 @@ class TrainingMeasurer:
         gc.collect()
         if self.device.startswith("cuda"):
             self.torch.cuda.empty_cache()
+
+
+def step_cv(step_s: List[float]) -> Optional[float]:
+    """The spread of a point's step times (standard deviation over mean; None under 3 steps):
+    the noise the drift watch judges a running point's time against."""
+    if len(step_s) < 3:
+        return None
+    mean = sum(step_s) / len(step_s)
+    if not mean > 0:
+        return None
+    var = sum((s - mean) ** 2 for s in step_s) / (len(step_s) - 1)
+    return round(math.sqrt(var) / mean, 4)
 
 
 def measure_idle(backend: Backend, seconds: float, hz: float) -> Optional[float]:

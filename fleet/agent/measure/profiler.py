@@ -63,6 +63,7 @@ def profile_grid(
     adapt_budgets: Optional[Sequence[Optional[float]]] = None,
     adapt_efficiency: Optional[Dict[int, float]] = None,
     adapt_probes: Optional[int] = None,
+    min_power_samples: Optional[int] = None,
 ) -> ProfileResult:
     """Profile ``model_name`` on ``backend``: the full grid, or the staircase under ``budget_w``.
 
@@ -71,8 +72,13 @@ def profile_grid(
     ``num_classes`` is the vocabulary size for text models (None: the model's default).
     ``model`` profiles an already-built module instead of building ``model_name`` (e.g. the
     weights just received; time and power do not depend on them).
-    ``min_window_s`` keeps timing past ``steps`` until the power window holds a few samples
-    (default 3 sampler periods; a 5-step window at b=4 can be shorter than one period).
+    ``min_window_s`` and ``min_power_samples``: a point with a power reading runs past ``steps``
+    until it has lasted that long and holds that many power samples (defaults
+    ``measurers.MIN_POINT_S`` or twice the budget statistic's averaging window, and
+    ``measurers.MIN_POWER_SAMPLES``): its size comes from the evidence, ``steps`` and ``warmup``
+    are minimums. Each row records ``power_samples``, ``point_s`` (its timed seconds),
+    ``power_window_s`` (the window its ``peak_power_w`` averages over), ``peak_spread_w`` (how far
+    the peaks of its two halves differ) and ``time_cv`` (its steps' spread).
     ``progress(done, total, row)`` is called after each point; under a budget ``total`` is the
     grid size (an upper bound) and a last call with ``done == total`` marks the end.
     ``predict`` probes only the design of ``predict_design.design_probes`` (at most ``max_probes``,
@@ -93,6 +99,10 @@ def profile_grid(
         raise ValueError("warmup must be >= 0, got {}".format(warmup))
     if not float(sampler_hz) > 0:
         raise ValueError("sampler_hz must be > 0, got {}".format(sampler_hz))
+    if min_window_s is not None and not float(min_window_s) >= 0:
+        raise ValueError("min_point_s must be >= 0 s, got {}".format(min_window_s))
+    if min_power_samples is not None and int(min_power_samples) < 0:
+        raise ValueError("min_power_samples must be >= 0, got {}".format(min_power_samples))
     check_budget("budget_w", budget_w)  # the one grammar's refusal (a BudgetError: ValueError)
     if predict and budget_w is not None:
         raise ValueError("predict mode probes the whole grid's design; drop the budget")
@@ -145,6 +155,7 @@ def profile_grid(
                 model,
                 min_window_s,
                 seed,
+                min_power_samples,
             )
 
         def measure(b: int, f: float) -> Optional[Measurement]:
@@ -381,6 +392,14 @@ def _metadata(
         num_classes = measurer.classes
     if isinstance(shape, (list, tuple)):
         shape = "x".join(str(int(d)) for d in shape)
+    point = {}  # type: Dict[str, Any]
+    if isinstance(measurer, TrainingMeasurer) and measurer.window_s is not None:
+        point = {
+            "min_point_s": measurer.min_window_s,
+            "min_power_samples": measurer.min_samples,
+            "power_window_s": measurer.window_s,  # the budget statistic's (power_window.py)
+            "power_average_s": measurer.average_s,
+        }
     meta = {
         "device": _device_name(desc, backend),
         "model": model_name,
@@ -397,6 +416,7 @@ def _metadata(
         "torch_device": None if replay else str(device),
         "num_classes": num_classes,
     }  # type: Dict[str, Any]
+    meta.update(point)
     for key, value in desc.items():
         if key not in meta and isinstance(value, (str, int, float, bool)):
             meta[key] = value

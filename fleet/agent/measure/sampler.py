@@ -114,6 +114,20 @@ def sensor_hz(backend: Any, hz: float) -> float:
     return float(hz)
 
 
+def budget_window(backend: Any, hz: float) -> Tuple[float, float]:
+    """(``average_s``, ``window_s``) of the budget statistic on ``backend``
+    (``fleet/method/power_window.py``): the seconds its readings are averaged over (0: each
+    reading is the statistic) and the window the budget is stated over (the backend's
+    ``power_window_s``; else the averaging, else one sampling period at ``hz``, never shorter
+    than the sensor's own refresh)."""
+    avg = getattr(backend, "power_average_s", 0.0)
+    avg = float(avg) if isinstance(avg, (int, float)) and avg > 0 else 0.0
+    win = getattr(backend, "power_window_s", None)
+    if not (isinstance(win, (int, float)) and win > 0):
+        win = avg if avg > 0 else 1.0 / sensor_hz(backend, hz)
+    return avg, float(win)
+
+
 def _thread_cpu_fn() -> Optional[Callable[[], float]]:
     """A function giving the calling thread's CPU seconds, or None where none exists."""
     fn = getattr(time, "thread_time", None)  # 3.7+
