@@ -20,7 +20,7 @@ from fleet.method.power_window import (
     peak_spread,
     windowed,
 )
-from tests.test_agent_cpu_replay import fake_pynvml
+from simulations import fake_nvml
 
 
 def test_without_averaging_the_statistic_is_the_reading():
@@ -85,9 +85,12 @@ def test_over_budget_counts_time_energy_and_excursions():
 
 def test_each_backend_states_its_window(monkeypatch, tmp_path):
     # NVML's instantaneous field: averaged over 1 s; its 1 s API already is that average
-    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(instant=True))
+    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml)  # the fake card, in memory
+    monkeypatch.delenv(fake_nvml.ENV, raising=False)
+    fake_nvml.configure()
     assert budget_window(open_backend("nvml"), 20.0) == (NVML_INSTANT_AVERAGE_S, 1.0)
-    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(instant=False))
+    # a driver without the instantaneous field (pynvml without its constant): the 1 s API
+    monkeypatch.delattr(fake_nvml, "NVML_FI_DEV_POWER_INSTANT")
     assert budget_window(open_backend("nvml"), 20.0) == (0.0, 1.0)
     # RAPL's reading is the mean since the previous one: one sampling period
     cpu = open_backend("cpu", powercap_root=str(tmp_path))
