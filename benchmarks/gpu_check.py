@@ -187,16 +187,17 @@ def energy_check(backend: Any, load: Any, scale: float) -> list[dict[str, Any]]:
 # -- 2. the profile's clocks -----------------------------------------------------------------------
 def clock_check(backend: Any, load: Any, quick: bool) -> dict[str, Any]:
     from fleet.agent.measure.profiler import profile_grid
+    from fleet.agent.measure.sweep_plan import SweepPlan
 
     at_open = backend.current_mhz()
     batch_sizes = [4, 8] if quick else [16, 64, 256, 1024]
     load.busy(0.6)
     try:
-        result = profile_grid(
-            backend, "small_cnn", "1x28x28", batch_sizes=batch_sizes,
-            steps=2 if quick else 50, warmup=1 if quick else 2, device=load.device,
-            idle_s=0.2 if quick else 1.0,
+        plan = SweepPlan(
+            "small_cnn", "1x28x28", batch_sizes=batch_sizes, steps=2 if quick else 50,
+            warmup=1 if quick else 2, idle_s=0.2 if quick else 1.0,
         )  # fmt: skip
+        result = profile_grid(backend, plan, device=load.device)
     finally:
         load.busy(0.0)
     keep = ("batch_size", "freq_mhz", "sm_clock_min_mhz", "sm_clock_max_mhz", "sm_clock_samples")

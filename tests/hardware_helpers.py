@@ -174,3 +174,17 @@ def run_watching_clocks(board, cmd: list[str], during=None):
                 proc.kill()
                 proc.wait()
     return seen, (json.loads(out) if proc.returncode == 0 else None), err, proc.returncode
+
+
+def sweep(backend, *args, **kw):
+    """``profile_grid`` with the tests' arguments split into its records: ``SweepPlan``'s
+    fields (positional from ``model_name`` on), ``PredictPlan``'s with ``predict=True``, and
+    the call's own (device, progress, model)."""
+    from fleet.agent.measure.profiler import profile_grid
+    from fleet.agent.measure.sweep_plan import PredictPlan, SweepPlan
+
+    call = {k: kw.pop(k) for k in ("device", "progress", "model") if k in kw}
+    predict = kw.pop("predict", False)
+    guess = {k: kw.pop(k) for k in list(kw) if k in PredictPlan._fields}
+    plan = SweepPlan(*args, **kw)
+    return profile_grid(backend, plan, PredictPlan(**guess) if predict else None, **call)

@@ -15,9 +15,9 @@ from fleet.agent.devices.base import Backend, DeviceError
 from fleet.agent.devices.replay import ReplayBackend
 from fleet.agent.measure.measurers import is_oom
 from fleet.agent.measure.profile_writer import write_profile
-from fleet.agent.measure.profiler import profile_grid
 from fleet.agent.models.registry import build_model
 from fleet.method.profile_io import read_rows, write_rows
+from tests.hardware_helpers import sweep
 
 NANO_FREQS = [76.8, 153.6, 230.4, 307.2, 384.0, 460.8, 537.6, 614.4, 691.2, 768.0, 844.8, 921.6]
 BATCHES = [4, 8, 16, 32, 64, 128]
@@ -130,7 +130,7 @@ def frontier(rows, budget):
 @pytest.mark.slow
 def test_cpu_profile_time_only_writes_valid_csv(tmp_path):
     calls = []
-    result = profile_grid(
+    result = sweep(
         TimeOnlyBackend(),
         "small_cnn",
         "3x32x32",
@@ -171,7 +171,7 @@ def test_cpu_profile_time_only_writes_valid_csv(tmp_path):
 @pytest.mark.slow
 def test_power_is_sampled_over_the_timed_window_and_frequencies_restored():
     gpu = FakeGpu(watts=6.5)
-    result = profile_grid(
+    result = sweep(
         gpu, "small_cnn", "3x32x32", [4], freqs=[100.0, 300.0], steps=2, warmup=0, sampler_hz=100
     )
     assert [r["freq_mhz"] for r in result.rows] == [100, 300]
@@ -189,10 +189,10 @@ def test_power_is_sampled_over_the_timed_window_and_frequencies_restored():
 @pytest.mark.parametrize("budget", [3.0, 4.2, 5.5, 9.0])
 def test_staircase_on_replay_probes_less_and_finds_the_grid_frontier(tmp_path, budget):
     csv = synthetic_profile(tmp_path / "nano.csv")
-    grid = profile_grid(ReplayBackend(csv), "resnet18", "3x32x32", BATCHES)
+    grid = sweep(ReplayBackend(csv), "resnet18", "3x32x32", BATCHES)
     assert grid.probes == grid.grid_size == len(BATCHES) * len(NANO_FREQS)
     replay = ReplayBackend(csv)
-    stair = profile_grid(replay, "resnet18", "3x32x32", BATCHES, budget_w=budget)
+    stair = sweep(replay, "resnet18", "3x32x32", BATCHES, budget_w=budget)
     assert stair.probes < grid.probes
     assert stair.grid_size == grid.grid_size
     assert frontier(stair.rows, budget) == frontier(grid.rows, budget)
@@ -203,7 +203,7 @@ def test_staircase_on_replay_probes_less_and_finds_the_grid_frontier(tmp_path, b
 
 def test_replayed_profile_rewrites_to_the_same_numbers(tmp_path):
     csv = synthetic_profile(tmp_path / "nano.csv", oom_batch=128)
-    result = profile_grid(ReplayBackend(csv), "resnet18", None, BATCHES)
+    result = sweep(ReplayBackend(csv), "resnet18", None, BATCHES)
     out = tmp_path / "again.csv"
     write_profile(str(out), result.rows, result.metadata)
     _, original, _ = read_rows(csv)
@@ -221,14 +221,14 @@ def test_replay_passes_on_the_recorded_idle_power(tmp_path):
     from tests.conftest import ROOT
 
     modeled = str(ROOT / "simulations/profiles/nano_small_cnn.csv")  # idle_power_w = 1.25
-    result = profile_grid(ReplayBackend(modeled), "small_cnn", None, [4, 8])
+    result = sweep(ReplayBackend(modeled), "small_cnn", None, [4, 8])
     out = tmp_path / "replayed.csv"
     write_profile(str(out), result.rows, result.metadata)
     _, rows, comments = read_rows(str(out))
     assert {row["idle_power_w"] for _, row in rows} == {"1.25"}
     assert not any(c.startswith("idle_window_s") for c in comments)  # nothing was measured
     bare = synthetic_profile(tmp_path / "nano.csv")
-    assert "idle_power_w" not in profile_grid(ReplayBackend(bare), "resnet18", None, [4]).metadata
+    assert "idle_power_w" not in sweep(ReplayBackend(bare), "resnet18", None, [4]).metadata
     # a tiny recorded value keeps its digits (rounding to 4 places made it 0: unloadable), a
     # non-positive one is not passed on
     from fleet.core.profile import load_profile
@@ -237,7 +237,7 @@ def test_replay_passes_on_the_recorded_idle_power(tmp_path):
     for recorded, want in (("0.00001", 1e-05), ("0", None), ("-2", None)):
         rec = tmp_path / f"rec{recorded}.csv"
         rec.write_text(text.replace(",1.25", "," + recorded))
-        got = profile_grid(ReplayBackend(str(rec)), "small_cnn", None, [4, 8])
+        got = sweep(ReplayBackend(str(rec)), "small_cnn", None, [4, 8])
         assert got.metadata.get("idle_power_w") == want
         write_profile(str(out), got.rows, got.metadata)
         assert load_profile(str(out)).idle_power_w == want
@@ -247,7 +247,7 @@ def test_replay_passes_on_the_recorded_idle_power(tmp_path):
 def test_out_of_memory_is_recorded_and_profiling_continues(tmp_path):
     gpu = FakeGpu()
     model = Raising(8, RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"))
-    result = profile_grid(
+    result = sweep(
         gpu,
         "small_cnn",
         "3x32x32",
@@ -276,7 +276,7 @@ def test_out_of_memory_is_recorded_and_profiling_continues(tmp_path):
 def test_out_of_memory_under_a_budget_skips_the_batch_size():
     gpu = FakeGpu(watts=4.0)
     model = Raising(16, MemoryError())
-    result = profile_grid(
+    result = sweep(
         gpu, "small_cnn", "3x32x32", [4, 16], steps=1, warmup=0, budget_w=5.0, model=model,
         min_window_s=0.0,
     )  # fmt: skip
@@ -292,24 +292,22 @@ def test_frequency_restored_after_an_exception_mid_profile():
     gpu = FakeGpu()
     model = Raising(8, ValueError("boom in forward"))
     with pytest.raises(ValueError, match="boom"):
-        profile_grid(
-            gpu, "small_cnn", "3x32x32", [4, 8], steps=1, warmup=0, model=model, min_window_s=0.0
-        )
+        sweep(gpu, "small_cnn", "3x32x32", [4, 8], steps=1, warmup=0, model=model, min_window_s=0.0)
     assert gpu.locks and gpu.current == gpu.original and gpu.restores >= 1
     assert no_sampler_threads()
 
 
 def test_bad_requests_fail_early_with_one_line():
     with pytest.raises(DeviceError, match="needs power readings"):
-        profile_grid(TimeOnlyBackend(), "small_cnn", None, [4], budget_w=5.0)
+        sweep(TimeOnlyBackend(), "small_cnn", None, [4], budget_w=5.0)
     with pytest.raises(DeviceError, match="cannot lock"):
-        profile_grid(TimeOnlyBackend(), "small_cnn", None, [4], freqs=[100.0])
+        sweep(TimeOnlyBackend(), "small_cnn", None, [4], freqs=[100.0])
     with pytest.raises(DeviceError, match="does not offer 150"):
-        profile_grid(FakeGpu(), "small_cnn", None, [4], freqs=[150.0])
+        sweep(FakeGpu(), "small_cnn", None, [4], freqs=[150.0])
     with pytest.raises(ValueError, match="batch sizes"):
-        profile_grid(FakeGpu(), "small_cnn", None, [0])
+        sweep(FakeGpu(), "small_cnn", None, [0])
     with pytest.raises(ValueError, match="steps"):
-        profile_grid(FakeGpu(), "small_cnn", None, [4], steps=0)
+        sweep(FakeGpu(), "small_cnn", None, [4], steps=0)
 
 
 def test_is_oom_recognises_gpu_and_cpu_allocators():

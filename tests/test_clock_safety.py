@@ -486,7 +486,7 @@ def test_settling_drops_samples_taken_before_the_clock_arrived(
     There the lag is 10 s, so the window opens before the clock moves however slowly this
     machine gets to it; with the wait, the timeout (10 s) is only a hang guard.
     """
-    from fleet.agent.measure.profiler import profile_grid
+    from tests.hardware_helpers import sweep
 
     board = build_board(tmp_path / "root", "nano", workload="small_cnn")
     freqs = (76.8, 921.6)
@@ -495,7 +495,7 @@ def test_settling_drops_samples_taken_before_the_clock_arrived(
         b = RecordingBackend(
             str(board.root), state_dir=str(tmp_path / "s"), settle_timeout_s=settle_timeout_s
         )
-        result = profile_grid(
+        result = sweep(
             b, "small_cnn", "1x8x8", batch_sizes=[2], freqs=freqs, steps=1, warmup=0,
             sampler_hz=100, min_window_s=0.05,
         )  # fmt: skip

@@ -199,12 +199,12 @@ def test_next_start_in_a_knob_mode_restores_what_a_killed_run_left(card, tmp_pat
 # -- a profile point: the clock it ran at, the counter's energy -----------------------------------
 def test_profile_rows_name_the_clock_each_point_ran_at(card, tmp_path):
     pytest.importorskip("torch")
-    from fleet.agent.measure.profiler import profile_grid
+    from tests.hardware_helpers import sweep
 
     b = open_backend("nvml", state_dir=str(tmp_path / "state"))
     assert b.current_mhz() == 345.0  # idle at open, as the H100 said
     fake_nvml.set_load(0.8)  # the GPU busy while the points run (the fake has no kernels)
-    result = profile_grid(
+    result = sweep(
         b, "small_cnn", batch_sizes=[4, 8], steps=2, warmup=1, sampler_hz=50, idle_s=0,
         min_window_s=0.6,
     )  # fmt: skip
@@ -289,13 +289,13 @@ def test_a_measured_clock_profile_is_one_column_for_coverage(tmp_path):
 
 def test_profile_with_the_power_limit_as_the_knob_rows_in_watts(card, tmp_path):
     pytest.importorskip("torch")
-    from fleet.agent.measure.profiler import profile_grid
+    from tests.hardware_helpers import sweep
 
     fake_nvml.set_privileged(True)
     state = tmp_path / "state"
     b = open_backend("nvml", allow_power_limit=True, state_dir=str(state))
     fake_nvml.set_load(1.0)
-    result = profile_grid(
+    result = sweep(
         b, "small_cnn", batch_sizes=[4], freqs=[300, 700], steps=2, warmup=1, sampler_hz=50,
         idle_s=0, min_window_s=0.3,
     )  # fmt: skip

@@ -14,10 +14,10 @@ import pytest
 from fleet.agent.devices.base import Backend, DeviceError
 from fleet.agent.measure.measurers import MIN_POINT_S, MIN_POWER_SAMPLES
 from fleet.agent.measure.profile_writer import write_profile
-from fleet.agent.measure.profiler import profile_grid
 from fleet.core.profile import load_profile
 from fleet.method.power_window import peak_of
 from fleet.method.profile_io import read_rows
+from tests.hardware_helpers import sweep
 
 
 class AlternatingGpu(Backend):
@@ -49,7 +49,7 @@ class AlternatingGpu(Backend):
 @pytest.mark.slow
 def test_a_point_runs_until_it_has_its_seconds_and_samples(tmp_path):
     gpu = AlternatingGpu()
-    result = profile_grid(
+    result = sweep(
         gpu, "small_cnn", "1x28x28", [4, 8], steps=3, warmup=1, sampler_hz=50.0,
         min_window_s=0.5, min_power_samples=20, idle_s=0.0,
     )  # fmt: skip

@@ -375,12 +375,12 @@ def test_update_interval_caps_every_sampler_the_backend_feeds(tmp_path):
 
 @pytest.mark.slow
 def test_profiler_samples_no_faster_than_the_sensor(tmp_path):
-    from fleet.agent.measure.profiler import profile_grid
+    from tests.hardware_helpers import sweep
 
     gpu(tmp_path, "17000000.ga10b")
     ina3221(tmp_path, "1-0040", {1: ("VDD_IN", 5000, 1000)}, 1, {"update_interval": "250\n"})
     b = backend(tmp_path)
-    result = profile_grid(
+    result = sweep(
         b, "small_cnn", "3x8x8", batch_sizes=[2], freqs=[306.0], steps=1, warmup=0,
         sampler_hz=20.0, min_window_s=0.0, idle_s=0.0,
     )  # fmt: skip

@@ -252,16 +252,16 @@ def test_first_contact_then_reuse_then_sibling(tmp_path):
     gets its own profile back. A second board of the type starts from a sibling copy."""
     from fleet.agent.devices.replay import ReplayBackend
     from fleet.agent.measure.profile_writer import write_profile
-    from fleet.agent.measure.profiler import profile_grid
     from fleet.agent.prediction.design import design_probes
     from fleet.trust.store import put_from_device, starting_profile
+    from tests.hardware_helpers import sweep
 
     store = tmp_path / "store"
     assert starting_profile(store, "nano-01", "jetson-nano", WL) == ("profile", None)
     # the device side: profile in predict mode, write the CSV, send its text back
     backend = ReplayBackend(str(NANO))
     batches = [4, 16, 64]
-    result = profile_grid(backend, "resnet18", (3, 32, 32), batches, predict=True)
+    result = sweep(backend, "resnet18", (3, 32, 32), batches, predict=True)
     device_csv = tmp_path / "device" / "nano-01_resnet18.csv"
     write_profile(str(device_csv), result.rows, result.metadata)
     stored = put_from_device(

@@ -22,12 +22,13 @@ from fleet.agent.devices import (
     preferred_torch_device,
 )
 from fleet.agent.devices.guard import install_restore_handlers
+from fleet.agent.measure import sweep_plan
 from fleet.cli import checks
 from fleet.cli.common import console, emit_json, model_help, parse_budgets, table
 from fleet.common.errors import InputError
 from fleet.method.budget import parse_budget
 
-DEFAULT_BATCH_SIZES = "4,8,16,32,64,128"
+DEFAULT_BATCH_SIZES = ",".join(str(b) for b in sweep_plan.DEFAULT_BATCH_SIZES)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -211,8 +212,7 @@ def run(args: argparse.Namespace) -> int:
                     label += f"  b={row['batch_size']} f={row['freq_mhz']:g} {row['status']}"
                 bar.update(task, completed=done, total=total, description=label)
 
-            result = profile_grid(
-                backend,
+            plan = sweep_plan.SweepPlan(
                 model,
                 input_shape=shape,
                 batch_sizes=batch_sizes,
@@ -222,16 +222,18 @@ def run(args: argparse.Namespace) -> int:
                 budget_w=budget,
                 sampler_hz=args.sampler_hz,
                 num_classes=args.num_classes,
-                device=device,
-                progress=on_progress,
-                predict=args.predict,
-                max_probes=args.max_probes,
-                adapt_budgets=adapt_budgets,
-                adapt_efficiency=adapt_eff,
-                adapt_probes=args.adapt_probes,
                 min_window_s=args.min_point_s,
                 min_power_samples=args.min_power_samples,
             )
+            predict = None
+            if args.predict:
+                predict = sweep_plan.PredictPlan(
+                    max_probes=args.max_probes,
+                    adapt_budgets=adapt_budgets,
+                    adapt_efficiency=adapt_eff,
+                    adapt_probes=args.adapt_probes,
+                )
+            result = profile_grid(backend, plan, predict, device=device, progress=on_progress)
     except PredictError as exc:
         raise InputError(f"--predict: {exc}") from None
     except DeviceError as exc:

@@ -22,13 +22,14 @@ from rich.console import Console
 from fleet.agent.devices import DeviceError, open_backend
 from fleet.agent.devices.board_identity import run_origin
 from fleet.agent.devices.guard import install_restore_handlers
+from fleet.agent.measure import sweep_plan
 from fleet.cli import checks
 from fleet.cli.cmd_profile import add_backend_flags, backend_options
 from fleet.cli.common import console, emit_json, model_help, note, table
 from fleet.common.errors import InputError
 from fleet.method.deadline import check_power
 
-DEFAULT_BATCH_SIZES = "4,8,16,32,64,128"
+DEFAULT_BATCH_SIZES = ",".join(str(b) for b in sweep_plan.DEFAULT_BATCH_SIZES)
 COMMAND = "train"
 
 
@@ -364,11 +365,12 @@ def _profile_first(args, backend, task, model, source, device) -> list[Any]:
     under = f" (staircase under {highest:g} W)" if highest is not None else " (full grid)"
     note(COMMAND, "no --profile: profiling first" + under)
     try:
-        result = profile_grid(
-            backend, args.model, input_shape=task.input_shape,
+        plan = sweep_plan.SweepPlan(
+            args.model, input_shape=task.input_shape,
             batch_sizes=_numbers(args.batch_sizes, "--batch-sizes"), budget_w=highest,
-            sampler_hz=args.sampler_hz, num_classes=task.classes, device=device, model=model,
+            sampler_hz=args.sampler_hz, num_classes=task.classes,
         )  # fmt: skip
+        result = profile_grid(backend, plan, device=device, model=model)
     except DeviceError as exc:
         raise InputError(str(exc)) from None
     if args.out:

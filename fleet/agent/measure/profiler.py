@@ -21,14 +21,18 @@ from fleet.agent.devices.base import Backend, DeviceError
 from fleet.agent.measure.measurers import ReplayMeasurer, TrainingMeasurer, measure_idle, settle
 from fleet.agent.measure.sampler import sensor_hz
 from fleet.agent.measure.staircase import Measurement, staircase_plan
+from fleet.agent.measure.sweep_plan import (  # noqa: F401 - the sweep's defaults live there
+    DEFAULT_BATCH_SIZES,
+    IDLE_WINDOW_S,
+    PredictPlan,
+    SweepPlan,
+)
 from fleet.method.budget import check_budget
 from fleet.method.profile_io import cell_number
 
 Row = Dict[str, Any]
 ProgressFn = Callable[[int, int, Optional[Row]], None]
 
-DEFAULT_BATCH_SIZES = (4, 8, 16, 32, 64, 128)
-IDLE_WINDOW_S = 1.0  # how long the idle rail is read before the sweep
 
 ProfileResult = NamedTuple(
     "ProfileResult",
@@ -43,32 +47,18 @@ ProfileResult = NamedTuple(
 
 def profile_grid(
     backend: Backend,
-    model_name: str,
-    input_shape: Any = None,
-    batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES,
-    freqs: Optional[Sequence[float]] = None,
-    steps: int = 5,
-    warmup: int = 2,
-    budget_w: Optional[float] = None,
-    sampler_hz: float = 20.0,
-    num_classes: Optional[int] = None,
+    plan: SweepPlan,
+    predict: Optional[PredictPlan] = None,
     device: str = "cpu",
     progress: Optional[ProgressFn] = None,
     model: Any = None,
-    min_window_s: Optional[float] = None,
-    seed: int = 0,
-    predict: bool = False,
-    max_probes: Optional[int] = None,
-    idle_s: float = IDLE_WINDOW_S,
-    adapt_budgets: Optional[Sequence[Optional[float]]] = None,
-    adapt_efficiency: Optional[Dict[int, float]] = None,
-    adapt_probes: Optional[int] = None,
-    min_power_samples: Optional[int] = None,
 ) -> ProfileResult:
-    """Profile ``model_name`` on ``backend``: the full grid, or the staircase under ``budget_w``.
+    """Profile ``plan.model_name`` on ``backend``: the full grid, or the staircase under
+    ``plan.budget_w``, or (``predict``) a design's probes and a prediction of the rest.
 
-    ``freqs`` defaults to every frequency the backend offers; a backend without frequency
-    control (CPU) yields one point per batch size at the current clock (0 if unknown).
+    The plan's fields (``sweep_plan.py``): ``freqs`` defaults to every frequency the backend
+    offers; a backend without frequency control (CPU) yields one point per batch size at the
+    current clock (0 if unknown).
     ``num_classes`` is the vocabulary size for text models (None: the model's default).
     ``model`` profiles an already-built module instead of building ``model_name`` (e.g. the
     weights just received; time and power do not depend on them).
@@ -81,17 +71,16 @@ def profile_grid(
     the peaks of its two halves differ) and ``time_cv`` (its steps' spread).
     ``progress(done, total, row)`` is called after each point; under a budget ``total`` is the
     grid size (an upper bound) and a last call with ``done == total`` marks the end.
-    ``predict`` probes only the design of ``predict_design.design_probes`` (at most ``max_probes``,
-    default a quarter of the grid) and fills the rest with ``source=predicted`` rows.
-    ``adapt_budgets`` (predict mode): after the design, probe up to ``adapt_probes`` more points
-    (default a tenth of the grid), two at a time, where a measurement could change the choice at
-    these budgets (``predict_adapt.next_probes``; ``adapt_efficiency`` = samples to accuracy per
-    batch size, default every batch size alike).
+    ``predict`` (a ``PredictPlan``) probes only the design of ``design.design_probes`` and fills
+    the rest with ``source=predicted`` rows; its ``adapt_budgets`` spend further probes two at a
+    time where a measurement could change the choice (``prediction/adapt.next_probes``).
     ``idle_s``: before the sweep, with the clocks as found and nothing running, the rail is read
     for this long and its mean written as ``idle_power_w`` (what the board draws while it waits
     for a round to end); a backend without a power reading, or 0, leaves it absent, and a replay
     passes on the recorded profile's value.
     """
+    (model_name, input_shape, batch_sizes, freqs, steps, warmup, budget_w, sampler_hz, num_classes,
+     min_window_s, min_power_samples, seed, idle_s) = plan  # fmt: skip
     bs = _check_batch_sizes(batch_sizes)
     if int(steps) < 1:
         raise ValueError("steps must be >= 1, got {}".format(steps))
@@ -104,17 +93,17 @@ def profile_grid(
     if min_power_samples is not None and int(min_power_samples) < 0:
         raise ValueError("min_power_samples must be >= 0, got {}".format(min_power_samples))
     check_budget("budget_w", budget_w)  # the one grammar's refusal (a BudgetError: ValueError)
-    if predict and budget_w is not None:
+    if predict is not None and budget_w is not None:
         raise ValueError("predict mode probes the whole grid's design; drop the budget")
     points = _choose_freqs(backend, freqs)
     controllable = bool(backend.frequencies())
     if not points:
         points = [_current_freq(backend)]
     design = None  # type: Optional[List[Tuple[int, float]]]
-    if predict:
+    if predict is not None:
         from fleet.agent.prediction.design import design_probes
 
-        design = design_probes(bs, points, max_probes)  # PredictError before any probe
+        design = design_probes(bs, points, predict.max_probes)  # PredictError before any probe
     model_name, input_shape = _resolve_model(model_name, input_shape)
     replay = callable(getattr(backend, "measure", None))
     if not replay:
@@ -181,10 +170,13 @@ def profile_grid(
             for b, f in design:
                 if b not in cannot_run and measure(b, f) is None and rows[-1]["status"] == "oom":
                     cannot_run.add(b)
-            if adapt_budgets:
-                extra = (len(bs) * len(points)) // 10 if adapt_probes is None else int(adapt_probes)
+            assert predict is not None  # a design is the predict plan's
+            if predict.adapt_budgets:
+                n = predict.adapt_probes
+                extra = (len(bs) * len(points)) // 10 if n is None else int(n)
                 total += extra
-                _adapt(rows, bs, points, adapt_budgets, adapt_efficiency, extra, measure)
+                adapt_eff = predict.adapt_efficiency
+                _adapt(rows, bs, points, predict.adapt_budgets, adapt_eff, extra, measure)
         elif budget_w is None:
             for b in bs:
                 for f in points:

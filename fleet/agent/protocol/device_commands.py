@@ -21,7 +21,8 @@ def handle_profile(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
     ``"device"`` is the torch device; by default CUDA on GPU backends, the CPU otherwise.
     """
     from fleet.agent.measure.profile_writer import write_profile
-    from fleet.agent.measure.profiler import DEFAULT_BATCH_SIZES, profile_grid
+    from fleet.agent.measure.profiler import profile_grid
+    from fleet.agent.measure.sweep_plan import DEFAULT_BATCH_SIZES, PredictPlan, SweepPlan
 
     request_of(req, ProfileRequest)
     model = req.get("model")
@@ -39,8 +40,7 @@ def handle_profile(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
     def progress(done: int, total: int, row: Optional[Dict[str, Any]]) -> None:
         ctx.progress(done, total)
 
-    result = profile_grid(
-        ctx.backend,
+    plan = SweepPlan(
         model,
         input_shape=req.get("input_shape"),
         batch_sizes=[int(b) for b in batch_sizes],
@@ -50,14 +50,18 @@ def handle_profile(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
         budget_w=None if req.get("budget_w") is None else _budget(req["budget_w"], "budget_w"),
         sampler_hz=float(number(req, "sampler_hz", 20.0)),
         num_classes=number(req, "num_classes"),
-        device=str(device),
-        progress=progress,
-        predict=bool(req.get("predict", False)),  # probe a design, predict the rest
-        max_probes=None if req.get("max_probes") is None else int(number(req, "max_probes")),
-        adapt_budgets=_budgets(req.get("adapt_budgets")),
-        adapt_efficiency=_efficiency(req.get("adapt_efficiency")),
-        adapt_probes=None if req.get("adapt_probes") is None else int(number(req, "adapt_probes")),
     )
+    predict = None
+    if req.get("predict", False):  # probe a design, predict the rest
+        predict = PredictPlan(
+            max_probes=None if req.get("max_probes") is None else int(number(req, "max_probes")),
+            adapt_budgets=_budgets(req.get("adapt_budgets")),
+            adapt_efficiency=_efficiency(req.get("adapt_efficiency")),
+            adapt_probes=None
+            if req.get("adapt_probes") is None
+            else int(number(req, "adapt_probes")),
+        )
+    result = profile_grid(ctx.backend, plan, predict, device=str(device), progress=progress)
     if out:
         write_profile(out, result.rows, result.metadata)
     response = {
