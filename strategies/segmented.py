@@ -46,6 +46,7 @@ from fleet.rounds.device_round import TRAINED
 from fleet.rounds.progress import Progress
 from strategies import coordinator
 from strategies import round_book as book
+from strategies.reply_timings import ReplyTimings
 from strategies.strategy import NodesMissing
 
 ReplyHook = Callable[[Message], None]
@@ -115,6 +116,7 @@ class SegmentedRound:
         self.t0 = time.monotonic()
         self._shipped_cache: dict[str, dict[int, float]] | None = None
         self._instruction: records.TrainInstruction | None = None
+        self.timings = ReplyTimings.from_env()  # off unless the load test asks
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> tuple[list[dict], list[tuple[ArrayRecord, float]]]:
@@ -178,9 +180,9 @@ class SegmentedRound:
         return ids[0] if ids and ids[0] else None
 
     def _pull(self) -> None:
-        pending = list(self.identifying) + [
-            lk.msg_id for lk in self.links.values() if lk.msg_id is not None
-        ]
+        # message id -> device, once per pull: a reply finds its device without a scan of all
+        waiting = {lk.msg_id: name for name, lk in self.links.items() if lk.msg_id is not None}
+        pending = list(self.identifying) + list(waiting)
         if not pending:
             return
         try:
@@ -193,11 +195,16 @@ class SegmentedRound:
             if ref in self.identifying:
                 self._on_identity(self.identifying.pop(ref), msg)
                 continue
-            for name, lk in self.links.items():
-                if lk.msg_id == ref:
-                    lk.msg_id = None
-                    self._on_segment(name, lk, msg)
-                    break
+            name = waiting.get(ref)
+            lk = self.links.get(name) if name is not None else None
+            if lk is None or lk.msg_id != ref:
+                continue  # abandoned meanwhile (its node changed)
+            lk.msg_id = None
+            wall, cpu = time.perf_counter(), time.thread_time()
+            self._on_segment(name, lk, msg)
+            if self.timings.on:
+                wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
+                self.timings.handled(name, float(msg.metadata.created_at), wall, cpu)
 
     # ------------------------------------------------------------------ identities
     def _identify(self, online: set[int]) -> None:
@@ -452,7 +459,9 @@ class SegmentedRound:
         now = time.monotonic()
         if not force and (not self.dirty or now - self.last_write < self.s.write_every_s):
             return
+        wall, cpu = time.perf_counter(), time.thread_time()
         roundstate.write_state(self.run_dir, self.state)
+        self.timings.written(time.perf_counter() - wall, time.thread_time() - cpu)
         self.dirty, self.last_write = False, now
 
 
