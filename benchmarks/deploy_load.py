@@ -210,6 +210,8 @@ def run_one(n: int, segment_s: float, pace: float, root: Path, timeout_s: float)
         per_wall = [x["wall_s"] + x["write_wall_s"] / x["batch"] for x in lines]
         per_cpu = [x["cpu_s"] + x["write_cpu_s"] / x["batch"] for x in lines]
         latency = [x["written"] - x["created"] for x in lines]
+        transport = [x["handled"] - x["created"] for x in lines]  # Flower + the poll interval
+        publish = [x["written"] - x["handled"] for x in lines]  # ours: the write gap and write
         writes = {(x["written"], x["write_wall_s"]) for x in lines}
         out.update(
             replies=len(lines),
@@ -220,6 +222,9 @@ def run_one(n: int, segment_s: float, pace: float, root: Path, timeout_s: float)
                 1e3 * _pct([w for _, w in writes], 0.99),
             ),
             latency_s=(statistics.median(latency), _pct(latency, 0.99)),
+            transport_s=(statistics.median(transport), _pct(transport, 0.99)),
+            publish_s=(statistics.median(publish), _pct(publish, 0.99)),
+            writes=len(writes),
             process_cpu_per_reply_ms=1e3
             * (coordinator_cpu - (cpu_at_first or 0.0))
             / max(1, len(lines) - 1),
@@ -250,14 +255,15 @@ def markdown(results: list[dict], argv: str) -> str:
         "",
         "| N | replies | wall s | per reply wall ms p50 / p99 | per reply CPU ms p50 / p99 "
         "| coordinator process CPU ms / reply | reply -> state.json s p50 / p99 "
+        "| of which reply -> coordinator s p50 / p99 | coordinator -> state.json s p50 / p99 "
         "| state write ms p50 / p99 | SuperLink DB bytes / reply | RSS MB: coordinator "
         "| SuperLink | one SuperNode | all SuperNodes | rows = direct |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     rows = []
     for r in results:
         if r.get("status") != "completed":
-            rows.append(f"| {r['n']} | {r.get('status')} | {r.get('wall_s', 0):.0f} |" + " |" * 11)
+            rows.append(f"| {r['n']} | {r.get('status')} | {r.get('wall_s', 0):.0f} |" + " |" * 13)
             continue
         m = r["peak_mb"]
         rows.append(
@@ -266,6 +272,8 @@ def markdown(results: list[dict], argv: str) -> str:
             f"| {r['reply_cpu_ms'][0]:.2f} / {r['reply_cpu_ms'][1]:.2f} "
             f"| {r['process_cpu_per_reply_ms']:.0f} "
             f"| {r['latency_s'][0]:.2f} / {r['latency_s'][1]:.2f} "
+            f"| {r['transport_s'][0]:.2f} / {r['transport_s'][1]:.2f} "
+            f"| {r['publish_s'][0]:.2f} / {r['publish_s'][1]:.2f} "
             f"| {r['write_ms'][0]:.1f} / {r['write_ms'][1]:.1f} "
             f"| {r['db_bytes_per_reply']:.0f} "
             f"| {m['coordinator']:.0f} | {m['superlink']:.0f} | {m['one_node']:.0f} "

@@ -61,6 +61,7 @@ class SegmentSettings:
     overdue_factor: float = 3.0
     max_crashes: int = 3  # ClientApp crashes in a row before the device is an error
     write_every_s: float = 0.5  # state.json at most this often (and at every round's end)
+    write_share: float = 0.1  # ... and at most this share of the wall spent writing it
     # a simulation: every device lives on one virtual clock, so segments go out in lock-step of
     # device time (none runs ahead of the slowest) and the plan is revised only between steps;
     # progress then arrives in the order it would in the world, whatever this machine's speed
@@ -113,6 +114,7 @@ class SegmentedRound:
         self.identifying: dict[str, int] = {}  # message id -> node
         self.weights: dict[str, tuple[ArrayRecord, float]] = {}
         self.dirty, self.last_write = True, 0.0
+        self.write_gap_s = settings.write_every_s
         self.t0 = time.monotonic()
         self._shipped_cache: dict[str, dict[int, float]] | None = None
         self._instruction: records.TrainInstruction | None = None
@@ -457,12 +459,24 @@ class SegmentedRound:
     # ------------------------------------------------------------------ disk
     def _persist(self, force: bool = False) -> None:
         now = time.monotonic()
-        if not force and (not self.dirty or now - self.last_write < self.s.write_every_s):
+        if not force and (not self.dirty or now - self.last_write < self.write_gap_s):
             return
         wall, cpu = time.perf_counter(), time.thread_time()
         roundstate.write_state(self.run_dir, self.state)
-        self.timings.written(time.perf_counter() - wall, time.thread_time() - cpu)
+        took = time.perf_counter() - wall
+        self.timings.written(took, time.thread_time() - cpu)
         self.dirty, self.last_write = False, now
+        self.write_gap_s = write_gap(took, self.s.write_every_s, self.s.write_share)
+
+
+def write_gap(took_s: float, every_s: float, share: float) -> float:
+    """Wall seconds from one state write's start to the next: ``every_s``, or longer when the
+    last write took more than ``share`` of that. Why: a write re-serialises every device
+    (state.json and metrics.prom, checked), so its cost grows with the fleet; a fixed gap would
+    let it take the whole loop at a thousand devices and make every reply wait behind it.
+    Bounded this way the coordinator's writing stays under ``share`` of its time and its cost
+    per reply flat in N; what grows is how stale ``powerfleet status`` may be (the gap)."""
+    return max(every_s, took_s / share)
 
 
 def _line(exc: BaseException) -> str:
