@@ -94,3 +94,14 @@ def test_nothing_listening_at_the_address_is_one_line_before_anything_starts(
     with pytest.raises(InputError, match=rf"ray address {address}: no Ray cluster answers"):
         run_flower(fleet_file, tmp_path / "run", ray_address=address)
     assert not (tmp_path / "run").exists()
+
+
+def test_cli_refuses_a_bad_address_and_the_direct_engine_in_one_line() -> None:
+    from tests.conftest import run_cli
+
+    bad = run_cli("simulate", "--ray-address", "nope")
+    assert bad.returncode == 2
+    assert "--ray-address: expected host:port or auto, got 'nope'" in bad.stderr
+    direct = run_cli("simulate", "--engine", "direct", "--ray-address", "10.0.0.5:6379")
+    assert direct.returncode == 2 and "Traceback" not in direct.stderr
+    assert direct.stderr.strip().endswith("need --engine flower")
