@@ -26,6 +26,9 @@ row plus a ``progress`` record. The default ``train`` message still runs the who
 
 from __future__ import annotations
 
+import functools
+import socket
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,6 +37,7 @@ from flwr.app import ArrayRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
 from clients import records, segments
+from clients import segment_wire as wire
 from fleet.common.errors import InputError
 from fleet.config.fleetfile import DeviceSpec
 from fleet.config.schema import check_node_config
@@ -179,12 +183,27 @@ def _answer(
     return Message(handle(node_config, msg.content), reply_to=msg)
 
 
+@functools.cache
+def ran_on() -> str:
+    """Where this ClientApp computes: in a Ray worker (Flower's simulation) the Ray node, as
+    ``IP/node-id[:12]`` (two nodes on one host share the IP); elsewhere this host's name.
+    Ray is never imported here: a SuperNode's ClientApp has not loaded it and needs nothing
+    of it. Cached: a process does not move."""
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        node_id = ray.get_runtime_context().get_node_id()
+        return f"{ray.util.get_node_ip_address()}/{node_id[:12]}"
+    return socket.gethostname()
+
+
 app = ClientApp()
 
 
 @app.train()
 def train(msg: Message, context: Context) -> Message:
-    return _answer(msg, context, "hardware_round", simulated_round)
+    reply = _answer(msg, context, "hardware_round", simulated_round)
+    wire.attach_node(reply.content, ran_on())
+    return reply
 
 
 @app.query()
@@ -219,7 +238,8 @@ def segment_round(node_config: dict, content: RecordDict, sleep=time.sleep) -> R
 @app.train("segment")
 def train_segment(msg: Message, context: Context) -> Message:
     """``train.segment``: one bounded segment of the round, resumed where it was."""
-    return Message(segment_round(dict(context.node_config), msg.content), reply_to=msg)
+    content = segment_round(dict(context.node_config), msg.content)
+    return Message(wire.attach_node(content, ran_on()), reply_to=msg)
 
 
 @app.query("identify")

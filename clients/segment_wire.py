@@ -13,6 +13,9 @@ Segment request, message type ``train.segment``: the round's instruction ConfigR
 Segment reply: the usual row (``records.reply_content``), cumulative since the round began,
 status ``running`` until the device reaches the target, plus ConfigRecord ``progress`` with
 key ``progress`` (JSON of ``Progress``).
+Where it ran: every train reply (one-shot or segment) carries ConfigRecord ``ran-on`` with key
+``node``: the Ray node of a simulation (its IP and node id: two nodes of one host differ), the
+host's name in deployment; the coordinator's report lists them per device (``ran_on``).
 Identity, message type ``query.identify``: the device behind a node (a restarted SuperNode may
 come back under a new node id), ConfigRecord ``identity``: ``device``, ``device-type``,
 ``client``; or ``error``.
@@ -38,6 +41,8 @@ IDENTITY = "identity"
 RUN_TOKEN = "run-token"  # instruction: the run's own id (a checkpoint of another run is not ours)
 RUNNING = "running"  # a segment reply's status while the device has not reached its target
 MAX_PROGRESS_CHARS = 64 * 1024  # a learning device's state rides along (a few KB)
+RAN_ON = "ran-on"
+MAX_NODE_CHARS = 200
 
 
 def segment_config(base: ConfigRecord, segment_s: float, resume: Progress) -> ConfigRecord:
@@ -126,3 +131,19 @@ def identity_of(content: RecordDict) -> str:
     if cfg.get("error"):
         raise InputError(f"identify: {str(cfg['error'])[:300]}")
     return check_name("identify reply", "device", cfg.get("device", ""))
+
+
+def attach_node(content: RecordDict, node: str) -> RecordDict:
+    """Say in a reply where it was computed (``ran-on``)."""
+    content[RAN_ON] = ConfigRecord({"node": str(node)[:MAX_NODE_CHARS]})
+    return content
+
+
+def node_of(content: RecordDict) -> str | None:
+    """Where a reply says it was computed; None when it says nothing readable (a reply from
+    another machine: printable text of at most ``MAX_NODE_CHARS``, else ignored)."""
+    cfg = content.config_records.get(RAN_ON)
+    node = cfg.get("node") if cfg is not None else None
+    if not isinstance(node, str) or not 0 < len(node) <= MAX_NODE_CHARS:
+        return None
+    return node if node.isprintable() else None

@@ -67,8 +67,14 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def start_process(argv: list[str], flwr_home: str | Path, log_path: str | Path) -> subprocess.Popen:
-    """Start a Flower daemon in its own session, output to a log file."""
+def start_process(
+    argv: list[str],
+    flwr_home: str | Path,
+    log_path: str | Path,
+    extra_env: dict[str, str] | None = None,
+) -> subprocess.Popen:
+    """Start a Flower daemon in its own session, output to a log file (``extra_env`` on top of
+    ``process_env``: what only this daemon and its children must see)."""
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
     Path(flwr_home).mkdir(mode=0o700, parents=True, exist_ok=True)
     log = open(log_path, "ab")  # noqa: SIM115 - the child keeps it; closed by the OS on exit
@@ -78,7 +84,7 @@ def start_process(argv: list[str], flwr_home: str | Path, log_path: str | Path) 
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            env=process_env(flwr_home),
+            env={**process_env(flwr_home), **(extra_env or {})},
             cwd=str(flwr_home),
             start_new_session=True,
         )

@@ -21,6 +21,20 @@ runs in another process and appends these to a progress file this call follows.
 
 Resources: one Ray CPU per virtual device and at most ``ray_cpus`` (2: this project's machines
 have 2 cores) for Ray.
+
+An existing Ray cluster (``RayPlacement``: ``[run] ray_address`` or ``powerfleet simulate
+--ray-address``): the devices run wherever that cluster has room, each holding
+``device_cpus`` CPUs and ``device_gpus`` of a GPU (Flower's ``client-resources``). Flower 1.42's
+``flwr run`` path carries only ``num-cpus``/``num-gpus``/logging into ``ray.init`` (its
+``SimulationConfig``; ``run_simulation``'s ``backend_config["init_args"]["address"]`` has no
+``flwr run`` spelling), and ``ray.init()`` without an address reads ``RAY_ADDRESS``: so the
+address reaches Ray as ``RAY_ADDRESS`` in the environment of the SuperLink this call starts (its
+simulation process inherits it), and ``init-args.num-cpus`` is left out (Ray refuses it when
+joining a cluster). Without an address the environment says ``RAY_ADDRESS=local``: a private
+instance, even when someone on this machine ran ``ray start`` (``ray.init()`` would otherwise
+join the cluster ``/tmp/ray/ray_current_cluster`` names). Every node needs this environment
+(the same Python packages) and the fleet's files at the same paths; the report says where each
+device ran (``ran_on``).
 """
 
 from __future__ import annotations
@@ -28,17 +42,19 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import socket
 import subprocess
 import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from deployment import daemons, flwr_cli, processes
 from fleet.common.errors import InputError
-from fleet.config.fleetfile import load_fleet
+from fleet.config.fleetfile import RunSettings, load_fleet
 from fleet.reports.report import read_report
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")  # Flower colours its log lines whatever the output is
@@ -58,23 +74,79 @@ def connection_config() -> str:
     )
 
 
-def federation_config(num_supernodes: int, ray_cpus: int = 2, verbose: bool = False) -> str:
-    """The ``--federation-config`` TOML file: one SuperNode per device, one Ray CPU each, at
-    most ``ray_cpus`` for Ray, and Ray's own logging kept out of the run's output."""
-    return "\n".join(
-        [
-            f"num-supernodes = {int(num_supernodes)}",
-            f"verbose = {'true' if verbose else 'false'}",
-            'backend = "ray"',
-            "client-resources-num-cpus = 1",
-            "client-resources-num-gpus = 0.0",
-            f"init-args-num-cpus = {int(ray_cpus)}",
-            "init-args-num-gpus = 0",
-            'init-args-logging-level = "ERROR"',
-            "init-args-log-to-driver = false",
-            "",
-        ]
+@dataclass(frozen=True)
+class RayPlacement:
+    """Where Flower's simulation runs the devices: ``address`` None is a private Ray instance
+    of ``ray_cpus`` CPUs on this machine, else a running cluster (``host:port`` of its head, or
+    ``auto``); each device holds ``device_cpus`` CPUs and ``device_gpus`` of a GPU there."""
+
+    address: str | None = None
+    device_cpus: int = 1
+    device_gpus: float = 0.0
+    ray_cpus: int = 2
+
+    def environment(self) -> dict[str, str]:
+        """What the simulation's ``ray.init()`` must read: the cluster, or ``local``."""
+        return {"RAY_ADDRESS": self.address or "local"}
+
+
+def placement_for(
+    run: RunSettings,
+    address: str | None = None,
+    device_cpus: int | None = None,
+    device_gpus: float | None = None,
+    ray_cpus: int = 2,
+) -> RayPlacement:
+    """The placement the caller's overrides and the fleet's ``[run]`` (``ray_address``,
+    ``ray_device_cpus``, ``ray_device_gpus``) ask for, the caller's first."""
+    cpus = device_cpus if device_cpus is not None else run.ray_device_cpus
+    gpus = device_gpus if device_gpus is not None else run.ray_device_gpus
+    return RayPlacement(
+        address=address or run.ray_address or None,
+        device_cpus=1 if cpus is None else int(cpus),
+        device_gpus=0.0 if gpus is None else float(gpus),
+        ray_cpus=ray_cpus,
     )
+
+
+def federation_config(
+    num_supernodes: int,
+    ray_cpus: int = 2,
+    verbose: bool = False,
+    placement: RayPlacement | None = None,
+) -> str:
+    """The ``--federation-config`` TOML file: one SuperNode per device, each holding the
+    placement's CPUs and GPU share; a private Ray instance sized to ``ray_cpus`` (a cluster has
+    its own size: Ray refuses one when joining), and Ray's own logging kept out of the output."""
+    place = placement or RayPlacement(ray_cpus=ray_cpus)
+    lines = [
+        f"num-supernodes = {int(num_supernodes)}",
+        f"verbose = {'true' if verbose else 'false'}",
+        'backend = "ray"',
+        f"client-resources-num-cpus = {int(place.device_cpus)}",
+        f"client-resources-num-gpus = {float(place.device_gpus)!r}",
+    ]
+    if place.address is None:
+        lines += [f"init-args-num-cpus = {int(place.ray_cpus)}", "init-args-num-gpus = 0"]
+    lines += ['init-args-logging-level = "ERROR"', "init-args-log-to-driver = false", ""]
+    return "\n".join(lines)
+
+
+def check_cluster(address: str, timeout_s: float = 5.0) -> None:
+    """One line, before anything starts, when nothing answers at the cluster's address
+    (``ray.init`` would otherwise fail inside Flower's simulation process, seen only as a run
+    without a report)."""
+    if address == "auto":
+        return
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            return
+    except (OSError, ValueError) as exc:
+        raise InputError(
+            f"ray address {address}: no Ray cluster answers there ({exc}); start one with "
+            "`ray start --head --port=PORT` or give the head's host:port"
+        ) from None
 
 
 def local_superlinks(flwr_home: Path) -> list[int]:
@@ -129,19 +201,24 @@ def flwr_run_local(
     timeout_s: float = 3600.0,
     verbose: bool = False,
     on_poll: Callable[[], None] | None = None,
+    placement: RayPlacement | None = None,
 ) -> str:
-    """``flwr run APP`` on a fresh local simulation SuperLink of ``num_supernodes`` nodes.
+    """``flwr run APP`` on a fresh local simulation SuperLink of ``num_supernodes`` nodes
+    (``placement``: on a Ray cluster, see the module's docstring).
 
     Blocks until the run ends (or ``timeout_s``), calling ``on_poll`` about five times a second
     meanwhile; stops the SuperLink and everything it started; returns the tail of flwr's output
     (empty when ``verbose`` streams it to this process's terminal).
     """
+    place = placement or RayPlacement(ray_cpus=ray_cpus)
+    if place.address is not None:
+        check_cluster(place.address)
     home = Path(tempfile.mkdtemp(prefix="powerfleet-flwr-"))
     link = None
     try:
         (home / "config.toml").write_text(connection_config())
         federation = home / "federation-config.toml"
-        federation.write_text(federation_config(num_supernodes, ray_cpus, verbose))
+        federation.write_text(federation_config(num_supernodes, ray_cpus, verbose, place))
         overrides = home / "run-config.toml"
         lines = [f"{k} = {daemons.toml_value(v)}\n" for k, v in run_config.items()]
         overrides.write_text("".join(lines))
@@ -156,6 +233,7 @@ def flwr_run_local(
             local_superlink_command(home, http_port, control_port),
             home,
             home / "local-superlink" / "superlink.log",
+            place.environment(),
         )
         try:
             processes.wait_healthy("127.0.0.1", http_port, link, timeout_s=120.0)
@@ -236,14 +314,20 @@ def run_flower(
     verbose: bool = False,
     app_dir: str | Path = flwr_cli.APP_DIR,
     segment_s: float | None = None,
+    ray_address: str | None = None,
+    device_cpus: int | None = None,
+    device_gpus: float | None = None,
 ) -> dict[str, Any]:
     """Simulate the fleet with Flower (one virtual SuperNode per device); return report.json.
 
     ``segment_s``: device-clock seconds per segment (None: the app's default; 0: one request
-    per device and round), run config ``segment-s`` (docs/architecture.md, segmented rounds)."""
+    per device and round), run config ``segment-s`` (docs/architecture.md, segmented rounds).
+    ``ray_address``, ``device_cpus``, ``device_gpus``: a running Ray cluster and what each
+    device holds there (None: the fleet's ``[run]`` ``ray_*`` keys, else a private instance)."""
     fleet_path = Path(fleet_path).resolve()
     run_dir = Path(run_dir).resolve()
     fleet = load_fleet(fleet_path)  # fail fast, with the fleet file's own one-line errors
+    placement = placement_for(fleet.run, ray_address, device_cpus, device_gpus, ray_cpus)
     token = uuid.uuid4().hex
     with tempfile.TemporaryDirectory(prefix="powerfleet-progress-") as tmp:
         progress_file = Path(tmp) / "progress.jsonl"
@@ -271,6 +355,7 @@ def run_flower(
             timeout_s=timeout_s,
             verbose=verbose,
             on_poll=poll,
+            placement=placement,
         )
         poll()
     return read_run_report(run_dir, token, said)
@@ -287,10 +372,13 @@ def read_run_report(run_dir: Path, token: str, said: str = "") -> dict[str, Any]
 
 __all__ = [
     "FlowerRunError",
+    "RayPlacement",
+    "check_cluster",
     "connection_config",
     "federation_config",
     "flwr_run_local",
     "local_superlinks",
+    "placement_for",
     "run_flower",
     "stop_pids",
 ]

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import simulations
+from fleet.common.errors import InputError
 from fleet.common.names import child_dir
 from fleet.config.fleetfile import Fleet, load_fleet
 from fleet.planning.round_logic import SEGMENT_S
@@ -200,13 +201,21 @@ def simulate(
     run_dir: str | Path | None = None,
     progress: Progress | None = None,
     segment_s: float | None = None,
+    ray_address: str | None = None,
+    device_cpus: int | None = None,
+    device_gpus: float | None = None,
 ) -> dict:
     """Load the fleet, run one round on the chosen engine, return the report (also on disk).
 
     ``segment_s`` (either engine): device seconds per segment, None for the default
     (``round_logic.SEGMENT_S``), 0 for one request per device and round
-    (docs/architecture.md, "Segmented rounds")."""
+    (docs/architecture.md, "Segmented rounds"). ``ray_address``, ``device_cpus``,
+    ``device_gpus`` (flower engine only): a running Ray cluster and what each device holds
+    there (``simulations.flower_engine.RayPlacement``); None: the fleet's ``[run] ray_*``."""
     fleet = load_fleet(fleet_path or DEFAULT_FLEET)
+    ray_given = [ray_address, device_cpus, device_gpus]
+    if engine == "direct" and any(v is not None for v in ray_given):
+        raise InputError("--ray-address, --device-cpus and --device-gpus need --engine flower")
     out = Path(run_dir) if run_dir else default_run_dir(fleet)
     t0 = time.perf_counter()
     if engine == "direct":
@@ -214,7 +223,15 @@ def simulate(
     elif engine == "flower":
         from simulations.flower_engine import run_flower
 
-        report = run_flower(fleet.path, str(out), progress, segment_s=segment_s)
+        report = run_flower(
+            fleet.path,
+            str(out),
+            progress,
+            segment_s=segment_s,
+            ray_address=ray_address,
+            device_cpus=device_cpus,
+            device_gpus=device_gpus,
+        )
         if fleet.run.objective == "deadline":
             report = with_deadline_comparison(fleet, out, report, segment_s)
     else:

@@ -46,6 +46,7 @@ from fleet.rounds.device_round import TRAINED
 from fleet.rounds.progress import Progress
 from strategies import coordinator
 from strategies import round_book as book
+from strategies.reply_timings import ReplyTimings
 from strategies.strategy import NodesMissing
 
 ReplyHook = Callable[[Message], None]
@@ -60,6 +61,7 @@ class SegmentSettings:
     overdue_factor: float = 3.0
     max_crashes: int = 3  # ClientApp crashes in a row before the device is an error
     write_every_s: float = 0.5  # state.json at most this often (and at every round's end)
+    write_share: float = 0.1  # ... and at most this share of the wall spent writing it
     # a simulation: every device lives on one virtual clock, so segments go out in lock-step of
     # device time (none runs ahead of the slowest) and the plan is revised only between steps;
     # progress then arrives in the order it would in the world, whatever this machine's speed
@@ -112,12 +114,14 @@ class SegmentedRound:
         self.identifying: dict[str, int] = {}  # message id -> node
         self.weights: dict[str, tuple[ArrayRecord, float]] = {}
         self.dirty, self.last_write = True, 0.0
+        self.write_gap_s = settings.write_every_s
         self.t0 = time.monotonic()
         self._shipped_cache: dict[str, dict[int, float]] | None = None
         self._instruction: records.TrainInstruction | None = None
         self.spare: set[int] = set()  # simulated SuperNodes past the fleet's last device
         self._last_online: set[int] | None = None
         self._sized = False  # the federation's size against the fleet's: said once
+        self.timings = ReplyTimings.from_env()  # off unless the load test asks
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> tuple[list[dict], list[tuple[ArrayRecord, float]]]:
@@ -184,9 +188,9 @@ class SegmentedRound:
         return ids[0] if ids and ids[0] else None
 
     def _pull(self) -> None:
-        pending = list(self.identifying) + [
-            lk.msg_id for lk in self.links.values() if lk.msg_id is not None
-        ]
+        # message id -> device, once per pull: a reply finds its device without a scan of all
+        waiting = {lk.msg_id: name for name, lk in self.links.items() if lk.msg_id is not None}
+        pending = list(self.identifying) + list(waiting)
         if not pending:
             return
         try:
@@ -199,11 +203,16 @@ class SegmentedRound:
             if ref in self.identifying:
                 self._on_identity(self.identifying.pop(ref), msg)
                 continue
-            for name, lk in self.links.items():
-                if lk.msg_id == ref:
-                    lk.msg_id = None
-                    self._on_segment(name, lk, msg)
-                    break
+            name = waiting.get(ref)
+            lk = self.links.get(name) if name is not None else None
+            if lk is None or lk.msg_id != ref:
+                continue  # abandoned meanwhile (its node changed)
+            lk.msg_id = None
+            wall, cpu = time.perf_counter(), time.thread_time()
+            self._on_segment(name, lk, msg)
+            if self.timings.on:
+                wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
+                self.timings.handled(name, float(msg.metadata.created_at), wall, cpu)
 
     # ------------------------------------------------------------------ identities
     def _identify(self, online: set[int]) -> None:
@@ -489,10 +498,24 @@ class SegmentedRound:
     # ------------------------------------------------------------------ disk
     def _persist(self, force: bool = False) -> None:
         now = time.monotonic()
-        if not force and (not self.dirty or now - self.last_write < self.s.write_every_s):
+        if not force and (not self.dirty or now - self.last_write < self.write_gap_s):
             return
+        wall, cpu = time.perf_counter(), time.thread_time()
         roundstate.write_state(self.run_dir, self.state)
+        took = time.perf_counter() - wall
+        self.timings.written(took, time.thread_time() - cpu)
         self.dirty, self.last_write = False, now
+        self.write_gap_s = write_gap(took, self.s.write_every_s, self.s.write_share)
+
+
+def write_gap(took_s: float, every_s: float, share: float) -> float:
+    """Wall seconds from one state write's start to the next: ``every_s``, or longer when the
+    last write took more than ``share`` of that. Why: a write re-serialises every device
+    (state.json and metrics.prom, checked), so its cost grows with the fleet; a fixed gap would
+    let it take the whole loop at a thousand devices and make every reply wait behind it.
+    Bounded this way the coordinator's writing stays under ``share`` of its time and its cost
+    per reply flat in N; what grows is how stale ``powerfleet status`` may be (the gap)."""
+    return max(every_s, took_s / share)
 
 
 def _line(exc: BaseException) -> str:

@@ -43,6 +43,7 @@ from flwr.app import ArrayRecord, Context, Message, MessageType
 from flwr.serverapp import Grid, ServerApp
 from flwr.supercore import log
 
+from clients.segment_wire import node_of
 from fleet.common.errors import InputError
 from fleet.common.names import child_dir
 from fleet.config.fleetfile import Fleet, load_fleet
@@ -222,12 +223,17 @@ def run_fleet(grid: Grid, settings: ServerSettings) -> dict[str, Any]:
             meta["deadline_s"] = deadlines.get(server_round)
         write_report(run_dir / "rounds" / f"round-{server_round:03d}", rows, meta)
 
+    ran_on: dict[str, list[str]] = {}  # device -> the nodes its replies came from, in order
+
     def on_reply(msg: Message) -> None:
         if msg.metadata.message_type == MessageType.QUERY:
             return  # a planning reply: progress counts training replies
         if keeper.absorb(msg) is not None:
             log(INFO, "powerfleet: stored the profile of %s in %s", keeper.stored[-1], keeper.store)
         row = coordinator.row_from_reply(msg)
+        node, seen = node_of(msg.content), ran_on.setdefault(str(row.get("device")), [])
+        if node is not None and node not in seen and len(seen) < 16:
+            seen.append(node)
         if row.get("status") == "running":
             return  # a segment: progress counts devices that finished
         replies["done"] += 1
@@ -299,6 +305,8 @@ def run_fleet(grid: Grid, settings: ServerSettings) -> dict[str, Any]:
     if learnt.store.observations():  # the devices taught the store: say where it is
         base_meta["efficiency_store"] = str(learnt.store.root)
     meta = {**base_meta, "round": last, "round_totals": summaries, "wall_s": time.time() - t0}
+    order = [d.name for d in fleet.devices]  # where each device ran (Ray node or host)
+    meta["ran_on"] = {name: ran_on[name] for name in order if ran_on.get(name)}
     if meta.get("plan") is None:
         meta.pop("plan", None)
     if plan:

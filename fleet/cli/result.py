@@ -53,6 +53,13 @@ def show(report: dict[str, Any], out: Any = None) -> None:
         f"{speedup_summary(f)}; budget violations: {len(f['budget_violations'])}",
         highlight=False,
     )
+    nodes: dict[str, int] = {}  # node -> devices that ran there (a Ray cluster's spread)
+    for where in (report.get("ran_on") or {}).values():
+        for node in where:
+            nodes[node] = nodes.get(node, 0) + 1
+    if len(nodes) > 1:
+        spread = ", ".join(f"{node} ({k} devices)" for node, k in sorted(nodes.items()))
+        console.print(f"ran on {len(nodes)} nodes: {spread}", highlight=False)
     if report.get("deadline_vs_time"):  # the deadline objective beside the time objective
         from fleet.reports.deadline_md import deadline_lines
 

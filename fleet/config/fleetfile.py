@@ -127,6 +127,9 @@ class RunSettings:
     efficiency_store: str | None = None
     profile_store: str | None = None
     input_shape: str | None = None
+    ray_address: str | None = None
+    ray_device_cpus: int | None = None
+    ray_device_gpus: float | None = None
 
     def more(self) -> dict[str, object]:
         """The settings without a wire key of their own (``Key.wire``) that are set (not

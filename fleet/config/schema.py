@@ -243,7 +243,45 @@ RUN_KEYS: tuple[Key, ...] = (
         None,
         "the input shape the profiles are keyed by (3x32x32...; default: the model's)",
     ),
+    Key(
+        "ray_address",
+        str,
+        None,
+        "Flower engine: a running Ray cluster to simulate on (its head's host:port, or auto); "
+        "absent: a private Ray instance on this machine",
+        expect="host:port (port 1-65535) or auto",
+        ok=lambda v: ray_address_ok(str(v)),
+    ),
+    Key(
+        "ray_device_cpus",
+        int,
+        None,
+        "Flower engine: the Ray CPUs each simulated device holds (default 1; a node runs "
+        "its CPUs / this many devices at once)",
+        expect="an integer in [1, 1024]",
+        ok=_in(1, 1024),
+    ),
+    Key(
+        "ray_device_gpus",
+        float,
+        None,
+        "Flower engine: the share of a GPU each simulated device holds (default 0; 0.25: four "
+        "devices per GPU)",
+        expect="a number in [0, 64]",
+        ok=_in(0, 64),
+    ),
 )
+
+
+def ray_address_ok(text: str) -> bool:
+    """A Ray cluster's address as ``ray start --address`` takes it: ``auto`` (the cluster
+    this machine last joined) or ``host:port``."""
+    if text == "auto":
+        return True
+    host, sep, port = text.rpartition(":")
+    ok_host = bool(host) and all(c.isalnum() or c in ".-_[]:" for c in host)
+    return bool(sep) and ok_host and port.isdigit() and 1 <= int(port) <= 65535
+
 
 # [[devices]]: one entry (``count = N``: N identical devices). The budget keys are read by the
 # budget grammar (fleet.method.budget.read_budget) and the path keys resolved by the loader; this
