@@ -17,6 +17,9 @@ a reply replaces the last one, so nothing is counted twice.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from typing import Any
+
 from clients import records
 from fleet.planning import round_logic as logic
 from fleet.planning.round_logic import ACTIVE
@@ -144,3 +147,20 @@ def resume_after_restart(state: dict) -> list[str]:
             e["message"] = "coordinator restarted: waiting for the device to identify"
             names.append(name)
     return names
+
+
+def lose_unplaced(
+    state: dict, fleet_order: Iterable[str], describe: dict, why: str, rank: Callable[[str], Any]
+) -> int:
+    """Every device of the fleet that no node took and is still pending, lost now with ``why``
+    (a simulation that has fewer SuperNodes than devices); the book kept in fleet order
+    (``rank``). Returns how many."""
+    known = state["devices"]  # a device no node ran is not in the book yet
+    missing = [n for n in fleet_order if known.get(n, {}).get("node_id") is None]
+    missing = [n for n in missing if known.get(n, {}).get("status", "pending") == "pending"]
+    for name in missing:
+        if name not in known and name in describe:
+            known[name] = device_entry(name, *describe[name])
+        mark_lost(state, name, why)
+    state["devices"] = {k: known[k] for k in sorted(known, key=rank)}
+    return len(missing)

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from logging import INFO, WARNING
 from pathlib import Path
 
@@ -46,40 +45,11 @@ from fleet.rounds.device_round import TRAINED
 from fleet.rounds.progress import Progress
 from strategies import coordinator
 from strategies import round_book as book
-from strategies.reply_timings import ReplyTimings
+from strategies.reply_timings import ReplyTimings, write_gap
+from strategies.segment_settings import Link, SegmentSettings
 from strategies.strategy import NodesMissing
 
 ReplyHook = Callable[[Message], None]
-
-
-@dataclass(frozen=True)
-class SegmentSettings:
-    segment_s: float = logic.SEGMENT_S  # device-clock seconds per segment
-    poll_s: float = 0.25
-    node_wait_s: float = 300.0  # for the expected devices to identify
-    first_allowance_s: float = 900.0  # a device's first segment: agent start, profiling
-    overdue_factor: float = 3.0
-    max_crashes: int = 3  # ClientApp crashes in a row before the device is an error
-    write_every_s: float = 0.5  # state.json at most this often (and at every round's end)
-    write_share: float = 0.1  # ... and at most this share of the wall spent writing it
-    # a simulation: every device lives on one virtual clock, so segments go out in lock-step of
-    # device time (none runs ahead of the slowest) and the plan is revised only between steps;
-    # progress then arrives in the order it would in the world, whatever this machine's speed
-    lockstep: bool = False
-
-
-@dataclass
-class Link:
-    """The driver's view of one device (not persisted: rebuilt from identities)."""
-
-    node: int | None = None
-    msg_id: str | None = None
-    sent_at: float = 0.0
-    sent_time_s: float = 0.0  # the device's clock when the segment was sent
-    wall_per_s: float | None = None  # wall seconds per device second, from its replies
-    crashes: int = 0
-    stalls: int = 0  # running replies in a row without progress
-    weights_to: int | None = None  # the node the round's weights went to
 
 
 class SegmentedRound:
@@ -205,7 +175,7 @@ class SegmentedRound:
                 continue
             name = waiting.get(ref)
             lk = self.links.get(name) if name is not None else None
-            if lk is None or lk.msg_id != ref:
+            if name is None or lk is None or lk.msg_id != ref:
                 continue  # abandoned meanwhile (its node changed)
             lk.msg_id = None
             wall, cpu = time.perf_counter(), time.thread_time()
@@ -247,18 +217,12 @@ class SegmentedRound:
         if self.spare:
             idle = f"{len(self.spare)} of the {len(online)} SuperNodes have no device"
             log(INFO, "powerfleet: %s (the fleet lists %d): idle; %s", idle, devices, sized)
-        known = self.state["devices"]  # a device no node ran is not in the book yet
-        missing = [n for n in self.fleet_order if known.get(n, {}).get("node_id") is None]
-        missing = [n for n in missing if known.get(n, {}).get("status", "pending") == "pending"]
-        if self.s.lockstep and missing:
+        if self.s.lockstep:
             why = f"no SuperNode: the simulation has {len(online)} for {devices} devices; {sized}"
-            log(INFO, "powerfleet: %d device(s) cannot run: %s", len(missing), why)
-            for name in missing:
-                if name not in known and name in self.describe:
-                    known[name] = book.device_entry(name, *self.describe[name])
-                book.mark_lost(self.state, name, why)
-            self.state["devices"] = {k: known[k] for k in sorted(known, key=self._rank)}
-            self.dirty = True
+            lost = book.lose_unplaced(self.state, self.fleet_order, self.describe, why, self._rank)
+            if lost:
+                log(INFO, "powerfleet: %d device(s) cannot run: %s", lost, why)
+                self.dirty = True
 
     def _on_identity(self, node: int, msg: Message) -> None:
         spare = wire.spare_of(msg.content)
@@ -506,16 +470,6 @@ class SegmentedRound:
         self.timings.written(took, time.thread_time() - cpu)
         self.dirty, self.last_write = False, now
         self.write_gap_s = write_gap(took, self.s.write_every_s, self.s.write_share)
-
-
-def write_gap(took_s: float, every_s: float, share: float) -> float:
-    """Wall seconds from one state write's start to the next: ``every_s``, or longer when the
-    last write took more than ``share`` of that. Why: a write re-serialises every device
-    (state.json and metrics.prom, checked), so its cost grows with the fleet; a fixed gap would
-    let it take the whole loop at a thousand devices and make every reply wait behind it.
-    Bounded this way the coordinator's writing stays under ``share`` of its time and its cost
-    per reply flat in N; what grows is how stale ``powerfleet status`` may be (the gap)."""
-    return max(every_s, took_s / share)
 
 
 def _line(exc: BaseException) -> str:

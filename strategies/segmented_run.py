@@ -30,7 +30,8 @@ from fleet.config.fleetfile import Fleet
 from fleet.reports import roundstate
 from strategies import coordinator
 from strategies import round_book as book
-from strategies.segmented import SegmentedRound, SegmentSettings
+from strategies.segment_settings import SegmentSettings
+from strategies.segmented import SegmentedRound
 
 RoundHook = Callable[[int, list[dict[str, object]]], None]
 

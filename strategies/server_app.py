@@ -55,7 +55,7 @@ from fleet.trust.store import store_from_fleet
 from strategies import coordinator, flower_output, segmented_run
 from strategies.efficiencies import EfficiencyKeeper
 from strategies.profiles import ProfileKeeper
-from strategies.segmented import SegmentSettings
+from strategies.segment_settings import SegmentSettings
 from strategies.strategy import PowerAwareStrategy, ReportingGrid
 
 flower_output.install()  # before Flower starts Ray in this process: its noise counted, plain lines

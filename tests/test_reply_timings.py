@@ -37,7 +37,7 @@ def test_each_reply_names_the_write_that_published_it(monkeypatch, tmp_path):
 
 
 def test_state_writes_take_at_most_their_share_of_the_wall():
-    from strategies.segmented import write_gap
+    from strategies.reply_timings import write_gap
 
     assert write_gap(0.010, 0.5, 0.1) == 0.5  # a small fleet: the fixed gap
     assert write_gap(0.200, 0.5, 0.1) == 2.0  # 200 ms to write: next one 2 s after its start

@@ -49,6 +49,7 @@ from fleet.config.fields import (
     show_value,
     text_field,
 )
+from fleet.config.locate import locator
 from fleet.config.schema import (
     CLIENTS,
     DEVICE_KEYS,
@@ -58,7 +59,6 @@ from fleet.config.schema import (
     RUN_KEYS,
     check_keys,
     check_value,
-    locator,
     read_table,
 )
 from fleet.method.budget import BudgetStep, format_budget, format_schedule, read_budget

@@ -1,0 +1,43 @@
+"""The segmented round's settings and its driver's view of one device.
+
+Apart from the driver (``segmented.py``) because they are plain data the run's setup
+(``segmented_run.py``, ``server_app.py``) builds and the driver reads: how long a segment is,
+how long a wait may be, how often the state is written; and, per device, its node, its message
+in flight and what its replies taught about its pace.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fleet.planning import round_logic as logic
+
+
+@dataclass(frozen=True)
+class SegmentSettings:
+    segment_s: float = logic.SEGMENT_S  # device-clock seconds per segment
+    poll_s: float = 0.25
+    node_wait_s: float = 300.0  # for the expected devices to identify
+    first_allowance_s: float = 900.0  # a device's first segment: agent start, profiling
+    overdue_factor: float = 3.0
+    max_crashes: int = 3  # ClientApp crashes in a row before the device is an error
+    write_every_s: float = 0.5  # state.json at most this often (and at every round's end)
+    write_share: float = 0.1  # ... and at most this share of the wall spent writing it
+    # a simulation: every device lives on one virtual clock, so segments go out in lock-step of
+    # device time (none runs ahead of the slowest) and the plan is revised only between steps;
+    # progress then arrives in the order it would in the world, whatever this machine's speed
+    lockstep: bool = False
+
+
+@dataclass
+class Link:
+    """The driver's view of one device (not persisted: rebuilt from identities)."""
+
+    node: int | None = None
+    msg_id: str | None = None
+    sent_at: float = 0.0
+    sent_time_s: float = 0.0  # the device's clock when the segment was sent
+    wall_per_s: float | None = None  # wall seconds per device second, from its replies
+    crashes: int = 0
+    stalls: int = 0  # running replies in a row without progress
+    weights_to: int | None = None  # the node the round's weights went to
