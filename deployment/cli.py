@@ -42,8 +42,9 @@ from fleet.agent.devices import (
 from fleet.cli import checks
 from fleet.common.errors import InputError
 from fleet.common.names import check_name
+from fleet.common.signals import sigterm_as_interrupt
 from fleet.config.fleetfile import load_fleet
-from fleet.reports import roundstate
+from fleet.reports import roundstate, runlife
 
 DEFAULT_PORT = 9091
 
@@ -157,25 +158,28 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     if len(fleet.devices) > 5:
         _note("coordinator", f"  ... and {len(fleet.devices) - 5} more")
     try:
-        result = deploy.run_coordinator(
-            args.fleet,
-            run_dir,
-            host=args.host,
-            port=args.port,
-            num_nodes=args.nodes,
-            tls=_tls(args),
-            insecure=args.insecure,
-            auth_public_keys=keys,
-            ship_weights=args.ship_weights,
-            timeout_s=args.timeout,
-            work_dir=args.work_dir,
-            keep_work_dir=args.keep_work_dir,
-            on_status=lambda status: _note("coordinator", f"run status: {status}"),
-            segment_s=args.segment_s,
-        )
+        with sigterm_as_interrupt():  # SIGTERM, like Ctrl-C: the SuperLink tree is stopped
+            result = deploy.run_coordinator(
+                args.fleet,
+                run_dir,
+                host=args.host,
+                port=args.port,
+                num_nodes=args.nodes,
+                tls=_tls(args),
+                insecure=args.insecure,
+                auth_public_keys=keys,
+                ship_weights=args.ship_weights,
+                timeout_s=args.timeout,
+                work_dir=args.work_dir,
+                keep_work_dir=args.keep_work_dir,
+                on_status=lambda status: _note("coordinator", f"run status: {status}"),
+                segment_s=args.segment_s,
+            )
     except processes.DeployError as exc:
         _note("coordinator", f"error: {exc} ({run_dir / 'logs' / 'superlink.log'})")
         return 1
+    except KeyboardInterrupt as exc:  # the ServerApp recorded how far the run got
+        raise runlife.stopped(run_dir, exc) from None
     if not result.ok:
         why = result.details or "no report was written"
         _note("coordinator", f"error: run {result.run_id} {result.status}: {why}")

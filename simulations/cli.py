@@ -10,6 +10,7 @@ from rich.table import Table
 from fleet.cli import checks
 from fleet.cli.common import console, emit_json, fmt, progress_bar
 from fleet.common.errors import InputError
+from fleet.common.signals import sigterm_as_interrupt
 from fleet.reports.report import device_table, segment_table, speedup_summary
 from simulations.flower_engine import FlowerRunError
 from simulations.runner import DEFAULT_FLEET, ENGINES, simulate
@@ -34,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    with progress_bar("simulate") as bar:
+    with sigterm_as_interrupt(), progress_bar("simulate") as bar:
         task = bar.add_task("starting", total=None)
 
         def progress(done: int, total: int, name: str) -> None:

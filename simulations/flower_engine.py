@@ -38,6 +38,7 @@ from typing import Any
 from deployment import daemons, flwr_cli, processes
 from fleet.common.errors import InputError
 from fleet.config.fleetfile import load_fleet
+from fleet.reports import runlife
 from fleet.reports.report import read_report
 
 CONNECTION = "powerfleet-sim"  # the local-simulation connection in the private config.toml
@@ -252,15 +253,18 @@ def run_flower(
         def poll() -> None:
             seen[0] = _follow(progress_file, seen[0], progress)
 
-        said = flwr_run_local(
-            app_dir,
-            len(fleet.devices),
-            settings,
-            ray_cpus=ray_cpus,
-            timeout_s=timeout_s,
-            verbose=verbose,
-            on_poll=poll,
-        )
+        try:
+            said = flwr_run_local(
+                app_dir,
+                len(fleet.devices),
+                settings,
+                ray_cpus=ray_cpus,
+                timeout_s=timeout_s,
+                verbose=verbose,
+                on_poll=poll,
+            )
+        except KeyboardInterrupt as exc:  # everything it started is stopped by now
+            raise runlife.stopped(run_dir, exc) from None
         poll()
     return read_run_report(run_dir, token, said)
 
