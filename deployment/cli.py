@@ -44,7 +44,7 @@ from fleet.common.errors import InputError
 from fleet.common.names import check_name
 from fleet.common.signals import sigterm_as_interrupt
 from fleet.config.fleetfile import load_fleet
-from fleet.reports import roundstate, runlife
+from fleet.reports import roundstate
 
 DEFAULT_PORT = 9091
 
@@ -179,7 +179,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
         _note("coordinator", f"error: {exc} ({run_dir / 'logs' / 'superlink.log'})")
         return 1
     except KeyboardInterrupt as exc:  # the ServerApp recorded how far the run got
-        raise runlife.stopped(run_dir, exc) from None
+        raise roundstate.stopped(run_dir, exc) from None
     if not result.ok:
         why = result.details or "no report was written"
         _note("coordinator", f"error: run {result.run_id} {result.status}: {why}")

@@ -38,7 +38,7 @@ from typing import Any
 from deployment import daemons, flwr_cli, processes
 from fleet.common.errors import InputError
 from fleet.config.fleetfile import load_fleet
-from fleet.reports import runlife
+from fleet.reports import roundstate
 from fleet.reports.report import read_report
 
 CONNECTION = "powerfleet-sim"  # the local-simulation connection in the private config.toml
@@ -264,7 +264,7 @@ def run_flower(
                 on_poll=poll,
             )
         except KeyboardInterrupt as exc:  # everything it started is stopped by now
-            raise runlife.stopped(run_dir, exc) from None
+            raise roundstate.stopped(run_dir, exc) from None
         poll()
     return read_run_report(run_dir, token, said)
 

@@ -434,6 +434,25 @@ def seal(run_dir: str | Path, state: dict[str, Any]) -> bool:
     return True
 
 
+def stopped(run_dir: str | Path, exc: BaseException) -> Any:
+    """A command that ran a run and was stopped by a signal (the run's writer, in another
+    process, was stopped with it): the ``Interrupted`` that says in one line how far the run
+    got, read from its state (a writer killed before it could say so is found gone)."""
+    from fleet.common.signals import Interrupted, name_of, signum_of
+
+    try:
+        state, changed = read_run(run_dir)
+        if changed:
+            seal(run_dir, state)
+    except InputError:  # stopped before the run wrote any state
+        return Interrupted(f"before the run started; nothing in {run_dir}", signum_of(exc))
+    if state.get("interrupted"):
+        line = runlife.interruption_line(state)
+    else:
+        line = f"{name_of(exc)} while {statuses.run_status(state)}"
+    return Interrupted(f"{line}; state in {run_dir}", signum_of(exc))
+
+
 def remove_stale_temps(run_dir: str | Path) -> list[str]:
     """Temp files a killed writer left (``.state.json.tmp-*``): removed by a restarted
     coordinator before it writes again; returns their names."""

@@ -188,23 +188,3 @@ def partial_report(state: dict[str, Any]) -> tuple[dict[str, Any], str]:
         what.append(f"rounds {first} to {state['rounds']} of {state['rounds']} not complete")
     report["missing"] = "; ".join(what)
     return report, report["missing"]
-
-
-def stopped(run_dir: str | Path, exc: BaseException) -> Any:
-    """A command that ran a run and was stopped by a signal (the run's writer, in another
-    process, was stopped with it): the ``Interrupted`` that says in one line how far the run
-    got, read from its state (a writer killed before it could say so is found gone)."""
-    from fleet.common.signals import Interrupted, name_of, signum_of
-    from fleet.reports import roundstate
-
-    try:
-        state, changed = roundstate.read_run(run_dir)
-        if changed:
-            roundstate.seal(run_dir, state)
-    except InputError:  # stopped before the run wrote any state
-        return Interrupted(f"before the run started; nothing in {run_dir}", signum_of(exc))
-    if state.get("interrupted"):
-        line = interruption_line(state)
-    else:
-        line = f"{name_of(exc)} while {statuses.run_status(state)}"
-    return Interrupted(f"{line}; state in {run_dir}", signum_of(exc))
