@@ -128,6 +128,8 @@ def interrupted(run_dir: Path, state: dict, seen: list[int]) -> None:
     out, and a reader finds a writer that is gone anyway (``roundstate.read_run``)."""
     import signal
 
+    if state.get("interrupted"):
+        return  # recorded already, by the signal handler
     why = signal.Signals(seen[0]).name if seen else "the ServerApp was stopped"
     try:
         line = runlife.interrupt(state, why)

@@ -257,7 +257,8 @@ def run_fleet(grid: Grid, settings: ServerSettings) -> dict[str, Any]:
         )
         seen: list[int] = []  # the signal that stops this ServerApp, if one does
         try:
-            with noting_signals(seen):
+            record = lambda signum: segmented_run.interrupted(run_dir, state, seen)  # noqa: E731
+            with noting_signals(seen, record):
                 done_rows = segmented_run.run_rounds(
                     ReportingGrid(grid),
                     fleet,

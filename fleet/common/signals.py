@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 
@@ -54,9 +54,13 @@ def sigterm_as_interrupt() -> Iterator[None]:
 
 
 @contextmanager
-def noting_signals(seen: list[int]) -> Iterator[None]:
-    """Within: SIGINT and SIGTERM are appended to ``seen`` before the handler already in place
-    runs (Flower's ServerApp exits through its own handler: this says which signal it was)."""
+def noting_signals(
+    seen: list[int], on_signal: Callable[[int], None] | None = None
+) -> Iterator[None]:
+    """Within: SIGINT and SIGTERM are appended to ``seen``, and ``on_signal(signum)`` runs,
+    before the handler already in place does. Flower's ServerApp exits through its own
+    handler, which first talks to a SuperLink that may be gone (seconds, and whoever stops it
+    may SIGKILL it meanwhile): what must be written before the process ends is written here."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -64,6 +68,11 @@ def noting_signals(seen: list[int]) -> Iterator[None]:
 
     def note(signum: int, frame: FrameType | None) -> None:
         seen.append(signum)
+        if on_signal is not None and len(seen) == 1:
+            try:
+                on_signal(signum)
+            except Exception:  # noqa: BLE001 - the exit must go on whatever this did
+                pass
         old = olds.get(signum)
         if callable(old):
             old(signum, frame)

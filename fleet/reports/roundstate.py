@@ -435,17 +435,21 @@ def seal(run_dir: str | Path, state: dict[str, Any]) -> bool:
 
 
 def stopped(run_dir: str | Path, exc: BaseException) -> Any:
-    """A command that ran a run and was stopped by a signal (the run's writer, in another
-    process, was stopped with it): the ``Interrupted`` that says in one line how far the run
-    got, read from its state (a writer killed before it could say so is found gone)."""
+    """A command that ran a run and was stopped by a signal (the run's writer, a ServerApp in
+    another process, was stopped with it): the run's state says ``interrupted`` by that signal
+    (the ServerApp may have said so itself; one killed before it could is said so here), and
+    the ``Interrupted`` that says in one line how far the run got."""
     from fleet.common.signals import Interrupted, name_of, signum_of
 
     try:
-        state, changed = read_run(run_dir)
-        if changed:
-            seal(run_dir, state)
+        state = read_state(run_dir)
     except InputError:  # stopped before the run wrote any state
         return Interrupted(f"before the run started; nothing in {run_dir}", signum_of(exc))
+    verdict = runlife.writer_verdict(state)
+    if not state["finished"] and not state.get("interrupted") and verdict == liveness.GONE:
+        w = state["writer"]
+        runlife.interrupt(state, f"{name_of(exc)}; its writer, pid {w.get('pid')}, stopped with it")
+        seal(run_dir, state)
     if state.get("interrupted"):
         line = runlife.interruption_line(state)
     else:
