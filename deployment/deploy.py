@@ -77,6 +77,15 @@ def read_report(run_dir: Path, token: str) -> dict[str, Any] | None:
         return None
 
 
+def missing_report(run_dir: Path, token: str) -> str:
+    """Why this run has no report (not written; another run's), in the reader's words."""
+    try:
+        fleet_report.read_report(run_dir, token)
+    except InputError as exc:
+        return str(exc)
+    return ""
+
+
 def stop_previous_writer(run_dir: Path, state: dict[str, Any], timeout_s: float = 20.0) -> None:
     """A coordinator restarted on its run directory takes the run over from a ServerApp that
     still writes it: one left by a coordinator that was killed (its SuperLink SIGKILLed with
@@ -225,4 +234,7 @@ def _coordinate(
         )
     finally:
         stop_tree(proc)
-    return CoordinatorResult(status, details, run_id, read_report(run_dir, token))
+    report = read_report(run_dir, token)
+    if report is None and status == "finished:completed":
+        details = missing_report(run_dir, token)  # Flower's say nothing here ("N/A")
+    return CoordinatorResult(status, details, run_id, report)

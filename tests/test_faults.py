@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 import time
 from pathlib import Path
 
@@ -410,9 +411,10 @@ def test_a_coordinator_restarted_beside_its_orphaned_serverapp_reports_the_new_r
     so the old run's ServerApp lives on; a coordinator restarted on the run directory (same
     port, same database) would let it reconnect and drive the run beside the new one, and
     whichever wrote report.json last won: in 1 of 2 runs the new run completed with the old
-    run's report (``error: run N finished:completed: N/A``). Now the restarted coordinator
-    stops the orphan first (it records ``interrupted``), resumes, and reports its own run on
-    the unfaulted rows. (A writer superseded anyway cannot overwrite the run:
+    run's report (``error: run N finished:completed: N/A``), once a SuperNode restarted after
+    the restart (a new node id, which the orphan identified and drove too). Now the restarted
+    coordinator stops the orphan first (it records ``interrupted``), resumes, and reports its
+    own run on the unfaulted rows. (A writer superseded anyway cannot overwrite the run:
     tests/test_interrupted_runs.py.)"""
     import os
     import signal
@@ -445,16 +447,35 @@ def test_a_coordinator_restarted_beside_its_orphaned_serverapp_reports_the_new_r
         try:
             wait_until(lambda: liveness.proc_start(link.pid) is None, HANG_GUARD_S, "killed")
             assert liveness.holder(old) == liveness.ALIVE  # the condition: an orphan writer
-            result = run_coordinator(
-                fleet,
-                run_dir,
-                port=lb.port,
-                insecure=True,
-                segment_s=1500.0,
-                timeout_s=HANG_GUARD_S,
-                work_dir=tmp_path / "coordinator",
+            got: list = []
+            coordinator = threading.Thread(
+                target=lambda: got.append(
+                    run_coordinator(
+                        fleet,
+                        run_dir,
+                        port=lb.port,
+                        insecure=True,
+                        segment_s=1500.0,
+                        timeout_s=HANG_GUARD_S,
+                        work_dir=tmp_path / "coordinator",
+                    )
+                )
             )
-            assert liveness.holder(old) == liveness.GONE
+            coordinator.start()
+            # the new run at work: a SuperNode SIGKILLed and restarted (a new node id)
+            wait_for_json(
+                run_dir / "state.json",
+                lambda s: (
+                    s["writer"]["pid"] != old["pid"]
+                    and (s["devices"].get("dev-2") or {}).get("status") == "running"
+                ),
+            )
+            assert liveness.holder(old) == liveness.GONE  # stopped before anything started
+            lb.kill_node("dev-2")
+            lb.restart_node("dev-2")
+            coordinator.join(HANG_GUARD_S)
+            assert got, "the restarted coordinator did not return"
+            result = got[0]
         finally:
             link.wait()  # reaped now: any orphan's parent watch fires
             for pid in orphans(lb.port):
