@@ -311,3 +311,61 @@ def test_a_restarted_coordinator_stops_an_orphaned_serverapp_first(tmp_path):
         for p in (orphan, other):
             p.kill()
             p.wait()
+
+
+# ------------------------------------------------------------------------ the flower engine
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.timeout(600)
+def test_the_flower_engine_interrupted_then_resumed(tmp_path):
+    """``simulate --engine flower`` stopped with SIGINT once its ServerApp has reported
+    progress: one line, exit 130, the run ``interrupted`` in its state with how far it got;
+    run again on the same run directory, it resumes and ends on the direct engine's rows."""
+    from tests.fault_helpers import fleet_of_replay_devices, reference_devices
+
+    ref = reference_devices()
+    devices = [dict(ref[i], name=f"dev-{k}") for k, i in enumerate((0, 1), start=1)]
+    fleet = str(fleet_of_replay_devices(tmp_path, 0, extra_devices=devices))
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fleet", "simulate", "--engine", "flower"]
+        + ["--fleet", fleet, "--run-dir", str(run_dir)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env(),
+        cwd=str(ROOT),
+    )
+    deadline = time.monotonic() + GUARD_S
+    while time.monotonic() < deadline and proc.poll() is None:
+        s = read(run_dir / "state.json") or {}
+        segs = [(e.get("progress") or {}).get("segments", 0) for e in s.get("devices", {}).values()]
+        if segs and min(segs) >= 1 and not s.get("finished"):
+            break
+        time.sleep(0.2)
+    assert proc.poll() is None, "the run ended before it could be interrupted"
+    code, err = stop(proc, signal.SIGINT)
+    assert code == 130 and "Traceback" not in err, err
+    (line,) = [w for w in err.splitlines() if w.strip()]
+    assert line.startswith("powerfleet simulate: interrupted: interrupted at ")
+    assert "0 of 2 devices done" in line
+    state = read(run_dir / "state.json")
+    assert state["finished"] is False and state["interrupted"]["samples"] > 0
+    assert {e["status"] for e in state["devices"].values()} == {"interrupted"}
+    doc = json.loads(cli("status", str(run_dir), "--json").stdout)
+    assert doc["summary"]["run_status"] == "interrupted"
+
+    again = cli("simulate", "--engine", "flower", "--fleet", fleet, "--run-dir", str(run_dir))
+    assert again.returncode == 0, again.stderr
+    report = json.loads((run_dir / "report.json").read_text())
+    direct = cli("simulate", "--engine", "direct", "--fleet", fleet, "--run-dir",
+                 str(tmp_path / "direct"), "--json")  # fmt: skip
+    want = {r["device"]: r for r in json.loads(direct.stdout)["devices"]}
+    for row in report["devices"]:
+        assert row["status"] == want[row["device"]]["status"] == "ok"
+        for key in ("samples", "time_s", "energy_j"):
+            assert row[key] == pytest.approx(want[row["device"]][key], rel=1e-9), key
+    state = read(run_dir / "state.json")
+    assert state["finished"] is True and state.get("interrupted") is None
