@@ -223,7 +223,7 @@ def _coordinate(
         run_config["ship-weights"] = bool(ship_weights)
     if segment_s is not None:
         run_config["segment-s"] = float(segment_s)
-    proc = start_process(argv, link_home, run_dir / "logs" / "superlink.log")
+    proc = start_process(argv, link_home, run_dir / "logs" / "superlink.log", die_with_parent=True)
     run_id = None
     try:
         wait_healthy(cli_host, port, proc, tls=tls is not None)

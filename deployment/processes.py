@@ -11,6 +11,7 @@ are told (``daemons.py``, ``flwr_cli.py``) is apart from how they are run.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import socket
@@ -18,6 +19,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 from deployment import security
@@ -66,8 +68,15 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def start_process(argv: list[str], flwr_home: str | Path, log_path: str | Path) -> subprocess.Popen:
-    """Start a Flower daemon in its own session, output to a log file."""
+def start_process(
+    argv: list[str], flwr_home: str | Path, log_path: str | Path, die_with_parent: bool = False
+) -> subprocess.Popen:
+    """Start a Flower daemon in its own session, output to a log file.
+
+    ``die_with_parent``: the daemon gets SIGTERM when this process dies, even by SIGKILL (Linux
+    ``PR_SET_PDEATHSIG``): a SuperLink that a killed ``powerfleet simulate`` or ``powerfleet
+    coordinator`` started does not run on without it, holding its port, with a ServerApp
+    still writing the run (its state is then found interrupted: its writer is gone)."""
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
     Path(flwr_home).mkdir(mode=0o700, parents=True, exist_ok=True)
     log = open(log_path, "ab")  # noqa: SIM115 - the child keeps it; closed by the OS on exit
@@ -80,9 +89,26 @@ def start_process(argv: list[str], flwr_home: str | Path, log_path: str | Path) 
             env=process_env(flwr_home),
             cwd=str(flwr_home),
             start_new_session=True,
+            preexec_fn=_death_signal() if die_with_parent else None,
         )
     finally:
         log.close()
+
+
+def _death_signal() -> Callable[[], None] | None:
+    """A ``preexec_fn`` asking the kernel for SIGTERM when the parent dies; None where there
+    is no ``prctl`` (not Linux). The libc call is looked up here, in the parent: the child
+    between fork and exec only calls it."""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    pr_set_pdeathsig = 1
+
+    def set_it() -> None:
+        prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
+
+    return set_it
 
 
 def descendants(pid: int) -> list[int]:

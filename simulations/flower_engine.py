@@ -148,6 +148,7 @@ def flwr_run_local(
             local_superlink_command(home, http_port, control_port),
             home,
             home / "local-superlink" / "superlink.log",
+            die_with_parent=True,  # a killed `powerfleet simulate` leaves no run going on
         )
         try:
             processes.wait_healthy("127.0.0.1", http_port, link, timeout_s=120.0)

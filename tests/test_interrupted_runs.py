@@ -369,3 +369,45 @@ def test_the_flower_engine_interrupted_then_resumed(tmp_path):
             assert row[key] == pytest.approx(want[row["device"]][key], rel=1e-9), key
     state = read(run_dir / "state.json")
     assert state["finished"] is True and state.get("interrupted") is None
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.timeout(600)
+def test_a_killed_flower_simulation_leaves_no_run_going_on(tmp_path):
+    """``simulate --engine flower`` SIGKILLed: the local SuperLink it started dies with it
+    (and the ServerApp with the SuperLink), so nothing writes the run any more and its
+    readers find it ``interrupted``, not ``running`` forever."""
+    from fleet.method import liveness
+    from tests.fault_helpers import fleet_of_replay_devices, reference_devices
+
+    ref = reference_devices()
+    devices = [dict(ref[0], name="dev-1")]
+    fleet = str(fleet_of_replay_devices(tmp_path, 0, extra_devices=devices))
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fleet", "simulate", "--engine", "flower"]
+        + ["--fleet", fleet, "--run-dir", str(run_dir)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env(),
+        cwd=str(ROOT),
+    )
+    deadline = time.monotonic() + GUARD_S
+    state: dict = {}
+    while time.monotonic() < deadline and proc.poll() is None:
+        state = read(run_dir / "state.json") or {}
+        if state.get("devices") and not state.get("finished"):
+            break
+        time.sleep(0.2)
+    assert proc.poll() is None, "the run ended before it could be killed"
+    writer = state["writer"]
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + GUARD_S
+    while time.monotonic() < deadline and liveness.holder(writer) == liveness.ALIVE:
+        time.sleep(0.2)
+    assert liveness.holder(writer) == liveness.GONE, "the ServerApp outlived simulate"
+    got = cli("status", str(run_dir), "--json")
+    assert json.loads(got.stdout)["summary"]["run_status"] == "interrupted", got.stderr
+    assert 'status="interrupted"} 1' in (run_dir / "metrics.prom").read_text()
