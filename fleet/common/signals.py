@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
+from typing import Any
 
 
 class Interrupted(KeyboardInterrupt):
@@ -64,7 +65,7 @@ def noting_signals(
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    olds = {}
+    olds: dict[int, Any] = {}
 
     def note(signum: int, frame: FrameType | None) -> None:
         seen.append(signum)
@@ -86,5 +87,5 @@ def noting_signals(
     try:
         yield
     finally:
-        for sig, old in olds.items():
-            signal.signal(sig, old)
+        for num, old in olds.items():
+            signal.signal(num, old)
