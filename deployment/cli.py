@@ -347,7 +347,7 @@ def cmd_device(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace, name: str, argv: list[str], home: Path, log_path: Path) -> int:
     """Run the SuperNode until it exits or Ctrl-C / SIGTERM; stop its whole process tree."""
-    proc = processes.start_process(argv, home, log_path)
+    proc = processes.start_process(argv, home, log_path, die_with_parent=True)
     _note("device", f"{name} ({args.client}) -> {args.superlink}; log {log_path}; Ctrl-C stops")
 
     def stop(signum: int, frame: object) -> None:
