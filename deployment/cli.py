@@ -42,6 +42,7 @@ from fleet.agent.devices import (
 from fleet.cli import checks
 from fleet.common.errors import InputError
 from fleet.common.names import check_name
+from fleet.common.signals import sigterm_as_interrupt
 from fleet.config.fleetfile import load_fleet
 from fleet.reports import roundstate
 
@@ -157,25 +158,28 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     if len(fleet.devices) > 5:
         _note("coordinator", f"  ... and {len(fleet.devices) - 5} more")
     try:
-        result = deploy.run_coordinator(
-            args.fleet,
-            run_dir,
-            host=args.host,
-            port=args.port,
-            num_nodes=args.nodes,
-            tls=_tls(args),
-            insecure=args.insecure,
-            auth_public_keys=keys,
-            ship_weights=args.ship_weights,
-            timeout_s=args.timeout,
-            work_dir=args.work_dir,
-            keep_work_dir=args.keep_work_dir,
-            on_status=lambda status: _note("coordinator", f"run status: {status}"),
-            segment_s=args.segment_s,
-        )
+        with sigterm_as_interrupt():  # SIGTERM, like Ctrl-C: the SuperLink tree is stopped
+            result = deploy.run_coordinator(
+                args.fleet,
+                run_dir,
+                host=args.host,
+                port=args.port,
+                num_nodes=args.nodes,
+                tls=_tls(args),
+                insecure=args.insecure,
+                auth_public_keys=keys,
+                ship_weights=args.ship_weights,
+                timeout_s=args.timeout,
+                work_dir=args.work_dir,
+                keep_work_dir=args.keep_work_dir,
+                on_status=lambda status: _note("coordinator", f"run status: {status}"),
+                segment_s=args.segment_s,
+            )
     except processes.DeployError as exc:
         _note("coordinator", f"error: {exc} ({run_dir / 'logs' / 'superlink.log'})")
         return 1
+    except KeyboardInterrupt as exc:  # the ServerApp recorded how far the run got
+        raise roundstate.stopped(run_dir, exc) from None
     if not result.ok:
         why = result.details or "no report was written"
         _note("coordinator", f"error: run {result.run_id} {result.status}: {why}")
@@ -343,7 +347,7 @@ def cmd_device(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace, name: str, argv: list[str], home: Path, log_path: Path) -> int:
     """Run the SuperNode until it exits or Ctrl-C / SIGTERM; stop its whole process tree."""
-    proc = processes.start_process(argv, home, log_path)
+    proc = processes.start_process(argv, home, log_path, die_with_parent=True)
     _note("device", f"{name} ({args.client}) -> {args.superlink}; log {log_path}; Ctrl-C stops")
 
     def stop(signum: int, frame: object) -> None:

@@ -33,9 +33,10 @@ from typing import Any
 from deployment import security
 from deployment.daemons import superlink_command
 from deployment.flwr_cli import register_supernodes, submit_run, wait_for_run, write_cli_config
-from deployment.processes import start_process, stop_tree, wait_healthy
+from deployment.processes import signal_all, start_process, stop_tree, wait_healthy
 from deployment.security import Tls
 from fleet.common.errors import InputError
+from fleet.method import liveness
 from fleet.reports import report as fleet_report
 from fleet.reports.roundstate import STATE_FILE, resumable
 
@@ -73,6 +74,60 @@ def read_report(run_dir: Path, token: str) -> dict[str, Any] | None:
     try:
         return fleet_report.read_report(run_dir, token)
     except InputError:
+        return None
+
+
+def missing_report(run_dir: Path, token: str) -> str:
+    """Why this run has no report (not written; another run's), in the reader's words."""
+    try:
+        fleet_report.read_report(run_dir, token)
+    except InputError as exc:
+        return str(exc)
+    return ""
+
+
+def stop_previous_writer(run_dir: Path, state: dict[str, Any], timeout_s: float = 20.0) -> None:
+    """A coordinator restarted on its run directory takes the run over from a ServerApp that
+    still writes it: one left by a coordinator that was killed (its SuperLink SIGKILLed with
+    it; where nobody reaps the dead SuperLink, Flower's parent watch never fires, and the
+    orphan reconnects to the new SuperLink and finishes the round under its old run token, so
+    the new run's report was sometimes the old one's: issue 31, finding 10). It is stopped
+    (SIGTERM: it records ``interrupted``; SIGKILL after ``timeout_s``), with the
+    ``flower-superexec`` that launched it. A live writer that is no ServerApp is refused."""
+    writer = state.get("writer")
+    if not isinstance(writer, dict) or liveness.holder(writer) != liveness.ALIVE:
+        return
+    pid = int(writer["pid"])
+    if "flwr-serverapp" not in _cmdline(pid):
+        raise InputError(
+            f"{run_dir / STATE_FILE}: its run is being written by a live process (pid {pid}: "
+            f"{_cmdline(pid)[:80] or '?'}); stop it first or use another run directory"
+        )
+    pids = [pid]
+    parent = _ppid(pid)
+    if parent and "flower-superexec" in _cmdline(parent):
+        pids.append(parent)
+    try:
+        signal_all(pids, timeout_s)
+    except PermissionError:
+        raise InputError(
+            f"{run_dir / STATE_FILE}: its run is being written by pid {pid}, which this user "
+            "may not stop; stop it first or use another run directory"
+        ) from None
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return ""
+    return raw.replace(b"\0", b" ").decode(errors="replace")
+
+
+def _ppid(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
         return None
 
 
@@ -115,7 +170,9 @@ def run_coordinator(
     """
     fleet_path = Path(fleet_path).resolve()
     run_dir = Path(run_dir).resolve()
-    resumable(run_dir, fleet_path)  # refuse a finished run's directory before starting anything
+    state = resumable(run_dir, fleet_path)  # a finished run's directory: refused before anything
+    if state is not None:
+        stop_previous_writer(run_dir, state)
     keys = list(auth_public_keys or [])
     db = superlink_database(run_dir, database)
     argv = superlink_command(
@@ -166,7 +223,7 @@ def _coordinate(
         run_config["ship-weights"] = bool(ship_weights)
     if segment_s is not None:
         run_config["segment-s"] = float(segment_s)
-    proc = start_process(argv, link_home, run_dir / "logs" / "superlink.log")
+    proc = start_process(argv, link_home, run_dir / "logs" / "superlink.log", die_with_parent=True)
     run_id = None
     try:
         wait_healthy(cli_host, port, proc, tls=tls is not None)
@@ -177,4 +234,7 @@ def _coordinate(
         )
     finally:
         stop_tree(proc)
-    return CoordinatorResult(status, details, run_id, read_report(run_dir, token))
+    report = read_report(run_dir, token)
+    if report is None and status == "finished:completed":
+        details = missing_report(run_dir, token)  # Flower's say nothing here ("N/A")
+    return CoordinatorResult(status, details, run_id, report)

@@ -11,6 +11,7 @@ are told (``daemons.py``, ``flwr_cli.py``) is apart from how they are run.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import socket
@@ -18,6 +19,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 from deployment import security
@@ -72,9 +74,15 @@ def start_process(
     flwr_home: str | Path,
     log_path: str | Path,
     extra_env: dict[str, str] | None = None,
+    die_with_parent: bool = False,
 ) -> subprocess.Popen:
     """Start a Flower daemon in its own session, output to a log file (``extra_env`` on top of
-    ``process_env``: what only this daemon and its children must see)."""
+    ``process_env``: what only this daemon and its children must see).
+
+    ``die_with_parent``: the daemon gets SIGTERM when this process dies, even by SIGKILL (Linux
+    ``PR_SET_PDEATHSIG``): a SuperLink that a killed ``powerfleet simulate`` or ``powerfleet
+    coordinator`` started does not run on without it, holding its port, with a ServerApp
+    still writing the run (its state is then found interrupted: its writer is gone)."""
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
     Path(flwr_home).mkdir(mode=0o700, parents=True, exist_ok=True)
     log = open(log_path, "ab")  # noqa: SIM115 - the child keeps it; closed by the OS on exit
@@ -87,9 +95,26 @@ def start_process(
             env={**process_env(flwr_home), **(extra_env or {})},
             cwd=str(flwr_home),
             start_new_session=True,
+            preexec_fn=_death_signal() if die_with_parent else None,
         )
     finally:
         log.close()
+
+
+def _death_signal() -> Callable[[], None] | None:
+    """A ``preexec_fn`` asking the kernel for SIGTERM when the parent dies; None where there
+    is no ``prctl`` (not Linux). The libc call is looked up here, in the parent: the child
+    between fork and exec only calls it."""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    pr_set_pdeathsig = 1
+
+    def set_it() -> None:
+        prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
+
+    return set_it
 
 
 def descendants(pid: int) -> list[int]:

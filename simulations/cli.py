@@ -9,6 +9,7 @@ from fleet.cli import checks
 from fleet.cli.common import emit_json, progress_bar
 from fleet.cli.result import show
 from fleet.common.errors import InputError
+from fleet.common.signals import sigterm_as_interrupt
 from fleet.config.schema import ray_address_ok
 from simulations.flower_engine import FlowerRunError
 from simulations.runner import DEFAULT_FLEET, ENGINES, simulate
@@ -71,7 +72,7 @@ def _ray_address(text: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    with progress_bar("simulate") as bar:
+    with sigterm_as_interrupt(), progress_bar("simulate") as bar:
         task = bar.add_task("starting", total=None)
 
         def progress(done: int, total: int, name: str) -> None:

@@ -55,6 +55,7 @@ from typing import Any
 from deployment import daemons, flwr_cli, processes
 from fleet.common.errors import InputError
 from fleet.config.fleetfile import RunSettings, load_fleet
+from fleet.reports import roundstate
 from fleet.reports.report import read_report
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")  # Flower colours its log lines whatever the output is
@@ -234,6 +235,7 @@ def flwr_run_local(
             home,
             home / "local-superlink" / "superlink.log",
             place.environment(),
+            die_with_parent=True,  # a killed `powerfleet simulate` leaves no run going on
         )
         try:
             processes.wait_healthy("127.0.0.1", http_port, link, timeout_s=120.0)
@@ -347,16 +349,19 @@ def run_flower(
         def poll() -> None:
             seen[0] = _follow(progress_file, seen[0], progress)
 
-        said = flwr_run_local(
-            app_dir,
-            len(fleet.devices),
-            settings,
-            ray_cpus=ray_cpus,
-            timeout_s=timeout_s,
-            verbose=verbose,
-            on_poll=poll,
-            placement=placement,
-        )
+        try:
+            said = flwr_run_local(
+                app_dir,
+                len(fleet.devices),
+                settings,
+                ray_cpus=ray_cpus,
+                timeout_s=timeout_s,
+                verbose=verbose,
+                on_poll=poll,
+                placement=placement,
+            )
+        except KeyboardInterrupt as exc:  # everything it started is stopped by now
+            raise roundstate.stopped(run_dir, exc) from None
         poll()
     return read_run_report(run_dir, token, said)
 

@@ -20,10 +20,12 @@ from pathlib import Path
 import simulations
 from fleet.common.errors import InputError
 from fleet.common.names import child_dir
+from fleet.common.signals import Interrupted, name_of, signum_of
 from fleet.config.fleetfile import Fleet, load_fleet
 from fleet.planning.round_logic import SEGMENT_S
-from fleet.reports import roundstate
+from fleet.reports import roundstate, runlife
 from fleet.reports.report import write_report
+from fleet.rounds import statuses
 from fleet.rounds.virtual_clock import cached_efficiency, simulate_device
 
 ENGINES = ("flower", "direct")
@@ -79,6 +81,22 @@ class StateWriter:
         roundstate.write_state(self.run_dir, self.state)
         self.last = time.monotonic()
 
+    def started_device(self, name: str) -> None:
+        """A device that trains for real starts (minutes of work): shown running at once,
+        with every row finished before it."""
+        self.state["devices"][name]["status"] = "running"
+        self._write()
+
+    def interrupted(self, exc: BaseException) -> Interrupted:
+        """The run stopped by a signal: recorded (``runlife.interrupt``: when, how far, every
+        unfinished device ``interrupted``), and the exception that says it in one line."""
+        for row, when in self.waiting:
+            roundstate.record_row(self.state, row, when)
+        self.waiting = []
+        line = runlife.interrupt(self.state, name_of(exc))
+        roundstate.write_state(self.run_dir, self.state)
+        return Interrupted(f"{line}; state in {self.run_dir}", signum_of(exc))
+
     def finished_device(self, row: dict) -> None:
         self.waiting.append((row, roundstate.now_utc()))  # recorded when next written
         if time.monotonic() - self.last >= self.every_s:
@@ -120,17 +138,21 @@ def run_direct(
     state = StateWriter(
         fleet, run_dir, segment_s=0.0
     )  # after the checks above: bad input writes nothing
-    for k, spec in enumerate(fleet.devices, start=1):
-        if spec.learning == "train":
-            from fleet.rounds.host_training import train_device  # torch only when a device trains
+    try:
+        for k, spec in enumerate(fleet.devices, start=1):
+            if spec.learning == "train":
+                from fleet.rounds.host_training import train_device  # torch only when one trains
 
-            res, _ = train_device(spec, shipped, fleet.run, weights, data_dir)
-        else:
-            res = simulate_device(spec, shipped, fleet.run)
-        rows.append(res.to_dict())
-        state.finished_device(rows[-1])
-        if progress:
-            progress(k, total, spec.name)
+                state.started_device(spec.name)
+                res, _ = train_device(spec, shipped, fleet.run, weights, data_dir)
+            else:
+                res = simulate_device(spec, shipped, fleet.run)
+            rows.append(res.to_dict())
+            state.finished_device(rows[-1])
+            if progress:
+                progress(k, total, spec.name)
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM under sigterm_as_interrupt
+        raise state.interrupted(exc) from None
     report = write_report(run_dir, rows, run_meta(fleet, "direct"))
     state.finish(report)
     return report
@@ -148,7 +170,10 @@ def _replay_rounds(
 
     state = StateWriter(fleet, run_dir, segment_s=segment_s)
     store = store_path(fleet.run, str(fleet.path), run_dir)
-    rounds = simulate_rounds(fleet, None, fleet.run.rounds, store, segment_s, progress)
+    try:
+        rounds = simulate_rounds(fleet, None, fleet.run.rounds, store, segment_s, progress)
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM under sigterm_as_interrupt
+        raise state.interrupted(exc) from None
     last = rounds[-1]
     for row in last.rows:
         state.finished_device(row)
@@ -169,6 +194,28 @@ def _replay_rounds(
     report = write_report(run_dir, last.rows, meta)
     state.finish(report)
     return report
+
+
+def refuse_unfinished(run_dir: Path) -> None:
+    """The direct engine starts every run afresh (it has no checkpoints to resume from, and
+    reruns a fleet in seconds): a run directory holding an unfinished run is refused in one
+    line rather than overwritten."""
+    if not (run_dir / roundstate.STATE_FILE).is_file():
+        return
+    state, _ = roundstate.read_run(run_dir)
+    status = statuses.run_status(state)
+    if status == "running":
+        w = state.get("writer") or {}
+        raise InputError(
+            f"{run_dir}: a run is in progress there (pid {w.get('pid')} on {w.get('host')}); "
+            "use another --run-dir"
+        )
+    if status == "interrupted":
+        raise InputError(
+            f"{run_dir}: holds an interrupted run ({runlife.interruption_line(state)}); the "
+            "direct engine does not resume: use a new --run-dir (the flower engine and "
+            "powerfleet coordinator resume theirs)"
+        )
 
 
 def with_deadline_comparison(
@@ -219,6 +266,7 @@ def simulate(
     out = Path(run_dir) if run_dir else default_run_dir(fleet)
     t0 = time.perf_counter()
     if engine == "direct":
+        refuse_unfinished(out)
         report = run_direct(fleet, out, progress, segment_s)
     elif engine == "flower":
         from simulations.flower_engine import run_flower

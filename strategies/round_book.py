@@ -136,12 +136,14 @@ def start_round(state: dict, server_round: int) -> None:
 
 
 def resume_after_restart(state: dict) -> list[str]:
-    """A coordinator that restarts: devices still at work wait for their node to identify
-    again (their progress is kept; they resume from their checkpoint); finished ones stay
-    finished and are not trained again. Returns the devices to resume."""
+    """A coordinator that restarts (after a crash, or on an ``interrupted`` run): devices
+    still at work (or interrupted) wait for their node to identify again (their progress is
+    kept; they resume from their checkpoint); finished ones stay finished and are not trained
+    again. Returns the devices to resume."""
     names = []
+    state["interrupted"] = None  # a run stopped before its end goes on
     for name, e in state.get("devices", {}).items():
-        if e["status"] in ACTIVE + ("lost",):
+        if e["status"] in ACTIVE + ("lost", "interrupted"):
             e["status"] = "pending"
             e["node_id"] = None
             e["message"] = "coordinator restarted: waiting for the device to identify"

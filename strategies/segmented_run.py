@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from logging import INFO
+from logging import INFO, WARNING
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ from flwr.supercore import log
 
 from clients import segment_wire as wire
 from fleet.config.fleetfile import Fleet
-from fleet.reports import roundstate
+from fleet.reports import roundstate, runlife
 from strategies import coordinator
 from strategies import round_book as book
 from strategies.segment_settings import SegmentSettings
@@ -120,6 +120,24 @@ def run_rounds(
         state.setdefault("completed_rounds", []).append({"round": server_round, "totals": totals})
         roundstate.write_state(run_dir, state)
     return out
+
+
+def interrupted(run_dir: Path, state: dict, seen: list[int]) -> None:
+    """The ServerApp stopped by a signal (``seen``: which, when known): the run's state says
+    ``interrupted``, with when and how far it got, before the process exits; a coordinator
+    started again on the run directory resumes it. Best effort: the process is on its way
+    out, and a reader finds a writer that is gone anyway (``roundstate.read_run``)."""
+    import signal
+
+    if state.get("interrupted"):
+        return  # recorded already, by the signal handler
+    why = signal.Signals(seen[0]).name if seen else "the ServerApp was stopped"
+    try:
+        line = runlife.interrupt(state, why)
+        roundstate.write_state(run_dir, state)
+        log(INFO, "powerfleet: %s", line)
+    except Exception as exc:  # noqa: BLE001 - never mask the exit with a second error
+        log(WARNING, "powerfleet: could not record the interruption: %s", exc)
 
 
 def finish(run_dir: Path, state: dict) -> None:

@@ -46,10 +46,13 @@ from flwr.supercore import log
 from clients.segment_wire import node_of
 from fleet.common.errors import InputError
 from fleet.common.names import child_dir
+from fleet.common.signals import noting_signals
 from fleet.config.fleetfile import Fleet, load_fleet
 from fleet.config.schema import check_run_config
 from fleet.planning.round_logic import SEGMENT_S
 from fleet.reports.report import write_report
+from fleet.reports.roundstate import STATE_FILE
+from fleet.reports.runlife import still_writer
 from fleet.rounds.virtual_clock import cached_efficiency
 from fleet.trust.store import store_from_fleet
 from strategies import coordinator, flower_output, segmented_run
@@ -260,20 +263,29 @@ def run_fleet(grid: Grid, settings: ServerSettings) -> dict[str, Any]:
             lockstep=settings.engine == "flower",  # Flower's simulation: one virtual clock
             poll_s=settings.poll_s,
         )
-        done_rows = segmented_run.run_rounds(
-            ReportingGrid(grid),
-            fleet,
-            run_dir,
-            state,
-            seg,
-            arrays=arrays,
-            train_config=train_config,
-            round_config=round_config,
-            expected=n,
-            on_round=lambda r, rows: on_round(r, rows, state.get("plan", {}).get("deadline_s")),
-            on_reply=on_reply,
-            plan=plan,
-        )
+        seen: list[int] = []  # the signal that stops this ServerApp, if one does
+        try:
+            record = lambda signum: segmented_run.interrupted(run_dir, state, seen)  # noqa: E731
+            with noting_signals(seen, record):
+                done_rows = segmented_run.run_rounds(
+                    ReportingGrid(grid),
+                    fleet,
+                    run_dir,
+                    state,
+                    seg,
+                    arrays=arrays,
+                    train_config=train_config,
+                    round_config=round_config,
+                    expected=n,
+                    on_round=lambda r, rows: on_round(
+                        r, rows, state.get("plan", {}).get("deadline_s")
+                    ),
+                    on_reply=on_reply,
+                    plan=plan,
+                )
+        except (KeyboardInterrupt, SystemExit):  # SIGINT/SIGTERM (Flower's handler exits)
+            segmented_run.interrupted(run_dir, state, seen)
+            raise
         last = run.rounds
         rows = done_rows.get(last) or _round_rows_on_disk(run_dir, last)
         final_arrays = None  # federated: segmented_run keeps run_dir/global_model.pt
@@ -320,6 +332,8 @@ def run_fleet(grid: Grid, settings: ServerSettings) -> dict[str, Any]:
         run_dir.mkdir(parents=True, exist_ok=True)
         write_weights(state_dict_of(final_arrays), str(path))
         meta["global_model"] = str(path)
+    if settings.segment_s > 0:  # superseded by a restarted coordinator: its report, not ours
+        still_writer(run_dir / STATE_FILE)
     report = write_report(run_dir, rows, meta)
     if settings.segment_s > 0:
         segmented_run.finish(run_dir, state)

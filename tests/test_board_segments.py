@@ -30,6 +30,7 @@ from fleet.agent.devices import clockstate
 from fleet.common.errors import InputError
 from fleet.config.fleetfile import RunSettings
 from fleet.core.efficiency import Efficiency
+from fleet.method import liveness
 from fleet.rounds.progress import Progress
 from simulations.virtual_jetson import build_board, wait_for
 from tests.hardware_helpers import BATCH, ONE_THREAD, STEP_TOP_S, board_profile, tiny_pt_data
@@ -297,10 +298,10 @@ def test_a_killed_holder_not_yet_reaped_holds_no_clocks():
 
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        record = clockstate.process_identity(proc.pid)
-        assert clockstate.holder(record) == "alive"
+        record = liveness.process_identity(proc.pid)
+        assert liveness.holder(record) == "alive"
         os.kill(proc.pid, signal.SIGKILL)
-        assert wait_for(lambda: clockstate.holder(record) == "gone", timeout_s=30)
+        assert wait_for(lambda: liveness.holder(record) == "gone", timeout_s=30)
         assert Path(f"/proc/{proc.pid}/stat").exists()  # not reaped yet: a zombie
     finally:
         proc.kill()

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 import time
 from pathlib import Path
 
@@ -403,3 +404,100 @@ def test_a_board_agent_killed_with_its_clock_locked_restores_and_resumes(tmp_pat
     e = state_of(run_dir)["devices"]["nano-1"]
     assert e["status"] == "not reached" and e["progress"]["segments"] >= 2
     assert e["progress"]["samples"] == max_samples
+
+
+@pytest.mark.timeout(420)
+def test_a_coordinator_restarted_beside_its_orphaned_serverapp_reports_the_new_run(tmp_path):
+    """Issue 31, finding 10: the SuperLink SIGKILLed and left unreaped (its parent killed
+    too, under an init that reaps nothing: Flower's parent watch takes the zombie for alive),
+    so the old run's ServerApp lives on; a coordinator restarted on the run directory (same
+    port, same database) would let it reconnect and drive the run beside the new one, and
+    whichever wrote report.json last won: in 1 of 2 runs the new run completed with the old
+    run's report (``error: run N finished:completed: N/A``), once a SuperNode restarted after
+    the restart (a new node id, which the orphan identified and drove too). Now the restarted
+    coordinator stops the orphan first (it records ``interrupted``), resumes, and reports its
+    own run on the unfaulted rows. (A writer superseded anyway cannot overwrite the run:
+    tests/test_interrupted_runs.py.)"""
+    import os
+    import signal
+
+    from deployment.deploy import run_coordinator
+    from fleet.method import liveness
+
+    # 7,347 and 4,535 device s: neither can finish in the 1,500 s segment in flight at the kill
+    devices = [dict(REF[i], name=f"dev-{k}") for k, i in enumerate((0, 1), start=1)]
+    fleet = fleet_of_replay_devices(tmp_path, 0, extra_devices=devices)
+    expected = replay_rows(fleet)
+    run_dir = tmp_path / "run"
+    with stopped_at_exit() as procs:
+        lb = Loopback(procs, tmp_path, run_dir / "superlink.db")
+        lb.start_link()
+        for name, config in paced_configs(fleet, tmp_path, pace=300.0).items():
+            lb.start_node(name, config)
+        lb.wait_nodes(2)
+        lb.submit(run_config(fleet, run_dir, 1500.0))
+        wait_for_json(
+            run_dir / "state.json",
+            lambda s: all(
+                (s["devices"].get(n) or {}).get("progress", {}).get("segments", 0) >= 1
+                for n in ("dev-1", "dev-2")
+            ),
+        )
+        old = state_of(run_dir)["writer"]
+        link = lb.link.proc
+        os.kill(link.pid, signal.SIGKILL)  # not reaped: a zombie, as under a non-reaping init
+        try:
+            wait_until(lambda: liveness.proc_start(link.pid) is None, HANG_GUARD_S, "killed")
+            assert liveness.holder(old) == liveness.ALIVE  # the condition: an orphan writer
+            got: list = []
+            coordinator = threading.Thread(
+                target=lambda: got.append(
+                    run_coordinator(
+                        fleet,
+                        run_dir,
+                        port=lb.port,
+                        insecure=True,
+                        segment_s=1500.0,
+                        timeout_s=HANG_GUARD_S,
+                        work_dir=tmp_path / "coordinator",
+                    )
+                )
+            )
+            coordinator.start()
+            # the new run at work: a SuperNode SIGKILLed and restarted (a new node id)
+            wait_for_json(
+                run_dir / "state.json",
+                lambda s: (
+                    s["writer"]["pid"] != old["pid"]
+                    and (s["devices"].get("dev-2") or {}).get("status") == "running"
+                ),
+            )
+            assert liveness.holder(old) == liveness.GONE  # stopped before anything started
+            lb.kill_node("dev-2")
+            lb.restart_node("dev-2")
+            coordinator.join(HANG_GUARD_S)
+            assert got, "the restarted coordinator did not return"
+            result = got[0]
+        finally:
+            link.wait()  # reaped now: any orphan's parent watch fires
+            for pid in orphans(lb.port):
+                kill_tree(pid)
+    assert result.ok, (result.status, result.details)
+    assert result.report["run_token"] != TOKEN  # the new run's report, not the old one's
+    assert_rows_equal_replay(rows_of(result.report), expected, ["dev-1", "dev-2"])
+    state = state_of(run_dir)
+    assert state["finished"] is True and state["writer"]["pid"] != old["pid"]
+
+
+def orphans(port: int) -> list[int]:
+    """Processes left talking to the SuperLink on ``port`` (a superexec, a ServerApp)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                words = (entry / "cmdline").read_bytes().decode(errors="replace")
+            except OSError:
+                continue
+            if f"127.0.0.1:{port}" in words and "flower-superlink" not in words:
+                found.append(int(entry.name))
+    return found

@@ -196,9 +196,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     except (InputError, DeviceError, OSError) as exc:
         print(f"powerfleet {args.command}: error: {describe(exc)}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"powerfleet {args.command}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:  # Ctrl-C; SIGTERM where a command turns it into one
+        from fleet.common.signals import signum_of
+
+        said = f": {exc}" if str(exc) else ""
+        print(f"powerfleet {args.command}: interrupted{said}", file=sys.stderr)
+        return 128 + signum_of(exc)
     return int(code or 0)
 
 

@@ -14,6 +14,11 @@ block (a new line with ``--json``), so a log or a test sees every state it went 
 Ctrl-C ends a follow with exit 0. A run directory from before round state (a ``report.json``
 and no ``state.json``) is named as such in one line, exit 2: its report has the final rows
 (``powerfleet report``).
+
+A run is shown as it truly is (``roundstate.read_run``): one whose writer was killed before it
+could say so is ``interrupted`` as of its last write, never ``running`` forever, and when this
+user may write the run directory that verdict is written down (``roundstate.seal``) so
+``metrics.prom`` says it too. A follow ends when the run has finished or was interrupted.
 """
 
 from __future__ import annotations
@@ -30,12 +35,13 @@ from fleet.cli import checks
 from fleet.cli.common import emit_json
 from fleet.common.errors import InputError
 from fleet.reports.prometheus import prometheus_text, start_point
-from fleet.reports.roundstate import STATE_FILE, read_state, summary
+from fleet.reports.roundstate import STATE_FILE, read_run, seal, summary
+from fleet.reports.runlife import interruption_line
 from fleet.rounds import statuses
 
 MAX_ROWS = 40  # a bigger fleet shows its most telling devices first and counts the rest
 # Which devices a big fleet shows first: what needs attention, then what still runs.
-PRIORITY = ("lost", "overdue", "error", "over-budget", "running", "pending", "late")
+PRIORITY = ("lost", "overdue", "error", "over-budget", "interrupted", "running", "pending", "late")
 COLUMNS = [
     "device",
     "type",
@@ -103,7 +109,20 @@ def load(run_dir: str) -> dict[str, Any]:
             f"{d / STATE_FILE} not found: {d} is a finished run from before round state "
             f"(its rows are in report.json: powerfleet report {d})"
         )
-    return read_state(run_dir)
+    return current(run_dir)
+
+
+def current(run_dir: str) -> dict[str, Any]:
+    """The state as it is: a dead writer's unfinished run is interrupted (and sealed so)."""
+    state, changed = read_run(run_dir)
+    if changed:
+        seal(run_dir, state)
+    return state
+
+
+def done(state: dict[str, Any]) -> bool:
+    """Nothing more will change unless someone resumes it: finished or interrupted."""
+    return statuses.run_status(state) != "running"
 
 
 def emit(state: dict[str, Any], view: str) -> None:
@@ -121,9 +140,9 @@ def emit(state: dict[str, Any], view: str) -> None:
 def blocks(run_dir: str, state: dict[str, Any], view: str, interval: float) -> None:
     """Piped: print the state, then a new block each time it changes, until finished."""
     emit(state, view)
-    while not state["finished"]:
+    while not done(state):
         time.sleep(interval)
-        new = read_state(run_dir)
+        new = current(run_dir)
         if new != state:
             if view != "json":
                 print(flush=True)
@@ -137,9 +156,9 @@ def redraw(run_dir: str, state: dict[str, Any], interval: float) -> None:
     from rich.live import Live
 
     with Live(render(state), console=Console(), auto_refresh=False) as live:
-        while not state["finished"]:
+        while not done(state):
             time.sleep(interval)
-            new = read_state(run_dir)
+            new = current(run_dir)
             if new != state:
                 live.update(render(new), refresh=True)
                 state = new
@@ -159,8 +178,7 @@ def render(state: dict[str, Any]) -> Any:
     day = state["updated_utc"][:10]
     head = [
         f"run {state['run']}  round {state['round']}/{state['rounds']}  engine "
-        f"{state['engine']}  {'finished' if state['finished'] else 'running'}  updated "
-        f"{clock(state['updated_utc'], '')}",
+        f"{state['engine']}  {s['run_status']}  updated {clock(state['updated_utc'], '')}",
         f"deadline {duration(plan['deadline_s']) if plan['deadline_s'] is not None else 'none'}"
         f"  plan revisions {s['plan_revisions']}  segment "
         f"{duration(state['segment_s']) if state['segment_s'] else 'whole round'}",
@@ -168,6 +186,11 @@ def render(state: dict[str, Any]) -> Any:
         + ", ".join(f"{k} {v}" for k, v in s["status_counts"].items())
         + f"; samples {s['samples']:,.0f}; energy {s['energy_j'] / 1000:,.2f} kJ",
     ]
+    if s["run_status"] == "interrupted":
+        head.insert(1, interruption_line(state))
+    elif elsewhere(state):
+        w = state["writer"]
+        head[0] += f" (written by pid {w.get('pid')} on {w.get('host')}: not checkable here)"
     if s["running"]:  # what the devices still at work draw against their budgets
         head[-1] += (
             f"; {s['running']} at work draw {s['running_power_w']:.1f}/"
@@ -188,6 +211,13 @@ def render(state: dict[str, Any]) -> Any:
         if e["message"] and e["status"] != "ok"
     ][:MAX_ROWS]
     return Group(*(Text(h) for h in head), t, *notes)
+
+
+def elsewhere(state: dict[str, Any]) -> bool:
+    """A running run whose writer is on another host: its liveness cannot be checked here."""
+    from fleet.reports.runlife import writer_verdict
+
+    return not state["finished"] and writer_verdict(state) == "elsewhere"
 
 
 def shown(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -220,6 +220,12 @@ def run_markdown(report: dict, run_dir: Path) -> str:
         f"objective `{report.get('objective')}`, mode `{report.get('mode')}`.",
         "",
     ]
+    if report.get("run_status", "finished") != "finished":  # runlife.partial_report's
+        lines += [
+            f"**Incomplete: the run is {report['run_status']}** (round {report.get('round')} of "
+            f"{report.get('rounds')}). Missing: {report.get('missing')}.",
+            "",
+        ]
     headers, cells = device_table(devs)
     lines += [
         "| " + " | ".join([*headers, "source"]) + " |",

@@ -196,6 +196,21 @@ def prometheus_text(state: dict[str, Any]) -> str:
         "1 once the run has finished",
         [(r, bool(state.get("finished")))],
     )
+    status = statuses.run_status(state)
+    family(
+        "powerfleet_run_status",
+        "gauge",
+        "1 for the run's status (running, finished, interrupted: stopped before its end), 0 "
+        "otherwise",
+        [(labels({"run": run, "status": s}), int(s == status)) for s in statuses.RUN],
+    )
+    stop = state.get("interrupted") or {}
+    family(
+        "powerfleet_run_interrupted_timestamp_seconds",
+        "gauge",
+        "when the run stopped before its end (Unix time)",
+        [(r, epoch(stop.get("at_utc")))],
+    )
     family(
         "powerfleet_state_updated_timestamp_seconds",
         "gauge",

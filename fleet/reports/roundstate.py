@@ -14,6 +14,14 @@ reader and writer:
 - ``read_state`` refuses anything that is not such a document with one line naming the file
   and the field (exit 2 in the CLI), never a traceback.
 
+Who writes it, and whether it still does (``fleet.reports.runlife``): every write stamps
+``writer`` (pid, boot id, start time, host); a run stopped by SIGINT/SIGTERM records it itself
+(``runlife.interrupt``: ``interrupted``, with when and how far it got); a writer killed
+outright records nothing, so a reader (``read_run``: ``powerfleet status``, ``powerfleet
+report``) that finds ``finished: false`` and a writer that no longer runs sees the run
+``interrupted`` as of its last write, and ``seal`` writes that down. A run directory never
+claims ``running`` without a live writer.
+
 Plain dicts on purpose: the document is JSON on disk and JSON in ``--json``; a dataclass layer
 would only have to be converted both ways.
 """
@@ -24,14 +32,17 @@ import hashlib
 import json
 import math
 import os
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from fleet.common.errors import InputError
+from fleet.method import liveness
 from fleet.method.profile_io import atomic_write_text
+from fleet.reports import runlife
 from fleet.reports.prometheus import prometheus_text
 from fleet.reports.report import json_safe
+from fleet.reports.runlife import now_utc
 from fleet.rounds import statuses
 from fleet.rounds.device_round import TRAINED
 from fleet.rounds.progress import Progress, read_progress
@@ -42,11 +53,6 @@ STATE_FILE = "state.json"
 METRICS_FILE = "metrics.prom"
 MAX_BYTES = 1 << 30  # 100,000 devices fit with room to spare; a bigger file is not ours
 FILE_MODE = 0o644  # read by `powerfleet status` and a node_exporter running as another user
-
-
-def now_utc() -> str:
-    """The state's timestamps: ISO 8601 in UTC, milliseconds (order survives fast writes)."""
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
 def fleet_sha256(path: str | Path) -> str:
@@ -162,14 +168,18 @@ def record_row(state: dict[str, Any], row: dict[str, Any], when: str | None = No
 
 
 def write_state(run_dir: str | Path, state: dict[str, Any]) -> None:
-    """Check ``state``, stamp ``updated_utc``, replace state.json then metrics.prom atomically.
+    """Check ``state``, stamp ``updated_utc`` and the writer, replace state.json then
+    metrics.prom atomically.
 
     Checked with the reader's own rules first, so a document ``read_state`` would refuse is
     never written (a coordinator bug fails here, in its own process, not in a user's
-    ``status``). NaN/inf become null, as in every JSON file powerfleet writes.
+    ``status``). NaN/inf become null, as in every JSON file powerfleet writes. Refused
+    (``Superseded``) when another live process has written the file since this one did.
     """
     run_dir = Path(run_dir)
+    runlife.still_writer(run_dir / STATE_FILE)
     state["updated_utc"] = now_utc()
+    state["writer"] = runlife.me()
     try:  # no indent: 3x faster to write, and `status --json` re-serialises anyway
         clean, text = state, json.dumps(state, allow_nan=False)
     except ValueError:  # a NaN or an infinity: null in a copy (the caller's dicts stay its own)
@@ -177,7 +187,9 @@ def write_state(run_dir: str | Path, state: dict[str, Any]) -> None:
         text = json.dumps(clean, allow_nan=False)
     check_state(clean, str(run_dir / STATE_FILE))
     text += "\n"
-    atomic_write_text(str(run_dir / STATE_FILE), text, FILE_MODE)
+    path = str(run_dir / STATE_FILE)
+    atomic_write_text(path, text, FILE_MODE)
+    runlife.wrote(path)
     atomic_write_text(str(run_dir / METRICS_FILE), prometheus_text(clean), FILE_MODE)
 
 
@@ -287,6 +299,18 @@ def check_state(state: Any, path: str) -> None:
     devices = c.obj(c.get(top, "devices", ""), "devices")
     for name, entry in devices.items():
         _check_device(c, name, entry)
+    writer = top.get("writer")
+    if writer is not None:
+        writer = c.obj(writer, "writer")
+        c.integer(c.get(writer, "pid", "writer."), "writer.pid", 1)
+    stop = top.get("interrupted")
+    if stop is not None:
+        stop = c.obj(stop, "interrupted")
+        c.stamp(c.get(stop, "at_utc", "interrupted."), "interrupted.at_utc")
+        c.text(c.get(stop, "reason", "interrupted."), "interrupted.reason")
+        for key in ("devices_done", "devices"):
+            c.integer(c.get(stop, key, "interrupted."), f"interrupted.{key}", 0)
+        c.number(c.get(stop, "samples", "interrupted."), "interrupted.samples")
     done = c.get(top, "completed_rounds", "")
     if not isinstance(done, list):
         raise c.fail("completed_rounds", f"expected a list, got {_kind(done)}")
@@ -362,6 +386,7 @@ def summary(state: dict[str, Any]) -> dict[str, Any]:
                 eta = max(eta or 0.0, pr["eta_s"])
     running = sum(counts[s] for s in statuses.RUNNING)
     return {
+        "run_status": statuses.run_status(state),
         "devices": len(entries),
         "status_counts": {s: n for s, n in counts.items() if n},
         "running": running,
@@ -375,6 +400,61 @@ def summary(state: dict[str, Any]) -> dict[str, Any]:
         "deadline_s": state["plan"]["deadline_s"],
         "plan_revisions": len(state["plan"]["revisions"]),
     }
+
+
+# ------------------------------------------------------------------------- interruption
+
+
+def read_run(run_dir: str | Path) -> tuple[dict[str, Any], bool]:
+    """(state as it truly is, whether that differs from the file): a run that is not finished
+    and whose writer no longer runs is ``interrupted`` as of its last write (the writer was
+    killed or crashed before it could say so)."""
+    state = read_state(run_dir)
+    verdict = runlife.writer_verdict(state)
+    if state["finished"] or state.get("interrupted") or verdict != liveness.GONE:
+        return state, False
+    w = state["writer"]
+    runlife.interrupt(
+        state,
+        f"its writer, pid {w.get('pid')} on {w.get('host') or 'this host'}, is gone: killed or "
+        "crashed",
+        state["updated_utc"],
+    )
+    return state, True
+
+
+def seal(run_dir: str | Path, state: dict[str, Any]) -> bool:
+    """Write what ``read_run`` found (a dead writer's run, now ``interrupted``) into state.json
+    and metrics.prom, so a dashboard stops showing it running; False when this reader may not
+    write there (a copied or read-only run directory): the view stays right either way."""
+    try:
+        write_state(run_dir, state)
+    except (OSError, InputError):
+        return False
+    return True
+
+
+def stopped(run_dir: str | Path, exc: BaseException) -> Any:
+    """A command that ran a run and was stopped by a signal (the run's writer, a ServerApp in
+    another process, was stopped with it): the run's state says ``interrupted`` by that signal
+    (the ServerApp may have said so itself; one killed before it could is said so here), and
+    the ``Interrupted`` that says in one line how far the run got."""
+    from fleet.common.signals import Interrupted, name_of, signum_of
+
+    try:
+        state = read_state(run_dir)
+    except InputError:  # stopped before the run wrote any state
+        return Interrupted(f"before the run started; nothing in {run_dir}", signum_of(exc))
+    verdict = runlife.writer_verdict(state)
+    if not state["finished"] and not state.get("interrupted") and verdict == liveness.GONE:
+        w = state["writer"]
+        runlife.interrupt(state, f"{name_of(exc)}; its writer, pid {w.get('pid')}, stopped with it")
+        seal(run_dir, state)
+    if state.get("interrupted"):
+        line = runlife.interruption_line(state)
+    else:
+        line = f"{name_of(exc)} while {statuses.run_status(state)}"
+    return Interrupted(f"{line}; state in {run_dir}", signum_of(exc))
 
 
 def remove_stale_temps(run_dir: str | Path) -> list[str]:
@@ -402,4 +482,4 @@ def resumable(run_dir: str | Path, fleet_path: str | Path) -> dict[str, Any] | N
         )
     if state.get("finished"):
         raise InputError(f"{path}: this run has finished; use a new run directory")
-    return state
+    return state  # running (its writer killed: this one resumes it) or interrupted

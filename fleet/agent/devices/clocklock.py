@@ -51,6 +51,7 @@ from fleet.agent.devices.devfreq import (
 )
 from fleet.agent.devices.guard import deferred_signals
 from fleet.agent.devices.sysfs import read_number, read_text, under
+from fleet.method import liveness
 
 log = logging.getLogger("fleet.agent")
 
@@ -305,7 +306,7 @@ class DevfreqClockLock(object):
             path = clockstate.state_path(self.state_dir)
             clockstate.check_identity(record, self.identity(), path)
             entries = [dict(e) for e in record["nodes"]]
-            owner = clockstate.holder(record)
+            owner = liveness.holder(record)
             if owner == "self":
                 self._originals = entries
                 return None

@@ -31,6 +31,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 from fleet.agent.devices.base import DeviceError
+from fleet.method import liveness
 
 STATE_FILE = "jetson-clocks.json"
 FORMAT = "powerfleet-clock-state-2"
@@ -73,7 +74,7 @@ def save(state_dir: str, identity: Dict[str, Any], bounds: Dict[str, Any]) -> st
     must then not touch the clocks, since nothing could bring them back after a crash.
     """
     record = {"format": FORMAT, "saved_at": time.time()}  # type: Dict[str, Any]
-    record.update(process_identity())
+    record.update(liveness.process_identity())
     record.update(identity)
     record.update(bounds)
     return _write_json(state_dir, state_path(state_dir), record, "the original GPU clocks")
@@ -215,50 +216,6 @@ def check_identity(record: Dict[str, Any], identity: Dict[str, Any], path: str) 
         )
 
 
-def _proc_start(pid: int) -> Optional[str]:
-    """The process's start time in clock ticks since boot (/proc/PID/stat field 22), or None
-    when it does not run: gone, or a zombie (an agent SIGKILLed whose parent has not reaped
-    it yet has exited and holds nothing, though its /proc entry is still there)."""
-    try:
-        with open("/proc/{}/stat".format(pid), "r") as fh:
-            text = fh.read()
-    except OSError:
-        return None
-    fields = text[text.rfind(")") + 2 :].split()  # the command name may hold spaces
-    if not fields or fields[0] in ("Z", "X"):
-        return None
-    return fields[19] if len(fields) > 19 else None
-
-
-def _boot_id() -> Optional[str]:
-    try:
-        with open("/proc/sys/kernel/random/boot_id", "r") as fh:
-            return fh.read().strip()
-    except OSError:
-        return None
-
-
-def process_identity(pid: Optional[int] = None) -> Dict[str, Any]:
-    """Who holds the clocks: pid plus boot id and start time, so a reused pid is not taken
-    for the process that wrote the file (nor one from before a reboot)."""
-    pid = os.getpid() if pid is None else pid
-    return {"pid": pid, "boot_id": _boot_id(), "pid_start": _proc_start(pid)}
-
-
-def holder(record: Dict[str, Any]) -> str:
-    """'self' if this process wrote the record, 'alive' if another running process did,
-    'gone' if its writer no longer runs (the case the file exists for)."""
-    pid = record.get("pid")
-    if not isinstance(pid, int) or pid <= 0:
-        return "gone"
-    if record.get("boot_id") != _boot_id():
-        return "gone"
-    start = _proc_start(pid)
-    if start is None or start != record.get("pid_start"):
-        return "gone"
-    return "self" if pid == os.getpid() else "alive"
-
-
 def remove(state_dir: str) -> None:
     try:
         os.unlink(state_path(state_dir))
@@ -298,7 +255,7 @@ def save_nvml(state_dir: str, record: Dict[str, Any]) -> str:
     ``clocks_locked``: whether a restore must reset locked clocks). One-line DeviceError when it
     cannot be written: the caller must then not touch the card."""
     full = {"format": NVML_FORMAT, "saved_at": time.time()}  # type: Dict[str, Any]
-    full.update(process_identity())
+    full.update(liveness.process_identity())
     full.update(record)
     path = nvml_state_path(state_dir, str(record["uuid"]))
     return _write_json(state_dir, path, full, "the GPU's original settings")

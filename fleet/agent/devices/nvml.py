@@ -27,6 +27,7 @@ from fleet.agent.devices import clockstate
 from fleet.agent.devices.base import Backend, BackendSpec, Capabilities, DeviceError, Option
 from fleet.agent.devices.nvml_point import PointWatch
 from fleet.agent.devices.nvml_restore import apply_saved, said_nvml
+from fleet.method import liveness
 from fleet.method.power_window import NVML_INSTANT_AVERAGE_S
 
 POWER_STEP_W = 25.0
@@ -302,7 +303,7 @@ class NvmlBackend(Backend):
         if not records:
             return None
         record = records[0]
-        owner = clockstate.holder(record)
+        owner = liveness.holder(record)
         if owner == "self":  # a second backend in this process: adopt its originals
             self._saved = record
             return None

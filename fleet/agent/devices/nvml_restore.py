@@ -10,6 +10,7 @@ from typing import Any, Callable, Dict, List
 
 from fleet.agent.devices import clockstate
 from fleet.agent.devices.base import DeviceError
+from fleet.method import liveness
 
 
 def apply_saved(nv: Any, handle: Any, record: Dict[str, Any], error: Callable) -> None:
@@ -52,7 +53,7 @@ def restore_saved(state_dir: str, import_nvml: Callable[[], Any]) -> List[Dict[s
         raise DeviceError("cannot initialise NVML: {}".format(exc)) from exc
     done = []
     for record in records:
-        if clockstate.holder(record) == "alive":
+        if liveness.holder(record) == "alive":
             raise DeviceError(
                 "GPU {} settings are held by running process {} (state {}); stop it first".format(
                     record.get("index"), record.get("pid"), record["path"]

@@ -29,6 +29,7 @@ from fleet.agent.devices.devfreq import DevfreqNode, available_hz, find_gpu_node
 from fleet.agent.devices.machine import can_run, machine
 from fleet.agent.devices.power_rails import read_rail_w
 from fleet.agent.devices.sysfs import read_number, read_text, under
+from fleet.method import liveness
 
 
 def survey(
@@ -171,7 +172,7 @@ def _state(root: str, state_dir: Optional[str]) -> Dict[str, Any]:
         return info
     info["saved"] = True
     info["nodes"] = record.get("nodes")
-    info["writer"] = clockstate.holder(record)  # alive: clocks in use; gone: restore them
+    info["writer"] = liveness.holder(record)  # alive: clocks in use; gone: restore them
     info["pid"] = record.get("pid")
     return info
 
