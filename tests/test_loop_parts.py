@@ -137,6 +137,23 @@ def test_the_segment_log_counts_energy_by_trapezoids_per_segment():
     assert this["over_budget_excursions"] == 1
 
 
+def test_a_trapezoid_across_a_segment_start_is_split_at_it():
+    """Samples 1 s apart (a loaded machine) around a switch at 1.5 s: the 1-2 s trapezoid's
+    first half is the old segment's energy, the second half the new one's, so each segment's
+    energy over its own span is its own power, however the samples fall."""
+    log = SegmentLog()
+    log.open(0.0, 32, 800.0, 6.0, "start")
+    log.account(0.0, 5.0, 6.0)
+    log.account(1.0, 5.0, 6.0)
+    log.open(1.5, 32, 600.0, 6.0, "guard")
+    log.account(2.0, 3.0, 6.0)  # the 1-2 s trapezoid: (5 + 3) / 2 x 1 s = 4 J
+    log.account(3.0, 3.0, 6.0)
+    log.end(3.0)
+    segs = log.this_call(99.0, [], [])["segments"]
+    assert [s["energy_j"] for s in segs] == pytest.approx([5.0 + 2.0, 2.0 + 3.0])
+    assert [(s["start_s"], s["end_s"]) for s in segs] == [(0.0, 1.5), (1.5, 3.0)]
+
+
 def test_the_segment_log_judges_the_budget_statistic_not_the_reading():
     """NVML's instantaneous field averaged over 1 s (the backend's window): a 0.15 s spike to
     8 W over a steady 5 W never takes the 1 s mean over a 6 W budget; a lasting step to 7 W

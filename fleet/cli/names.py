@@ -93,6 +93,8 @@ NAMES = {
     "max_samples": "--max-samples",
     "workers": "--workers",
     "ray_address": "--ray-address",
+    "device_cpus": "--device-cpus",  # per simulated device on a Ray cluster
+    "device_gpus": "--device-gpus",
     "cache_dir": "--cache-dir",
     "learn_efficiency": "--learn-efficiency",
     "guard_window": "--guard-window",

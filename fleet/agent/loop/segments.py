@@ -135,6 +135,14 @@ class SegmentLog(object):
             t0, w0 = self._last
             e = max(0.0, t - t0) * (w0 + watts) / 2.0
             self._energy_j += e
+            # a trapezoid across a segment's start is split there: the part before belongs to
+            # the segment before (however far apart a loaded machine's samples fall)
+            start = seg["start_s"]
+            if t0 < start < t and len(self.segments) > 1:
+                before = e * (start - t0) / (t - t0)
+                prev = self.segments[-2]
+                prev["energy_j"] = (prev.get("energy_j") or 0.0) + before
+                e -= before
             seg["energy_j"] = (seg.get("energy_j") or 0.0) + e
         self._last = (t, watts)
         return stat
