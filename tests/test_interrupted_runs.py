@@ -80,6 +80,13 @@ def fleet_file(tmp: Path) -> Path:
     return path
 
 
+def default_signals() -> None:
+    """In the child: SIGINT as a terminal would deliver it. A test run started in the
+    background by a shell without job control inherits SIGINT ignored, and Python then never
+    raises KeyboardInterrupt: the interrupt under test would not arrive."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 
@@ -113,6 +120,7 @@ def start_and_wait_for_the_trainer(tmp: Path) -> tuple[subprocess.Popen, Path]:
         stderr=subprocess.PIPE,
         text=True,
         env=env(),
+        preexec_fn=default_signals,
         cwd=str(ROOT),
     )
     deadline = time.monotonic() + GUARD_S
@@ -336,6 +344,7 @@ def test_the_flower_engine_interrupted_then_resumed(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
         env=env(),
+        preexec_fn=default_signals,
         cwd=str(ROOT),
     )
     deadline = time.monotonic() + GUARD_S
@@ -393,6 +402,7 @@ def test_a_killed_flower_simulation_leaves_no_run_going_on(tmp_path):
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         env=env(),
+        preexec_fn=default_signals,
         cwd=str(ROOT),
     )
     deadline = time.monotonic() + GUARD_S
