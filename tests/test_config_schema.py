@@ -96,7 +96,7 @@ SETTINGS = {
     "efficiency_store": ("effs", '"effs"'),
     "profile_store": ("profs", '"profs"'),
     "input_shape": ("1x28x28", '"1x28x28"'),
-    "ray_address": ("10.0.0.5:6379", '"10.0.0.5:6379"'),
+    "ray_address": ("127.0.0.1:6379", '"127.0.0.1:6379"'),
     "ray_device_cpus": (2, "2"),
     "ray_device_gpus": (0.25, "0.25"),
 }

@@ -87,6 +87,21 @@ def default_signals() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+def start_simulate(engine: str, fleet: str, run_dir: Path, quiet: bool = False) -> subprocess.Popen:
+    """``powerfleet simulate`` as a child this test will signal (SIGINT at its default)."""
+    out = subprocess.DEVNULL if quiet else subprocess.PIPE
+    return subprocess.Popen(
+        [sys.executable, "-m", "fleet", "simulate", "--engine", engine]
+        + ["--fleet", fleet, "--run-dir", str(run_dir)],
+        stdout=out,
+        stderr=out,
+        text=True,
+        env=env(),
+        preexec_fn=default_signals,
+        cwd=str(ROOT),
+    )
+
+
 def env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 
@@ -113,16 +128,7 @@ def start_and_wait_for_the_trainer(tmp: Path) -> tuple[subprocess.Popen, Path]:
     """``simulate --engine direct`` started; returns once its state.json (written by it) shows
     the replayed device done and the trainer running."""
     run_dir = tmp / "run"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "fleet", "simulate", "--engine", "direct"]
-        + ["--fleet", str(fleet_file(tmp)), "--run-dir", str(run_dir)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env(),
-        preexec_fn=default_signals,
-        cwd=str(ROOT),
-    )
+    proc = start_simulate("direct", str(fleet_file(tmp)), run_dir)
     deadline = time.monotonic() + GUARD_S
     while time.monotonic() < deadline:
         s = read(run_dir / "state.json") or {}
@@ -337,16 +343,7 @@ def test_the_flower_engine_interrupted_then_resumed(tmp_path):
     devices = [dict(ref[i], name=f"dev-{k}") for k, i in enumerate((0, 1), start=1)]
     fleet = str(fleet_of_replay_devices(tmp_path, 0, extra_devices=devices))
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "fleet", "simulate", "--engine", "flower"]
-        + ["--fleet", fleet, "--run-dir", str(run_dir)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env(),
-        preexec_fn=default_signals,
-        cwd=str(ROOT),
-    )
+    proc = start_simulate("flower", fleet, run_dir)
     deadline = time.monotonic() + GUARD_S
     while time.monotonic() < deadline and proc.poll() is None:
         s = read(run_dir / "state.json") or {}
@@ -396,15 +393,7 @@ def test_a_killed_flower_simulation_leaves_no_run_going_on(tmp_path):
     devices = [dict(ref[0], name="dev-1")]
     fleet = str(fleet_of_replay_devices(tmp_path, 0, extra_devices=devices))
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "fleet", "simulate", "--engine", "flower"]
-        + ["--fleet", fleet, "--run-dir", str(run_dir)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env=env(),
-        preexec_fn=default_signals,
-        cwd=str(ROOT),
-    )
+    proc = start_simulate("flower", fleet, run_dir, quiet=True)
     deadline = time.monotonic() + GUARD_S
     state: dict = {}
     while time.monotonic() < deadline and proc.poll() is None:

@@ -74,13 +74,13 @@ def test_fleet_on_a_two_node_cluster_matches_one_process(tmp_path: Path) -> None
 
 
 def test_cluster_config_leaves_sizing_to_the_cluster_and_private_runs_stay_private() -> None:
-    on = federation_config(3, placement=RayPlacement("10.0.0.5:6379", 2, 0.5))
+    on = federation_config(3, placement=RayPlacement("127.0.0.1:6379", 2, 0.5))
     assert "client-resources-num-cpus = 2\n" in on and "client-resources-num-gpus = 0.5\n" in on
     assert "init-args-num-cpus" not in on  # Ray refuses sizes when joining a cluster
     private = federation_config(3, ray_cpus=2)
     assert "init-args-num-cpus = 2\n" in private
     assert RayPlacement().environment() == {"RAY_ADDRESS": "local"}
-    assert RayPlacement("10.0.0.5:6379").environment() == {"RAY_ADDRESS": "10.0.0.5:6379"}
+    assert RayPlacement("127.0.0.1:6379").environment() == {"RAY_ADDRESS": "127.0.0.1:6379"}
 
 
 def test_nothing_listening_at_the_address_is_one_line_before_anything_starts(
@@ -102,6 +102,6 @@ def test_cli_refuses_a_bad_address_and_the_direct_engine_in_one_line() -> None:
     bad = run_cli("simulate", "--ray-address", "nope")
     assert bad.returncode == 2
     assert "--ray-address: expected host:port or auto, got 'nope'" in bad.stderr
-    direct = run_cli("simulate", "--engine", "direct", "--ray-address", "10.0.0.5:6379")
+    direct = run_cli("simulate", "--engine", "direct", "--ray-address", "127.0.0.1:6379")
     assert direct.returncode == 2 and "Traceback" not in direct.stderr
     assert direct.stderr.strip().endswith("need --engine flower")
