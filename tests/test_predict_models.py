@@ -380,3 +380,38 @@ def test_one_or_two_held_out_cells_give_at_least_the_unvalidated_margin():
     assert got.upper[(8, 200.0)] == pytest.approx(y(8, 200.0) * (1 + UNVALIDATED_MARGIN))
     assert within_noise({"separable": [0.05], "shape": [0.0]}, [0]) == ["shape"]
     assert within_noise({"separable": [0.003], "shape": [0.0]}, [0])[0] == "separable"
+
+
+def test_a_power_limits_bound_never_exceeds_the_largest_share_any_probe_drew():
+    """On a power-limit knob a wide statistical bound (here: separable forced onto rows that
+    plateau at different limits) is cut to ``share * (1 + margin) * limit``, the largest share
+    of its limit any probe drew; it never drops below the prediction. On a clock knob nothing
+    is cut."""
+    from fleet.agent.prediction.select import choose
+
+    bs, ks = [8, 16, 32, 64], [100.0, 150.0, 200.0, 250.0, 300.0]
+    share = {8: 0.93, 16: 0.99, 32: 0.95, 64: 0.97}
+    free = {8: 120.0, 16: 230.0, 32: 280.0, 64: 1e9}
+
+    def power(b: int, k: float) -> float:
+        return min(share[b] * k, free[b])
+
+    probes = {p: power(*p) for p in frame_probes(bs, ks)}
+    inner = [(b, k) for b in bs[1:-1] for k in ks[1:-1]]
+    got = choose("peak_power_w", {"peak_power_w": probes}, bs, ks, inner, ["separable"])
+    top = max(p / k for (_b, k), p in probes.items())
+    assert top == pytest.approx(0.99)
+    cut = 0
+    for b, k in inner:
+        raw = got.values[(b, k)] * (1 + got.margin)
+        ceiling = top * (1 + got.margin) * k
+        assert got.upper[(b, k)] == pytest.approx(max(min(raw, ceiling), got.values[(b, k)]))
+        assert got.upper[(b, k)] >= power(b, k)  # still above the truth
+        cut += raw > ceiling
+    assert cut > 0  # the case is real: separable's bound went above what the limit allows
+
+    clock = {(b, k * 5): v for (b, k), v in probes.items()}  # same numbers, a MHz knob
+    got = choose("peak_power_w", {"peak_power_w": clock}, bs, [k * 5 for k in ks],
+                 [(b, k * 5) for b, k in inner], ["separable"])  # fmt: skip
+    for p, v in got.values.items():
+        assert got.upper[p] == pytest.approx(v * (1 + got.margin))

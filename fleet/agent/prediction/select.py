@@ -21,7 +21,10 @@ Why a bound: an error of 2 % on power is harmless for time but decides whether a
 a budget. The kept model's held-out residuals say how far the truth has been from its
 prediction on this very device; predicted power carries an upper bound, the largest of the
 plausible models' predictions (those within the noise of the best) times ``1 + margin``, and
-selection on predicted points uses the bound (``fleet.core.profile.feasible``).
+selection on predicted points uses the bound (``fleet.core.profile.feasible``). Where the knob is
+a power limit the card enforces, the bound is also cut to the largest share of its limit any
+probe drew (times ``1 + margin``): a limit is physics, not a model, so a model's wide miss
+cannot exclude a point whose limit already keeps it under the budget.
 
 Runs on the board: Python 3.6, numpy 1.19.
 """
@@ -30,7 +33,7 @@ import math
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from fleet.agent.prediction.fit import PredictError
-from fleet.agent.prediction.models import MODELS, NotApplicable
+from fleet.agent.prediction.models import MODELS, POWER_COLUMNS, NotApplicable, cap_ratio
 
 Key = Tuple[int, float]
 Obs = Dict[Key, float]
@@ -186,4 +189,17 @@ def choose(
     if len(seen) < MIN_CELLS:  # the largest of one or two misses says little about the next
         margin = max(margin, UNVALIDATED_MARGIN)
     upper = dict((p, max(fitted[m][p] for m in plausible) * (1.0 + margin)) for p in points)
+    share = limit_share(columns[name]) if name in POWER_COLUMNS else None
+    if share is not None:  # the card holds power under its limit: no bound need exceed that
+        ceiling = share * (1.0 + margin)
+        upper = dict((p, max(min(u, ceiling * p[1]), fitted[best][p])) for p, u in upper.items())
     return Choice(best, fitted[best], scores.get(best), scores, margin, upper)
+
+
+def limit_share(power: Obs) -> Optional[float]:
+    """Where the knob is a power limit, the largest share of its limit any probe drew (None
+    otherwise). Why the largest and not the row's own: a row's share is known from its probes
+    only, and the bound must hold for every row; the margin on top covers reading noise."""
+    if cap_ratio(power) is None:
+        return None
+    return max(p / k for (_b, k), p in power.items() if k > 0)
