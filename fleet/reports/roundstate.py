@@ -39,7 +39,7 @@ from typing import Any, NamedTuple
 
 from fleet.common.errors import InputError
 from fleet.method import liveness
-from fleet.method.profile_io import atomic_write_text
+from fleet.method.profile_io import atomic_write, atomic_write_text
 from fleet.reports import runlife, state_check
 from fleet.reports.prometheus import device_lines, prometheus_text
 from fleet.reports.report import json_safe
@@ -181,7 +181,7 @@ class _Device(NamedTuple):
     ``"name": {...}`` item of state.json and its metrics.prom lines."""
 
     fingerprint: bytes | None
-    item: str
+    item: bytes
     lines: tuple[str | None, ...]
 
 
@@ -238,11 +238,16 @@ class Writer:
                 old = self._render(c, run, name, entry, mark)
             fresh[name] = old
         self._devices = fresh
-        items = "{" + ", ".join(d.item for d in fresh.values()) + "}"
-        text = ", ".join(
-            f"{_key(k)}: {items if k == 'devices' else _dumps(v)}" for k, v in state.items()
-        )
-        atomic_write_text(path, "{" + text + "}\n", FILE_MODE)
+        # in pieces, the devices joined once: no copy of the whole document made twice
+        parts = [b"{"]
+        for k, (key, value) in enumerate(state.items()):
+            parts.append(f"{', ' if k else ''}{_key(key)}: ".encode())
+            if key == "devices":
+                parts += [b"{", b", ".join(d.item for d in fresh.values()), b"}"]
+            else:
+                parts.append(_dumps(value).encode())
+        parts.append(b"}\n")
+        atomic_write(path, lambda fh: fh.writelines(parts), FILE_MODE)
         runlife.wrote(path)
         metrics = prometheus_text(head, [d.lines for d in fresh.values()])
         atomic_write_text(str(self.run_dir / METRICS_FILE), metrics, FILE_MODE)
@@ -258,7 +263,8 @@ class Writer:
             text = json.dumps(entry, allow_nan=False)
         state_check.check_device(c, name, entry)
         self.rendered += 1
-        return _Device(mark, f"{_key(name)}: {text}", device_lines(run, entry))
+        item = f"{_key(name)}: {text}".encode()  # ASCII: json.dumps escapes the rest
+        return _Device(mark, item, device_lines(run, entry))
 
 
 def _key(key: Any) -> str:
