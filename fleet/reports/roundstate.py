@@ -253,7 +253,9 @@ class Writer:
         atomic_write_text(str(self.run_dir / METRICS_FILE), metrics, FILE_MODE)
         self.writes += 1
 
-    def _render(self, c: state_check.Check, run: str, name: str, entry: Any, mark: Any) -> _Device:
+    def _render(
+        self, c: state_check.Check, run: str, name: str, entry: Any, mark: bytes | None
+    ) -> _Device:
         """A device's entry checked, serialised and rendered (NaN/inf null in a copy: the
         caller's dicts stay its own)."""
         try:  # no indent: 3x faster to write, and `status --json` re-serialises anyway
