@@ -60,12 +60,14 @@ class StateWriter:
     then its final row as it finishes, ``finished`` at the end, so ``powerfleet status`` reads
     a direct run as it reads a Flower one. Written at most once per ``every_s`` of wall time
     (plus the first and the last write): a 1,000-device fleet finishes devices far faster than
-    anyone reads them, and each write re-serialises every device."""
+    anyone reads them, and each write still writes every device's bytes (it renders only the
+    devices that changed: ``roundstate.Writer``)."""
 
     def __init__(
         self, fleet: Fleet, run_dir: Path, every_s: float = 1.0, segment_s: float = SEGMENT_S
     ) -> None:
         self.run_dir, self.every_s = run_dir, every_s
+        self.files = roundstate.Writer(run_dir)  # renders only the devices that changed
         devices = [(d.name, d.device_type, d.budget_w) for d in fleet.devices]
         digest = roundstate.fleet_sha256(fleet.path)
         self.state = roundstate.new_state(
@@ -78,7 +80,7 @@ class StateWriter:
         for row, when in self.waiting:
             roundstate.record_row(self.state, row, when)
         self.waiting = []
-        roundstate.write_state(self.run_dir, self.state)
+        self.files.write(self.state)
         self.last = time.monotonic()
 
     def started_device(self, name: str) -> None:
@@ -94,7 +96,7 @@ class StateWriter:
             roundstate.record_row(self.state, row, when)
         self.waiting = []
         line = runlife.interrupt(self.state, name_of(exc))
-        roundstate.write_state(self.run_dir, self.state)
+        self.files.write(self.state)
         return Interrupted(f"{line}; state in {self.run_dir}", signum_of(exc))
 
     def finished_device(self, row: dict) -> None:

@@ -52,8 +52,9 @@ class ReplyTimings:
 
 def write_gap(took_s: float, every_s: float, share: float) -> float:
     """Wall seconds from one state write's start to the next: ``every_s``, or longer when the
-    last write took more than ``share`` of that. Why: a write re-serialises every device
-    (state.json and metrics.prom, checked), so its cost grows with the fleet; a fixed gap would
+    last write took more than ``share`` of that. Why: a write renders only the devices that
+    changed (``roundstate.Writer``) but still fingerprints every device and writes every byte of
+    state.json and metrics.prom, so its cost grows with the fleet; a fixed gap would
     let it take the whole loop at a thousand devices and make every reply wait behind it.
     Bounded this way the coordinator's writing stays under ``share`` of its time and its cost
     per reply flat in N; what grows is how stale ``powerfleet status`` may be (the gap)."""

@@ -70,8 +70,11 @@ class SegmentedRound:
         mode: str = "local",
         on_reply: ReplyHook | None = None,
         plan: bool = False,
+        files: roundstate.Writer | None = None,
     ) -> None:
         self.grid, self.state, self.run_dir, self.s = grid, state, Path(run_dir), settings
+        # the run's writer (kept across rounds): renders only the devices that changed
+        self.files = files or roundstate.Writer(self.run_dir)
         self.config, self.arrays, self.mode = config, arrays, mode
         self.fleet_order = {name: i for i, name in enumerate(devices)}
         self.describe = describe or {}  # name -> (device type, budget): shown before a reply
@@ -465,7 +468,7 @@ class SegmentedRound:
         if not force and (not self.dirty or now - self.last_write < self.write_gap_s):
             return
         wall, cpu = time.perf_counter(), time.thread_time()
-        roundstate.write_state(self.run_dir, self.state)
+        self.files.write(self.state)
         took = time.perf_counter() - wall
         self.timings.written(took, time.thread_time() - cpu)
         self.dirty, self.last_write = False, now

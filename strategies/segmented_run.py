@@ -83,6 +83,7 @@ def run_rounds(
     if any(int(r.get("round", 0)) == first for r in state.get("completed_rounds", [])):
         first += 1
     out: dict[int, list[dict[str, object]]] = {}
+    files = roundstate.Writer(run_dir)  # one for the run: each write renders what changed
     for server_round in range(first, run.rounds + 1):
         if int(state.get("round") or 0) != server_round:
             book.start_round(state, server_round)
@@ -105,6 +106,7 @@ def run_rounds(
             mode=run.mode,
             on_reply=on_reply,
             plan=plan,
+            files=files,
         )
         rows, weights = driver.run()
         rows = coordinator.order_rows(rows, [d.name for d in fleet.devices])
@@ -118,7 +120,7 @@ def run_rounds(
         summary = coordinator.round_summary(server_round, rows)
         totals = {k: v for k, v in summary.items() if k != "round"}
         state.setdefault("completed_rounds", []).append({"round": server_round, "totals": totals})
-        roundstate.write_state(run_dir, state)
+        files.write(state)
     return out
 
 

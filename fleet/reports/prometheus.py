@@ -144,36 +144,61 @@ def labels(pairs: dict[str, str]) -> str:
     return "{" + ",".join(f'{k}="{escape_label(v)}"' for k, v in pairs.items()) + "}"
 
 
-def prometheus_text(state: dict[str, Any]) -> str:
-    """Every metric of the round state, HELP and TYPE first, one sample per device."""
+STATUS_FAMILY = ("status", "gauge", "1 for the device's status, 0 otherwise")
+
+
+def device_lines(run: str, e: dict[str, Any]) -> tuple[str | None, ...]:
+    """One device's samples, one item per device family in output order (``DEVICE_METRICS``,
+    then the status block): the line, or None where the value is unknown. Why per device: the
+    incremental writer (``roundstate.Writer``) keeps these for each device and renders
+    again only the devices whose entry changed; ``prometheus_text`` assembles them."""
+    # the device's labels escaped once, not once per metric (1,000 devices x 23 families)
+    i = (
+        f'run="{escape_label(run)}",device="{escape_label(e["device"])}",'
+        f'device_type="{escape_label(e["device_type"])}"'
+    )
+    p = e["progress"]
+    out: list[str | None] = []
+    for short, _, _, get in DEVICE_METRICS:
+        v = number(get(e, p))
+        out.append(None if v is None else f"powerfleet_device_{short}{{{i}}} {v}")
+    status = e["status"]
+    out.append(
+        "\n".join(
+            f'powerfleet_device_status{{{i},status="{escape_label(s)}"}} {int(status == s)}'
+            for s in statuses.ALL
+        )
+    )
+    return tuple(out)
+
+
+def prometheus_text(
+    state: dict[str, Any], devices: list[tuple[str | None, ...]] | None = None
+) -> str:
+    """Every metric of the round state, HELP and TYPE first, one sample per device.
+
+    ``devices``: each device's ``device_lines`` in the state's order, when the caller kept
+    them (the incremental writer); rendered here from the state otherwise."""
     run = str(state.get("run", ""))
     out: list[str] = []
 
     def family(name: str, kind: str, text: str, samples: list[tuple[str, Any]]) -> None:
         lines = [f"{name}{lab} {v}" for lab, raw in samples if (v := number(raw)) is not None]
+        emit(name, kind, text, lines)
+
+    def emit(name: str, kind: str, text: str, lines: list[str]) -> None:
         if not lines:
             return  # a family with no sample says nothing a scraper can use
         out.append(f"# HELP {name} {escape_help(text)}")
         out.append(f"# TYPE {name} {kind}")
         out.extend(lines)
 
-    # each device's labels escaped once, not once per metric (1,000 devices x 23 families)
-    devices = [
-        (
-            f'run="{escape_label(run)}",device="{escape_label(e["device"])}",'
-            f'device_type="{escape_label(e["device_type"])}"',
-            e,
-        )
-        for e in state.get("devices", {}).values()
-    ]
-    for short, kind, text, get in DEVICE_METRICS:
-        samples = [("{" + i + "}", get(e, e["progress"])) for i, e in devices]
-        family(f"powerfleet_device_{short}", kind, text, samples)
-    suffixes = [(s, f',status="{escape_label(s)}"' + "}") for s in statuses.ALL]
-    onehot = [
-        ("{" + i + suffix, int(e["status"] == s)) for i, e in devices for s, suffix in suffixes
-    ]
-    family("powerfleet_device_status", "gauge", "1 for the device's status, 0 otherwise", onehot)
+    if devices is None:
+        devices = [device_lines(run, e) for e in state.get("devices", {}).values()]
+    families = [m[:3] for m in DEVICE_METRICS] + [STATUS_FAMILY]
+    for k, (short, kind, text) in enumerate(families):
+        lines = [d[k] for d in devices if d[k] is not None]
+        emit(f"powerfleet_device_{short}", kind, text, lines)  # type: ignore[arg-type]
     r = labels({"run": run})
     plan = state.get("plan") or {}
     family("powerfleet_round", "gauge", "current round (1-based)", [(r, state.get("round"))])

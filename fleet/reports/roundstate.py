@@ -8,11 +8,13 @@ reader and writer:
 
 - ``new_state`` builds the document for a run that starts (every device ``pending``);
 - the coordinator mutates the plain dict (statuses, ``Progress.to_dict()``, rows, revisions);
-- ``write_state`` checks it, stamps ``updated_utc`` and replaces ``state.json`` and
-  ``metrics.prom`` atomically (temp file in the same directory, fsync, ``os.replace``), so a
-  reader sees the previous document or the next one, never half of one;
-- ``read_state`` refuses anything that is not such a document with one line naming the file
-  and the field (exit 2 in the CLI), never a traceback.
+- ``Writer.write`` (``write_state`` for a one-off write) checks it, stamps ``updated_utc``
+  and replaces ``state.json`` and ``metrics.prom`` atomically (temp file in the same
+  directory, fsync, ``os.replace``), so a reader sees the previous document or the next one,
+  never half of one; a ``Writer`` kept across writes renders only the devices that changed;
+- ``read_state`` refuses anything that is not such a document (the rules:
+  ``fleet.reports.state_check``) with one line naming the file and the field (exit 2 in the
+  CLI), never a traceback.
 
 Who writes it, and whether it still does (``fleet.reports.runlife``): every write stamps
 ``writer`` (pid, boot id, start time, host); a run stopped by SIGINT/SIGTERM records it itself
@@ -30,25 +32,23 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
+import marshal
 import os
-from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from fleet.common.errors import InputError
 from fleet.method import liveness
-from fleet.method.profile_io import atomic_write_text
-from fleet.reports import runlife
-from fleet.reports.prometheus import prometheus_text
+from fleet.method.profile_io import atomic_write, atomic_write_text
+from fleet.reports import runlife, state_check
+from fleet.reports.prometheus import device_lines, prometheus_text
 from fleet.reports.report import json_safe
 from fleet.reports.runlife import now_utc
+from fleet.reports.state_check import FORMAT, VERSION, check_state
 from fleet.rounds import statuses
 from fleet.rounds.device_round import TRAINED
 from fleet.rounds.progress import Progress, read_progress
 
-FORMAT = "powerfleet-round-state"
-VERSION = 1
 STATE_FILE = "state.json"
 METRICS_FILE = "metrics.prom"
 MAX_BYTES = 1 << 30  # 100,000 devices fit with room to spare; a bigger file is not ours
@@ -168,29 +168,123 @@ def record_row(state: dict[str, Any], row: dict[str, Any], when: str | None = No
 
 
 def write_state(run_dir: str | Path, state: dict[str, Any]) -> None:
-    """Check ``state``, stamp ``updated_utc`` and the writer, replace state.json then
-    metrics.prom atomically.
+    """Check ``state``, stamp it and replace state.json then metrics.prom, every device
+    rendered afresh (a one-off write; a process that writes the same run again and again keeps
+    a ``Writer``)."""
+    Writer(run_dir).write(state)
 
-    Checked with the reader's own rules first, so a document ``read_state`` would refuse is
-    never written (a coordinator bug fails here, in its own process, not in a user's
-    ``status``). NaN/inf become null, as in every JSON file powerfleet writes. Refused
-    (``Superseded``) when another live process has written the file since this one did.
-    """
-    run_dir = Path(run_dir)
-    runlife.still_writer(run_dir / STATE_FILE)
-    state["updated_utc"] = now_utc()
-    state["writer"] = runlife.me()
-    try:  # no indent: 3x faster to write, and `status --json` re-serialises anyway
-        clean, text = state, json.dumps(state, allow_nan=False)
-    except ValueError:  # a NaN or an infinity: null in a copy (the caller's dicts stay its own)
-        clean = json_safe(state)
-        text = json.dumps(clean, allow_nan=False)
-    check_state(clean, str(run_dir / STATE_FILE))
-    text += "\n"
-    path = str(run_dir / STATE_FILE)
-    atomic_write_text(path, text, FILE_MODE)
-    runlife.wrote(path)
-    atomic_write_text(str(run_dir / METRICS_FILE), prometheus_text(clean), FILE_MODE)
+
+class _Device(NamedTuple):
+    """What a device's entry was last written as: its fingerprint (``marshal`` of the entry:
+    every value with its type, so 1, 1.0 and true differ as they do in JSON; None when the
+    entry holds something marshal refuses, which is then rendered every write), its
+    ``"name": {...}`` item of state.json and its metrics.prom lines."""
+
+    fingerprint: bytes | None
+    item: bytes
+    lines: tuple[str | None, ...]
+
+
+class Writer:
+    """Writes one run directory's state.json and metrics.prom, again and again, rendering only
+    the devices whose entry changed since its last write.
+
+    Why: a coordinator writes the state after every reply (throttled by ``write_gap``); a
+    whole rewrite serialises, checks and renders every device, so a reply that arrives alone
+    paid a cost that grows with the fleet. Here each device's JSON item and Prometheus lines
+    are kept, keyed by its name, and made again (with its check) only when the entry's
+    fingerprint differs from the one they were made from: nothing to invalidate by hand, so a
+    change anywhere in an entry (in place, nested, by any caller) is seen. The head of the
+    document (run, plan, writer, interrupted, ...) is checked and serialised every write.
+    The files are assembled from the pieces and replaced atomically as before, byte for byte
+    what a full rewrite writes (``json.dumps`` of the document, ``prometheus_text``).
+    What stays linear in the fleet: the fingerprints (``marshal``, C, about a tenth of a full
+    write's CPU) and the bytes written."""
+
+    def __init__(self, run_dir: str | Path) -> None:
+        self.run_dir = Path(run_dir)
+        self._run: str | None = None  # the run label the kept lines carry
+        self._devices: dict[str, _Device] = {}
+        self.rendered = 0  # devices serialised, checked and rendered by the last write
+        self.writes = 0
+
+    def write(self, state: dict[str, Any]) -> None:
+        """Check ``state``, stamp ``updated_utc`` and the writer, replace state.json then
+        metrics.prom atomically.
+
+        Checked with the reader's own rules first, so a document ``read_state`` would refuse
+        is never written (a coordinator bug fails here, in its own process, not in a user's
+        ``status``). NaN/inf become null, as in every JSON file powerfleet writes. Refused
+        (``Superseded``) when another live process has written the file since this one did."""
+        path = str(self.run_dir / STATE_FILE)
+        runlife.still_writer(path)
+        state["updated_utc"] = now_utc()
+        state["writer"] = runlife.me()
+        c = state_check.Check(path)
+        head = _clean_head(state)
+        devices = state_check.check_head(c, head)
+        run = str(state.get("run", ""))
+        if run != self._run:  # every kept line carries the run's label
+            self._run, self._devices = run, {}
+        kept, fresh = self._devices, {}
+        self.rendered = 0
+        for name, entry in devices.items():
+            try:  # no version 3+: its back-references depend on who else holds a value
+                mark: bytes | None = marshal.dumps(entry, 2)
+            except ValueError:
+                mark = None
+            old = kept.get(name)
+            if old is None or mark is None or old.fingerprint != mark:
+                old = self._render(c, run, name, entry, mark)
+            fresh[name] = old
+        self._devices = fresh
+        # in pieces, the devices joined once: no copy of the whole document made twice
+        parts = [b"{"]
+        for k, (key, value) in enumerate(state.items()):
+            parts.append(f"{', ' if k else ''}{_key(key)}: ".encode())
+            if key == "devices":
+                parts += [b"{", b", ".join(d.item for d in fresh.values()), b"}"]
+            else:
+                parts.append(_dumps(value).encode())
+        parts.append(b"}\n")
+        atomic_write(path, lambda fh: fh.writelines(parts), FILE_MODE)
+        runlife.wrote(path)
+        metrics = prometheus_text(head, [d.lines for d in fresh.values()])
+        atomic_write_text(str(self.run_dir / METRICS_FILE), metrics, FILE_MODE)
+        self.writes += 1
+
+    def _render(
+        self, c: state_check.Check, run: str, name: str, entry: Any, mark: bytes | None
+    ) -> _Device:
+        """A device's entry checked, serialised and rendered (NaN/inf null in a copy: the
+        caller's dicts stay its own)."""
+        try:  # no indent: 3x faster to write, and `status --json` re-serialises anyway
+            text = json.dumps(entry, allow_nan=False)
+        except ValueError:
+            entry = json_safe(entry)
+            text = json.dumps(entry, allow_nan=False)
+        state_check.check_device(c, name, entry)
+        self.rendered += 1
+        item = f"{_key(name)}: {text}".encode()  # ASCII: json.dumps escapes the rest
+        return _Device(mark, item, device_lines(run, entry))
+
+
+def _key(key: Any) -> str:
+    """An object's key as ``json.dumps`` writes it (a number or true/false as a string)."""
+    return json.dumps(key) if isinstance(key, str) else json.dumps({key: 0})[1:-4]
+
+
+def _dumps(value: Any) -> str:
+    """A value as ``json.dumps`` of the whole document writes it (NaN/inf null)."""
+    try:
+        return json.dumps(value, allow_nan=False)
+    except ValueError:
+        return json.dumps(json_safe(value), allow_nan=False)
+
+
+def _clean_head(state: dict[str, Any]) -> dict[str, Any]:
+    """The document's head as written (NaN/inf null), its devices object as it is."""
+    return {k: v if k == "devices" else json_safe(v) for k, v in state.items()}
 
 
 def read_state(run_dir: str | Path) -> dict[str, Any]:
@@ -214,152 +308,6 @@ def read_state(run_dir: str | Path) -> dict[str, Any]:
         raise InputError(f"{path}: not valid JSON ({msg}{where})") from None
     check_state(state, str(path))
     return state
-
-
-# ---------------------------------------------------------------------------------- checking
-
-
-class _Check:
-    """Field readers that name the file and the field's path in every refusal."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def fail(self, where: str, what: str) -> InputError:
-        return InputError(f"{self.path}: {where}: {what}")
-
-    def get(self, obj: dict[str, Any], key: str, where: str) -> Any:
-        if key not in obj:
-            raise self.fail(f"{where}{key}", "missing")
-        return obj[key]
-
-    def obj(self, value: Any, where: str) -> dict[str, Any]:
-        if not isinstance(value, dict):
-            raise self.fail(where, f"expected an object, got {_kind(value)}")
-        return value
-
-    def text(self, value: Any, where: str) -> str:
-        if not isinstance(value, str):
-            raise self.fail(where, f"expected a string, got {_kind(value)}")
-        return value
-
-    def integer(self, value: Any, where: str, lo: int) -> int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.fail(where, f"expected a whole number, got {_kind(value)}")
-        if value < lo:
-            raise self.fail(where, f"{value} is below {lo}")
-        return value
-
-    def number(self, value: Any, where: str, optional: bool = False) -> float | None:
-        if value is None and optional:
-            return None
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise self.fail(where, f"expected a number, got {_kind(value)}")
-        if not math.isfinite(value) or value < 0:
-            raise self.fail(where, f"{value!r} is not a finite number >= 0")
-        return float(value)
-
-    def stamp(self, value: Any, where: str, optional: bool = False) -> str | None:
-        if value is None and optional:
-            return None
-        text = self.text(value, where)
-        try:
-            datetime.fromisoformat(text)
-        except ValueError:
-            raise self.fail(where, f"{text!r} is not an ISO 8601 time") from None
-        return text
-
-
-def _kind(value: Any) -> str:
-    return "null" if value is None else type(value).__name__
-
-
-def check_state(state: Any, path: str) -> None:
-    """Raise InputError (file, field) unless ``state`` is a version-1 round state."""
-    c = _Check(path)
-    top = c.obj(state, "top level")
-    fmt = top.get("format")
-    if fmt != FORMAT:
-        raise c.fail("format", f"expected {FORMAT!r}, got {fmt!r} (not a powerfleet round state)")
-    version = top.get("version")
-    if version != VERSION or isinstance(version, bool):
-        raise c.fail("version", f"expected {VERSION}, got {version!r} (written by another release)")
-    for key in ("run", "fleet_file", "fleet_sha256", "engine", "run_token"):
-        c.text(c.get(top, key, ""), key)
-    for key in ("started_utc", "updated_utc"):
-        c.stamp(c.get(top, key, ""), key)
-    if not isinstance(c.get(top, "finished", ""), bool):
-        raise c.fail("finished", f"expected true or false, got {_kind(top['finished'])}")
-    rounds = c.integer(c.get(top, "rounds", ""), "rounds", 1)
-    rnd = c.integer(c.get(top, "round", ""), "round", 0)
-    if rnd > rounds:
-        raise c.fail("round", f"{rnd} is beyond rounds ({rounds})")
-    c.number(c.get(top, "segment_s", ""), "segment_s")
-    _check_plan(c, c.obj(c.get(top, "plan", ""), "plan"))
-    devices = c.obj(c.get(top, "devices", ""), "devices")
-    for name, entry in devices.items():
-        _check_device(c, name, entry)
-    writer = top.get("writer")
-    if writer is not None:
-        writer = c.obj(writer, "writer")
-        c.integer(c.get(writer, "pid", "writer."), "writer.pid", 1)
-    stop = top.get("interrupted")
-    if stop is not None:
-        stop = c.obj(stop, "interrupted")
-        c.stamp(c.get(stop, "at_utc", "interrupted."), "interrupted.at_utc")
-        c.text(c.get(stop, "reason", "interrupted."), "interrupted.reason")
-        for key in ("devices_done", "devices"):
-            c.integer(c.get(stop, key, "interrupted."), f"interrupted.{key}", 0)
-        c.number(c.get(stop, "samples", "interrupted."), "interrupted.samples")
-    done = c.get(top, "completed_rounds", "")
-    if not isinstance(done, list):
-        raise c.fail("completed_rounds", f"expected a list, got {_kind(done)}")
-    for k, item in enumerate(done):
-        where = f"completed_rounds[{k}]"
-        item = c.obj(item, where)
-        c.integer(c.get(item, "round", f"{where}."), f"{where}.round", 1)
-        c.obj(c.get(item, "totals", f"{where}."), f"{where}.totals")
-
-
-def _check_plan(c: _Check, plan: dict[str, Any]) -> None:
-    c.number(c.get(plan, "deadline_s", "plan."), "plan.deadline_s", optional=True)
-    revisions = c.get(plan, "revisions", "plan.")
-    if not isinstance(revisions, list):
-        raise c.fail("plan.revisions", f"expected a list, got {_kind(revisions)}")
-    for k, rev in enumerate(revisions):
-        where = f"plan.revisions[{k}]"
-        rev = c.obj(rev, where)
-        c.stamp(c.get(rev, "at_utc", f"{where}."), f"{where}.at_utc")
-        c.number(c.get(rev, "round_time_s", f"{where}."), f"{where}.round_time_s")
-        for key in ("deadline_s", "previous_s"):
-            c.number(c.get(rev, key, f"{where}."), f"{where}.{key}", optional=True)
-        c.text(c.get(rev, "reason", f"{where}."), f"{where}.reason")
-
-
-def _check_device(c: _Check, name: str, entry: Any) -> None:
-    where = f"devices.{name}"
-    entry = c.obj(entry, where)
-    p = f"{where}."
-    if c.get(entry, "device", p) != name:
-        raise c.fail(f"{p}device", f"{entry['device']!r} differs from its key {name!r}")
-    c.text(c.get(entry, "device_type", p), f"{p}device_type")
-    status = c.get(entry, "status", p)
-    if status not in statuses.ALL:
-        raise c.fail(f"{p}status", f"{status!r} is not one of {', '.join(statuses.ALL)}")
-    node = c.get(entry, "node_id", p)
-    if node is not None:
-        c.integer(node, f"{p}node_id", 0)
-    c.number(c.get(entry, "budget_w", p), f"{p}budget_w", optional=True)
-    try:
-        read_progress(c.get(entry, "progress", p), where=f"{p}progress")
-    except InputError as exc:
-        raise InputError(f"{c.path}: {exc}") from None
-    for key in ("last_seen_utc", "lost_at_utc"):
-        c.stamp(c.get(entry, key, p), f"{p}{key}", optional=True)
-    c.text(c.get(entry, "message", p), f"{p}message")
-    row = c.get(entry, "row", p)
-    if row is not None:
-        c.obj(row, f"{p}row")
 
 
 # ---------------------------------------------------------------------------------- summary
