@@ -17,6 +17,20 @@ ROOT = Path(__file__).resolve().parents[1]
 AGENT_GUARD_S = 120.0
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests that start real processes first, then the other slow ones, then the rest (stable
+    within each group). Why: ``make test`` hands tests to its workers two at a time
+    (``--maxschedchunk 2``), so this is longest-first scheduling; a two-minute fault test started
+    last would otherwise run alone on one worker while the others sit idle."""
+
+    def weight(item) -> int:
+        if item.get_closest_marker("integration"):
+            return 0
+        return 1 if item.get_closest_marker("slow") else 2
+
+    items.sort(key=weight)
+
+
 def write_csv(path: Path, header: str, rows: list[str], comments: list[str] = ()) -> Path:
     lines = [f"# {c}" for c in comments] + [header] + rows
     path.write_text("\n".join(lines) + "\n")
