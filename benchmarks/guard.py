@@ -31,6 +31,7 @@ from pathlib import Path
 
 from fleet.agent.devices.jetson import JetsonBackend
 from fleet.agent.loop.closedloop import ClosedLoop
+from fleet.agent.loop.loop_plan import LoopPlan
 from fleet.method.budget import FixedBudget
 from fleet.method.point import Point
 from fleet.method.selection import choose
@@ -77,9 +78,8 @@ def one_run(board, state_dir, rng, guard: bool, duration_s: float, noise_w: floa
     board.set_noise(noise_w)
     backend = BoardBackend(board, state_dir=state_dir)
     samples: list[tuple[float, float]] = []
-    loop = ClosedLoop(
-        backend, points, EFF, FixedBudget(budget), guard_window_s=0.2 if guard else 1e9
-    )
+    plan = LoopPlan(points, EFF, FixedBudget(budget), guard_window_s=0.2 if guard else 1e9)
+    loop = ClosedLoop(backend, plan)
     orig = loop.on_sample
 
     def watch(t, w):

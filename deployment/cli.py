@@ -162,18 +162,22 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
             result = deploy.run_coordinator(
                 args.fleet,
                 run_dir,
-                host=args.host,
-                port=args.port,
-                num_nodes=args.nodes,
-                tls=_tls(args),
-                insecure=args.insecure,
-                auth_public_keys=keys,
-                ship_weights=args.ship_weights,
-                timeout_s=args.timeout,
-                work_dir=args.work_dir,
-                keep_work_dir=args.keep_work_dir,
+                link=deploy.LinkSettings(
+                    host=args.host,
+                    port=args.port,
+                    tls=_tls(args),
+                    insecure=args.insecure,
+                    auth_public_keys=tuple(keys),
+                    work_dir=args.work_dir,
+                    keep_work_dir=args.keep_work_dir,
+                ),
+                submission=deploy.Submission(
+                    num_nodes=args.nodes,
+                    ship_weights=args.ship_weights,
+                    segment_s=args.segment_s,
+                    timeout_s=args.timeout,
+                ),
                 on_status=lambda status: _note("coordinator", f"run status: {status}"),
-                segment_s=args.segment_s,
             )
     except processes.DeployError as exc:
         _note("coordinator", f"error: {exc} ({run_dir / 'logs' / 'superlink.log'})")

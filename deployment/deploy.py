@@ -53,7 +53,7 @@ class CoordinatorResult:
         return self.status == "finished:completed" and self.report is not None
 
 
-# The SuperLink's state file, relative to the run directory (run_coordinator's default).
+# The SuperLink's state file, relative to the run directory (LinkSettings.database's default).
 SUPERLINK_DB = "superlink.db"
 
 
@@ -131,103 +131,127 @@ def _ppid(pid: int) -> int | None:
         return None
 
 
+@dataclass(frozen=True)
+class LinkSettings:
+    """Where the SuperLink listens (``host``, ``port``), whom it trusts (``tls``; plaintext
+    only with ``insecure``; ``auth_public_keys``, checked with ``security.public_keys``, turn
+    on SuperNode authentication) and where its state lives: ``database`` (``--database``; a
+    relative path lies in the run directory, None keeps it in memory) and the Flower homes of
+    the SuperLink and the CLI, in a fresh 0700 directory under ``work_dir`` (default
+    ``security.state_base()``) removed at the end unless ``keep_work_dir``. One record because
+    ``powerfleet coordinator`` checks them together before anything starts
+    (``daemons.superlink_command``)."""
+
+    host: str = "127.0.0.1"
+    port: int = 9091
+    tls: Tls | None = None
+    insecure: bool = False
+    auth_public_keys: tuple[Path, ...] = ()
+    database: str | Path | None = SUPERLINK_DB
+    work_dir: str | Path | None = None
+    keep_work_dir: bool = False
+
+
+@dataclass(frozen=True)
+class Submission:
+    """What the coordinator asks of the run: how many SuperNodes it waits for (``num_nodes``;
+    0: the fleet's devices), whether the weights travel (``ship_weights``; None: the app's
+    default), the segment length in device seconds (``segment_s``; None: the app's default, 0:
+    one request per device and round), and how long without progress it waits
+    (``timeout_s``, counted from ``run_dir/state.json``'s last change, so a round of hours
+    that keeps reporting is never cut short). The first three become the run config's
+    ``num-nodes``, ``ship-weights`` and ``segment-s``."""
+
+    num_nodes: int = 0
+    ship_weights: bool | None = None
+    segment_s: float | None = None
+    timeout_s: float = 3600.0
+
+    def run_config(self, fleet_path: Path, run_dir: Path, token: str) -> dict[str, object]:
+        """The `flwr run` overrides for this run (``run-token`` names its report)."""
+        config: dict[str, object] = {
+            "fleet-path": str(fleet_path),
+            "run-dir": str(run_dir),
+            "num-nodes": int(self.num_nodes),
+            "run-token": token,
+        }
+        if self.ship_weights is not None:
+            config["ship-weights"] = bool(self.ship_weights)
+        if self.segment_s is not None:
+            config["segment-s"] = float(self.segment_s)
+        return config
+
+
 def run_coordinator(
     fleet_path: str | Path,
     run_dir: str | Path,
     *,
-    host: str = "127.0.0.1",
-    port: int = 9091,
-    num_nodes: int = 0,
-    tls: Tls | None = None,
-    insecure: bool = False,
-    auth_public_keys: list[Path] | None = None,
-    ship_weights: bool | None = None,
-    timeout_s: float = 3600.0,
-    work_dir: str | Path | None = None,
-    keep_work_dir: bool = False,
+    link: LinkSettings | None = None,
+    submission: Submission | None = None,
     on_status: Callable[[str], None] | None = None,
-    database: str | Path | None = SUPERLINK_DB,
-    segment_s: float | None = None,
 ) -> CoordinatorResult:
     """Start a SuperLink, run the fleet's rounds through `flwr run`, stop it; the report.
 
-    ``database``: the SuperLink's state file (``--database``); a relative path lies in
-    ``run_dir`` (default ``run_dir/superlink.db``). It is what makes a SuperLink killed
-    mid-run restartable with its runs and nodes (a restart on the same file knows them); None
-    keeps the state in memory, as Flower does by default.
+    ``link`` (default: loopback port 9091 with TLS expected, state in
+    ``run_dir/superlink.db``): the SuperLink's address, trust and state (``LinkSettings``).
+    The database is what makes a SuperLink killed mid-run restartable with its runs and nodes
+    (a restart on the same file knows them). ``submission``: the run asked for
+    (``Submission``); ``on_status`` hears each run status while it is polled.
 
-    Rounds run in segments of ``segment_s`` device seconds (None: the app's default; 0: one
-    request per device and round). ``run_dir`` may hold an unfinished run of the same fleet:
-    the coordinator then resumes it (``fleet.reports.roundstate.resumable``; a finished run or
-    another fleet's is refused). ``timeout_s`` counts from the run's last progress
-    (``run_dir/state.json``), so a round of hours that keeps reporting is never cut short.
-
-    ``auth_public_keys`` (checked with ``security.public_keys``) turns on SuperNode
-    authentication and registers them before the run is submitted. The SuperLink's and the
-    CLI's Flower homes live in a fresh 0700 directory under ``work_dir`` (default
-    ``security.state_base()``), removed at the end unless ``keep_work_dir``; the SuperLink's log
-    goes to ``run_dir/logs``.
+    ``run_dir`` may hold an unfinished run of the same fleet: the coordinator then resumes it
+    (``fleet.reports.roundstate.resumable``; a finished run or another fleet's is refused).
+    With ``link.auth_public_keys`` they are registered before the run is submitted. The
+    SuperLink's log goes to ``run_dir/logs``.
     """
+    link = link if link is not None else LinkSettings()
+    submission = submission if submission is not None else Submission()
     fleet_path = Path(fleet_path).resolve()
     run_dir = Path(run_dir).resolve()
     state = resumable(run_dir, fleet_path)  # a finished run's directory: refused before anything
     if state is not None:
         stop_previous_writer(run_dir, state)
-    keys = list(auth_public_keys or [])
-    db = superlink_database(run_dir, database)
+    db = superlink_database(run_dir, link.database)
     argv = superlink_command(
-        host, port, tls, insecure=insecure, supernode_auth=bool(keys), database=db
+        link.host,
+        link.port,
+        link.tls,
+        insecure=link.insecure,
+        supernode_auth=bool(link.auth_public_keys),
+        database=db,
     )
-    home = security.run_dir(work_dir or security.state_base(), "coordinator")
+    home = security.run_dir(link.work_dir or security.state_base(), "coordinator")
     try:
-        return _coordinate(argv, home, fleet_path, run_dir, host, port, num_nodes, tls,
-                           insecure, keys, ship_weights, timeout_s, on_status,
-                           segment_s)  # fmt: skip
+        run_config = submission.run_config(fleet_path, run_dir, uuid.uuid4().hex)
+        return _coordinate(argv, home, link, run_config, submission.timeout_s, on_status)
     finally:
-        if not keep_work_dir:
+        if not link.keep_work_dir:
             shutil.rmtree(home, ignore_errors=True)
 
 
 def _coordinate(
     argv: list[str],
     home: Path,
-    fleet_path: Path,
-    run_dir: Path,
-    host: str,
-    port: int,
-    num_nodes: int,
-    tls: Tls | None,
-    insecure: bool,
-    keys: list[Path],
-    ship_weights: bool | None,
+    link: LinkSettings,
+    run_config: dict[str, object],
     timeout_s: float,
     on_status: Callable[[str], None] | None,
-    segment_s: float | None = None,
 ) -> CoordinatorResult:
+    """The SuperLink from ``argv`` in ``home``, the run of ``run_config`` (whose ``run-dir``
+    and ``run-token`` say where its report lies and which report is its own), waited for."""
     link_home, cli_home = home / "superlink", home / "cli"
     link_home.mkdir(mode=0o700)
-    if insecure:
-        cli_host = security.plaintext_host(host)
+    if link.insecure:
+        cli_host = security.plaintext_host(link.host)
     else:
-        cli_host = "127.0.0.1" if host in ("0.0.0.0", "::") else host
-    address = security.join_host_port(cli_host, port)
-    write_cli_config(cli_home, address, tls.ca_certfile if tls else None)
-    token = uuid.uuid4().hex
-    run_config: dict[str, object] = {
-        "fleet-path": str(fleet_path),
-        "run-dir": str(run_dir),
-        "num-nodes": int(num_nodes),
-        "run-token": token,
-    }
-    if ship_weights is not None:
-        run_config["ship-weights"] = bool(ship_weights)
-    if segment_s is not None:
-        run_config["segment-s"] = float(segment_s)
+        cli_host = "127.0.0.1" if link.host in ("0.0.0.0", "::") else link.host
+    address = security.join_host_port(cli_host, link.port)
+    write_cli_config(cli_home, address, link.tls.ca_certfile if link.tls else None)
+    run_dir, token = Path(str(run_config["run-dir"])), str(run_config["run-token"])
     proc = start_process(argv, link_home, run_dir / "logs" / "superlink.log", die_with_parent=True)
     run_id = None
     try:
-        wait_healthy(cli_host, port, proc, tls=tls is not None)
-        register_supernodes(cli_home, keys)
+        wait_healthy(cli_host, link.port, proc, tls=link.tls is not None)
+        register_supernodes(cli_home, list(link.auth_public_keys))
         run_id = submit_run(cli_home, run_config)
         status, details = wait_for_run(
             cli_home, run_id, timeout_s, on_status=on_status, progress_file=run_dir / STATE_FILE

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from fleet.agent.loop.closedloop import STATUS_OVER_BUDGET, ClosedLoop
+from fleet.agent.loop.loop_plan import LoopPlan
 from fleet.agent.models.registry import build_model
 from fleet.method.budget import (
     BudgetError,
@@ -268,7 +269,7 @@ def test_guard_steps_down_within_half_a_second_and_never_reselects():
 def test_guard_reacts_during_a_long_step():
     backend = FollowBackend()
     src = FixedBudget(6.0)
-    loop = ClosedLoop(backend, lut_from_rows(lut_rows()), EFF, src)
+    loop = ClosedLoop(backend, LoopPlan(lut_from_rows(lut_rows()), EFF, src))
     with loop:
         assert loop.before_step() == (32, False)
         backend.drift_w = 0.5

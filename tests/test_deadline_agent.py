@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fleet.agent.loop.closedloop import ClosedLoop, ClosedLoopError
+from fleet.agent.loop.loop_plan import LoopPlan
 from fleet.agent.models.registry import build_model
 from fleet.core.deadline import choose_step, rates
 from fleet.core.efficiency import Efficiency
@@ -213,7 +214,7 @@ def test_an_unmeetable_deadline_is_late_on_the_fastest_point():
     assert got[2] == pytest.approx(4000 / 8 * (0.002 + 0.0004 * 8) * 800 / 600)
     # the closed loop starts there, says it is late, and gives the clock back
     board = FollowBackend()
-    loop = ClosedLoop(board, points, n, FixedBudget(4.0), objective="deadline", deadline_s=0.5)
+    loop = ClosedLoop(board, LoopPlan(points, n, FixedBudget(4.0), "deadline", deadline_s=0.5))
     with loop:
         assert (loop.batch_size, loop.freq_mhz, board.locked) == (8, 600.0, 600.0)
     summary = loop.summary()
@@ -235,23 +236,19 @@ def test_an_unmeetable_deadline_is_late_on_the_fastest_point():
 def test_bad_deadline_inputs_are_one_line(kw, words):
     points = lut_from_rows(lut_rows())
     with pytest.raises(ClosedLoopError, match=words):
-        ClosedLoop(FollowBackend(), points, {16: 4000.0}, FixedBudget(5.0), **kw)
+        ClosedLoop(FollowBackend(), LoopPlan(points, {16: 4000.0}, FixedBudget(5.0), **kw))
 
 
 def test_a_time_only_profile_cannot_serve_the_deadline():
     rows = [dict(r, peak_power_w=None, mean_power_w=None) for r in lut_rows()]
     with pytest.raises(ClosedLoopError, match="time-only"):
-        ClosedLoop(
-            FollowBackend(), lut_from_rows(rows), {16: 4000.0}, FixedBudget(None),
-            objective="deadline", deadline_s=10.0,
-        )  # fmt: skip
+        plan = LoopPlan(lut_from_rows(rows), {16: 4000.0}, FixedBudget(None), "deadline", 10.0)
+        ClosedLoop(FollowBackend(), plan)
     # only the batch sizes shipped must have power, as on the host (fleet.core.deadline)
     mixed = [r if r["batch_size"] == 16 else dict(r, peak_power_w=None, mean_power_w=None)
              for r in lut_rows()]  # fmt: skip
-    loop = ClosedLoop(
-        FollowBackend(), lut_from_rows(mixed), {16: 4000.0}, FixedBudget(6.0),
-        objective="deadline", deadline_s=10.0,
-    )  # fmt: skip
+    plan = LoopPlan(lut_from_rows(mixed), {16: 4000.0}, FixedBudget(6.0), "deadline", 10.0)
+    loop = ClosedLoop(FollowBackend(), plan)
     with loop:
         assert loop.batch_size == 16
 
@@ -417,7 +414,7 @@ def test_a_resumed_checkpoint_counts_and_the_loop_re_selects_for_what_is_left():
     ]
     points, n = lut_from_rows(rows), {16: 4000.0}
     board = FollowBackend()
-    loop = ClosedLoop(board, points, n, FixedBudget(6.0), objective="deadline", deadline_s=3.0)
+    loop = ClosedLoop(board, LoopPlan(points, n, FixedBudget(6.0), "deadline", deadline_s=3.0))
     with loop:
         assert (loop.batch_size, loop.freq_mhz, board.locked) == (16, 600.0, 600.0)
         loop.resumed(2000, 16)
@@ -453,10 +450,8 @@ def test_past_the_shipped_estimate_the_loop_runs_its_fastest_point(tmp_path):
     budget.write_text("6\n")
     points, n = lut_from_rows(lut_rows()), {16: 400.0}
     board = FollowBackend()
-    loop = ClosedLoop(
-        board, points, n, FileBudget(str(budget), reread_s=0.01), objective="deadline",
-        deadline_s=5.0,
-    )  # fmt: skip
+    plan = LoopPlan(points, n, FileBudget(str(budget), reread_s=0.01), "deadline", 5.0)
+    loop = ClosedLoop(board, plan)
     with loop:
         assert (loop.batch_size, loop.freq_mhz) == (16, 800.0)
         for _ in range(26):  # 26 x 16 = 416 samples > 400 shipped, target not reached
@@ -497,10 +492,8 @@ def test_a_late_start_is_still_checked_after_the_budget_rises(tmp_path):
     budget = tmp_path / "budget"
     budget.write_text("1.0\n")
     board = FollowBackend(freqs=[200.0, 400.0, 600.0, 800.0])
-    loop = ClosedLoop(
-        board, points, n, FileBudget(str(budget), reread_s=0.01), objective="deadline",
-        deadline_s=1.5,
-    )  # fmt: skip
+    plan = LoopPlan(points, n, FileBudget(str(budget), reread_s=0.01), "deadline", 1.5)
+    loop = ClosedLoop(board, plan)
     with loop:
         assert (loop.freq_mhz, loop.late) == (200.0, True)
         time.sleep(0.05)

@@ -307,10 +307,8 @@ def test_coordinator_removes_its_private_directory_when_the_superlink_fails(
             deploy.run_coordinator(
                 fleet_file,
                 tmp_path / "run",
-                port=busy.getsockname()[1],
-                insecure=True,
-                work_dir=work,
-                timeout_s=30,
+                link=deploy.LinkSettings(port=busy.getsockname()[1], insecure=True, work_dir=work),
+                submission=deploy.Submission(timeout_s=30),
             )
     assert stat.S_IMODE(work.stat().st_mode) == 0o700
     assert list(work.iterdir()) == []

@@ -421,7 +421,7 @@ def test_a_coordinator_restarted_beside_its_orphaned_serverapp_reports_the_new_r
     import os
     import signal
 
-    from deployment.deploy import run_coordinator
+    from deployment.deploy import LinkSettings, Submission, run_coordinator
     from fleet.method import liveness
 
     # 7,347 and 4,535 device s: neither can finish in the 1,500 s segment in flight at the kill
@@ -455,11 +455,10 @@ def test_a_coordinator_restarted_beside_its_orphaned_serverapp_reports_the_new_r
                     run_coordinator(
                         fleet,
                         run_dir,
-                        port=lb.port,
-                        insecure=True,
-                        segment_s=1500.0,
-                        timeout_s=HANG_GUARD_S,
-                        work_dir=tmp_path / "coordinator",
+                        link=LinkSettings(
+                            port=lb.port, insecure=True, work_dir=tmp_path / "coordinator"
+                        ),
+                        submission=Submission(segment_s=1500.0, timeout_s=HANG_GUARD_S),
                     )
                 )
             )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from fleet.agent.loop.closedloop import ClosedLoop
+from fleet.agent.loop.loop_plan import LoopHooks, LoopPlan
 from fleet.method.budget import FixedBudget
 from fleet.method.selection import lut_from_rows
 from tests.closedloop_helpers import FollowBackend, lut_rows, model_time
@@ -33,10 +34,8 @@ class FakeClock:
 
 
 def loop_with(clock: FakeClock, pace: bool) -> ClosedLoop:
-    return ClosedLoop(
-        FollowBackend(), lut_from_rows(lut_rows()), EFF, FixedBudget(None),
-        clock=clock, sleep=clock.sleep, pace=pace,
-    )  # fmt: skip
+    plan = LoopPlan(lut_from_rows(lut_rows()), EFF, FixedBudget(None), pace=pace)
+    return ClosedLoop(FollowBackend(), plan, hooks=LoopHooks(clock=clock, sleep=clock.sleep))
 
 
 @pytest.mark.parametrize("compute_s", [0.0, 0.004, 0.5])

@@ -17,6 +17,7 @@ import pytest
 from fleet.agent.devices import DeviceError
 from fleet.agent.devices.jetson import JetsonBackend
 from fleet.agent.loop.closedloop import ClosedLoop
+from fleet.agent.loop.loop_plan import LoopHooks, LoopPlan
 from fleet.agent.measure.sampler import sensor_hz
 from fleet.cli import main
 from fleet.method.budget import FixedBudget
@@ -368,7 +369,8 @@ def test_update_interval_caps_every_sampler_the_backend_feeds(tmp_path):
     assert b.sensor_period_s == pytest.approx(0.5)
     assert sensor_hz(b, 20.0) == pytest.approx(2.0) and sensor_hz(b, 1.0) == pytest.approx(1.0)
     points = [Point(8, 408.0, 0.01, 4.0, 3.5), Point(8, 510.0, 0.008, 6.0, 5.0)]
-    loop = ClosedLoop(b, points, {8: 100.0}, FixedBudget(5.0), hz=20.0, restore_on_exit=True)
+    plan = LoopPlan(points, {8: 100.0}, FixedBudget(5.0))
+    loop = ClosedLoop(b, plan, hooks=LoopHooks(hz=20.0, restore_on_exit=True))
     assert loop.hz == pytest.approx(2.0) and loop.sampler.hz == pytest.approx(2.0)
     assert any("sampling power at 2 Hz" in n for n in loop.notes)
 

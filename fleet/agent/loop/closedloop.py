@@ -27,15 +27,14 @@ on as arguments (the points they may run as one ``table.Table``) and applies wha
 ``underbudget.train_under_budget`` trains under it."""
 
 import threading
-import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from fleet.agent.devices.base import Backend, DeviceError
-from fleet.agent.learning.efficiency_learner import EfficiencyLearner
 from fleet.agent.loop.budgetwatch import BudgetFollower, Guard, guard_text
 from fleet.agent.loop.deadline_reselect import deadline_fields, deadline_for
 from fleet.agent.loop.driftwatch import DriftWatch, drift_fields, drift_text
 from fleet.agent.loop.loop_learning import REASON_LEARNED, LearnerHook
+from fleet.agent.loop.loop_plan import LoopHooks, LoopParts, LoopPlan
 from fleet.agent.loop.running import RunningPoint
 from fleet.agent.loop.segments import (
     REASON_BUDGET,
@@ -50,7 +49,6 @@ from fleet.agent.loop.segments import (
 )
 from fleet.agent.loop.table import Table
 from fleet.agent.measure.sampler import PowerSampler, budget_window, sensor_hz
-from fleet.method.budget import BudgetSource
 from fleet.method.point import Point
 from fleet.method.selection import ChooseError, lut_from_rows
 
@@ -67,29 +65,22 @@ class ClosedLoop(object):
 
     Use as a context manager around the training; ``sampler`` is the running ``PowerSampler``
     to hand the trainer (one thread reads the rail for both), ``before_step()`` is the trainer's
-    per-step hook. ``restore_on_exit`` gives the device back when the block ends.
+    per-step hook. Three records (``loop_plan.py``): ``plan`` what the request decided (its
+    ``drift``/``learn`` keywords are not read here: the run builds them into ``parts``),
+    ``parts`` the built drift watch, learner and batch cap, ``hooks`` the clock, sleep, log,
+    sampling rate and whether the device is given back when the block ends.
     """
 
     def __init__(
         self,
         backend: Backend,
-        points: List[Point],
-        efficiency: Dict[int, float],
-        source: BudgetSource,
-        objective: str = "time",
-        guard_window_s: float = 0.2,
-        settle_s: float = 0.1,
-        hz: float = 20.0,
-        max_batch: Optional[int] = None,
-        clock: Callable[[], float] = time.monotonic,
-        restore_on_exit: bool = True,
-        log: Optional[Callable[[str], None]] = None,
-        drift: Optional[DriftWatch] = None,
-        deadline_s: Optional[float] = None,
-        pace: bool = False,
-        sleep: Callable[[float], None] = time.sleep,
-        learner: Optional[EfficiencyLearner] = None,
+        plan: LoopPlan,
+        parts: Optional[LoopParts] = None,
+        hooks: Optional[LoopHooks] = None,
     ) -> None:
+        parts = parts if parts is not None else LoopParts()
+        hooks = hooks if hooks is not None else LoopHooks()
+        objective, points, efficiency = plan.objective, plan.points, plan.efficiency
         if objective not in LOOP_OBJECTIVES:
             raise ClosedLoopError(
                 "objective must be one of {}, got {!r}".format(
@@ -97,28 +88,31 @@ class ClosedLoop(object):
                 )
             )
         try:
-            deadline = deadline_for(objective, deadline_s, points, efficiency, self._note)
+            deadline = deadline_for(objective, plan.deadline_s, points, efficiency, self._note)
         except ChooseError as exc:
             raise ClosedLoopError(str(exc)) from None
         self.backend = backend
         self.objective = objective
         self.points = list(points)  # the LUT in force (a drift refresh replaces it)
-        self.max_batch = max_batch
-        self.hz = sensor_hz(backend, float(hz))  # never faster than the sensor converts
-        self.restore_on_exit = restore_on_exit
-        self._clock = clock
-        self._log = log
+        self.max_batch = parts.max_batch
+        hz = float(hooks.hz)
+        self.hz = sensor_hz(backend, hz)  # never faster than the sensor converts
+        self.restore_on_exit = hooks.restore_on_exit
+        self._clock = hooks.clock
+        self._log = hooks.log
         self._mu = threading.RLock()
         self.notes = []  # type: List[str]
         self.status = None  # type: Optional[str]
         self.stop_reason = None  # type: Optional[str]
-        self.follower = BudgetFollower(source)
-        self.guard = Guard(guard_window_s)
+        self.follower = BudgetFollower(plan.source)
+        self.guard = Guard(plan.guard_window_s)
         self.deadline = deadline
-        self.learning = LearnerHook(learner, efficiency, self.deadline is not None)
-        self.drift = drift
+        self.learning = LearnerHook(parts.learner, efficiency, self.deadline is not None)
+        self.drift = parts.drift
         self.log = SegmentLog(*budget_window(backend, self.hz))
-        self.running = RunningPoint(backend, settle_s, self.now, pace, clock, sleep)
+        self.running = RunningPoint(
+            backend, hooks.settle_s, self.now, plan.pace, hooks.clock, hooks.sleep
+        )
         self._t0 = 0.0
         self._pending = None  # type: Optional[Point]  # the switch at the next step
         self._pending_reason = REASON_SWITCH
@@ -129,10 +123,10 @@ class ClosedLoop(object):
                 "power is not measured ({}): the budget is met from the recorded profile only; "
                 "the runtime guard is off".format(self.power_unavailable)
             )
-        elif self.hz < float(hz):
+        elif self.hz < hz:
             self._note(
                 "sampling power at {:.3g} Hz, not {:g}: the sensor refreshes every {:.3g} "
-                "ms".format(self.hz, float(hz), 1000.0 / self.hz)
+                "ms".format(self.hz, hz, 1000.0 / self.hz)
             )
 
     # -- lifecycle ------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from fleet.agent.learning.efficiency_belief import trust_for
 from fleet.agent.learning.efficiency_learner import EfficiencyLearner
 from fleet.agent.loop.closedloop import STATUS_OVER_BUDGET, ClosedLoop
 from fleet.agent.loop.driftwatch import DriftWatch, rows_from_points
-from fleet.agent.loop.loop_plan import LoopPlan
+from fleet.agent.loop.loop_plan import LoopHooks, LoopParts, LoopPlan
 from fleet.agent.loop.segments import finite
 from fleet.agent.measure.sampler import sensor_hz
 from fleet.agent.training.plan import TrainHooks, TrainPlan
@@ -77,21 +77,8 @@ def train_under_budget(
             every=plan.eval_every_samples,
             law_err=meta.get("law_err"),
         )
-    loop = ClosedLoop(
-        backend,
-        points,
-        efficiency,
-        loop_plan.source,
-        objective=loop_plan.objective,
-        guard_window_s=loop_plan.guard_window_s,
-        hz=sampler_hz,
-        max_batch=n_train,
-        log=log,
-        drift=watch,
-        deadline_s=loop_plan.deadline_s,
-        pace=loop_plan.pace,
-        learner=learner,
-    )
+    parts = LoopParts(drift=watch, learner=learner, max_batch=n_train)
+    loop = ClosedLoop(backend, loop_plan, parts, LoopHooks(hz=sampler_hz, log=log))
     counter = getattr(backend, "energy_counter_mj", None)  # NVML: the GPU's own energy counter
     counter_mj0 = counter() if callable(counter) else None
     with loop:
