@@ -1,0 +1,132 @@
+"""A device that finished while its reply was lost gives the row of the round where nothing was.
+
+The case: a replay device reaches its target inside segment k, writes its checkpoint, and the
+reply of that segment never reaches the coordinator (Flower answers ``REPLY_MESSAGE_UNAVAILABLE``,
+so the coordinator sends segment k again from the progress it last heard; or the coordinator is
+stopped before it hears the reply and resumes from ``state.json``). The device resumes from the
+later of the coordinator's view and its own checkpoint (``clients/segments.py``): it is done
+already, so the re-sent segment must end the round exactly as the lost reply would have.
+Before the fix a learning device's ``learned_samples`` moved (178,742 -> 179,131 on the default
+fleet's ``tx2nx-free``): the learner took the target as reached a second time, re-pricing the
+samples of the batch sizes it had left with a belief that already held the exact count.
+
+In process and cheap: the coordinator's own code (``strategies/server_app.run_fleet``, its
+segmented loop and book) over the real ClientApp on an in-process grid
+(``tests/inprocess_grid.py``) whose nodes checkpoint in a work dir, against the direct engine's
+rows (``tests/test_one_round.py`` holds the two engines equal when nothing is lost), for every
+shipped fleet (``large`` as one device per kind) under every objective.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+from flwr.app import Error, Message
+
+from clients import records
+from fleet.common.signals import Interrupted
+from fleet.config.fleetfile import load_fleet
+from flwr.common.constant import ErrorCode
+from simulations.runner import simulate
+from strategies.server_app import ServerSettings, run_fleet
+from tests.inprocess_grid import InProcessGrid, app_identity
+from tests.row_compare import diff
+from tests.test_one_round import OBJECTIVES, SHIPPED, fleet_as, revisions
+
+
+class LossyGrid(InProcessGrid):
+    """Nodes that keep their own checkpoint (``work-dir``, as a deployed SuperNode does). The
+    first final reply (the device reached its target, or ended otherwise) of each device in
+    ``lose`` is lost on the way back (the coordinator hears ``REPLY_MESSAGE_UNAVAILABLE``);
+    with ``stop``, the coordinator is stopped instead the moment that reply would arrive."""
+
+    def __init__(self, nodes: int, work: Path, lose: Iterable[str], stop: bool = False) -> None:
+        super().__init__(nodes)
+        for node, ctx in self.contexts.items():
+            folder = work / f"node-{node}"
+            folder.mkdir(parents=True, exist_ok=True)
+            ctx.node_config["work-dir"] = str(folder)
+        self.lose, self.stop = set(lose), stop
+        self.lost: list[str] = []
+        self.held: set[str] = set()  # message ids whose reply stops the coordinator
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        messages = list(messages)
+        ids = list(super().push_messages(messages))
+        for msg, mid in zip(messages, ids, strict=True):
+            reply = self.replies[mid]
+            if not msg.metadata.message_type.endswith(".segment") or reply.has_error():
+                continue
+            row = records.decode_reply(
+                reply.content.metric_records[records.METRICS],
+                reply.content.config_records[records.REPORT],
+            )
+            if row["status"] == "running" or row["device"] not in self.lose:
+                continue
+            self.lose.discard(row["device"])
+            self.lost.append(str(row["device"]))
+            if self.stop:
+                self.held.add(mid)
+                continue
+            with app_identity(msg.metadata.dst_node_id):
+                lost = Error(ErrorCode.REPLY_MESSAGE_UNAVAILABLE, "reply lost on its way")
+                self.replies[mid] = Message(lost, reply_to=msg)
+        return ids
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        message_ids = list(message_ids)
+        if self.held & set(message_ids):
+            self.held.clear()
+            raise Interrupted("stopped before a finished device's reply was heard")
+        return super().pull_messages(message_ids)
+
+
+def coordinator(fleet_file: Path, run_dir: Path, grid: InProcessGrid) -> dict:
+    with app_identity():
+        return run_fleet(grid, ServerSettings(str(fleet_file), str(run_dir), poll_s=0.0))
+
+
+def assert_same_round(got: dict, want: dict) -> None:
+    assert [r["device"] for r in got["devices"]] == [r["device"] for r in want["devices"]]
+    for a, b in zip(got["devices"], want["devices"], strict=True):
+        assert diff(a, b, a["device"]) == []
+    assert diff(got["fleet"], want["fleet"], "fleet") == []
+    assert got.get("deadline_s") == want.get("deadline_s")
+    assert revisions(got) == revisions(want)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("objective", OBJECTIVES)
+@pytest.mark.parametrize("name", SHIPPED)
+def test_a_lost_final_reply_gives_the_unfaulted_rows(tmp_path: Path, name: str, objective: str):
+    """Every device's finishing reply lost once: the coordinator sends that segment again, the
+    device answers from its checkpoint, and every row is the unfaulted round's."""
+    fleet_file = fleet_as(tmp_path, name, objective, one_per_kind=name == "large")
+    want = simulate(fleet_file, "direct", tmp_path / "direct")
+    names = [r["device"] for r in want["devices"]]
+    grid = LossyGrid(len(load_fleet(fleet_file).devices), tmp_path / "nodes", names)
+    got = coordinator(fleet_file, tmp_path / "lossy", grid)
+    assert sorted(grid.lost) == sorted(names)  # each device's final reply was lost once
+    assert_same_round(got, want)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("objective", OBJECTIVES)
+def test_a_coordinator_stopped_before_a_final_reply_resumes_to_the_unfaulted_rows(
+    tmp_path: Path, objective: str
+):
+    """The coordinator stops the moment a device's finishing reply would arrive (the device
+    has finished and checkpointed; state.json still says ``running``), then runs again on the
+    same run directory: the device resumes from its checkpoint, and the rows are unfaulted."""
+    fleet_file = fleet_as(tmp_path, "default", objective)
+    want = simulate(fleet_file, "direct", tmp_path / "direct")
+    learnt = [r["device"] for r in want["devices"] if r.get("learned_samples") is not None]
+    nodes, run_dir = len(load_fleet(fleet_file).devices), tmp_path / "run"
+    grid = LossyGrid(nodes, tmp_path / "nodes", learnt, stop=True)
+    with pytest.raises(Interrupted):
+        coordinator(fleet_file, run_dir, grid)
+    assert grid.lost  # at least one device finished unheard
+    got = coordinator(fleet_file, run_dir, LossyGrid(nodes, tmp_path / "nodes", []))
+    assert_same_round(got, want)
