@@ -24,16 +24,19 @@ from pathlib import Path
 
 import pytest
 from flwr.app import Error, Message
+from flwr.common.constant import ErrorCode
 
 from clients import records
 from fleet.common.signals import Interrupted
 from fleet.config.fleetfile import load_fleet
-from flwr.common.constant import ErrorCode
+from fleet.reports import roundstate
 from simulations.runner import simulate
 from strategies.server_app import ServerSettings, run_fleet
 from tests.inprocess_grid import InProcessGrid, app_identity
 from tests.row_compare import diff
 from tests.test_one_round import OBJECTIVES, SHIPPED, fleet_as, revisions
+
+pytestmark = pytest.mark.slow  # about a second of CPU a case (the analogue fleet: a few)
 
 
 class LossyGrid(InProcessGrid):
@@ -84,8 +87,11 @@ class LossyGrid(InProcessGrid):
 
 
 def coordinator(fleet_file: Path, run_dir: Path, grid: InProcessGrid) -> dict:
+    """The coordinator's run over ``grid`` (replies are there at once: no poll). No weights
+    shipped: a replay device trains none, and the rows do not depend on them."""
+    settings = ServerSettings(str(fleet_file), str(run_dir), ship_weights=False, poll_s=0.0)
     with app_identity():
-        return run_fleet(grid, ServerSettings(str(fleet_file), str(run_dir), poll_s=0.0))
+        return run_fleet(grid, settings)
 
 
 def assert_same_round(got: dict, want: dict) -> None:
@@ -97,14 +103,36 @@ def assert_same_round(got: dict, want: dict) -> None:
     assert revisions(got) == revisions(want)
 
 
+class Unfaulted:
+    """Each shipped fleet under each objective (``large``: one device per kind) as a file, and
+    its direct engine's report, made once per test session (both tests compare with it)."""
+
+    def __init__(self, tmp: pytest.TempPathFactory) -> None:
+        self.tmp = tmp
+        self.done: dict[tuple[str, str], tuple[Path, dict]] = {}
+
+    def __call__(self, name: str, objective: str) -> tuple[Path, dict]:
+        if (name, objective) not in self.done:
+            folder = self.tmp.mktemp(f"{name}-{objective}")
+            fleet_file = fleet_as(folder, name, objective, one_per_kind=name == "large")
+            self.done[name, objective] = fleet_file, simulate(fleet_file, "direct", folder / "run")
+        return self.done[name, objective]
+
+
+@pytest.fixture(scope="module")
+def unfaulted(tmp_path_factory: pytest.TempPathFactory) -> Unfaulted:
+    return Unfaulted(tmp_path_factory)
+
+
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("objective", OBJECTIVES)
 @pytest.mark.parametrize("name", SHIPPED)
-def test_a_lost_final_reply_gives_the_unfaulted_rows(tmp_path: Path, name: str, objective: str):
+def test_a_lost_final_reply_gives_the_unfaulted_rows(
+    tmp_path: Path, unfaulted: Unfaulted, name: str, objective: str
+) -> None:
     """Every device's finishing reply lost once: the coordinator sends that segment again, the
     device answers from its checkpoint, and every row is the unfaulted round's."""
-    fleet_file = fleet_as(tmp_path, name, objective, one_per_kind=name == "large")
-    want = simulate(fleet_file, "direct", tmp_path / "direct")
+    fleet_file, want = unfaulted(name, objective)
     names = [r["device"] for r in want["devices"]]
     grid = LossyGrid(len(load_fleet(fleet_file).devices), tmp_path / "nodes", names)
     got = coordinator(fleet_file, tmp_path / "lossy", grid)
@@ -113,20 +141,21 @@ def test_a_lost_final_reply_gives_the_unfaulted_rows(tmp_path: Path, name: str, 
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("objective", OBJECTIVES)
+@pytest.mark.parametrize("objective", ["time", "deadline"])
 def test_a_coordinator_stopped_before_a_final_reply_resumes_to_the_unfaulted_rows(
-    tmp_path: Path, objective: str
-):
-    """The coordinator stops the moment a device's finishing reply would arrive (the device
-    has finished and checkpointed; state.json still says ``running``), then runs again on the
-    same run directory: the device resumes from its checkpoint, and the rows are unfaulted."""
-    fleet_file = fleet_as(tmp_path, "default", objective)
-    want = simulate(fleet_file, "direct", tmp_path / "direct")
+    tmp_path: Path, unfaulted: Unfaulted, objective: str
+) -> None:
+    """The coordinator stops the moment a learning device's finishing reply would arrive (the
+    device has finished and checkpointed; state.json still says ``running``), then runs again
+    on the same run directory: the device resumes from its checkpoint, the rows are unfaulted.
+    (The deadline objective: a re-planned deadline resumed from state.json too.)"""
+    fleet_file, want = unfaulted("default", objective)
     learnt = [r["device"] for r in want["devices"] if r.get("learned_samples") is not None]
     nodes, run_dir = len(load_fleet(fleet_file).devices), tmp_path / "run"
     grid = LossyGrid(nodes, tmp_path / "nodes", learnt, stop=True)
     with pytest.raises(Interrupted):
         coordinator(fleet_file, run_dir, grid)
     assert grid.lost  # at least one device finished unheard
+    assert roundstate.read_state(run_dir)["devices"][grid.lost[0]]["status"] == "interrupted"
     got = coordinator(fleet_file, run_dir, LossyGrid(nodes, tmp_path / "nodes", []))
     assert_same_round(got, want)

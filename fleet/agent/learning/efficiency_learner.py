@@ -99,6 +99,8 @@ class EfficiencyLearner(object):
         self._next_fit = 0.0
         self._shape = None  # type: Optional[Tuple[Dict[int, float], float, float, str]]
         self.events = []  # type: List[Dict[str, Any]]
+        # the samples trained when ``reached()`` took the target as met (None: not yet)
+        self._reached_at = None  # type: Optional[float]
 
     # -- evidence -------------------------------------------------------------------------------
     def trained(self, batch: int, samples: float) -> None:
@@ -244,8 +246,14 @@ class EfficiencyLearner(object):
 
     def reached(self) -> None:
         """The target was met with the samples trained so far: the fit is exact (the samples
-        trained, counted at the running batch size)."""
-        if not self.ran:
+        trained, counted at the running batch size).
+
+        Once per run: a run resumed after it met its target (a segment sent again because its
+        reply was lost, a coordinator or a board restarted after the last checkpoint) is told
+        so again, and counting the same samples a second time would price those trained at a
+        batch size it left with a belief that already holds this exact count: another number
+        for the same run. The state carries that it was taken (``reached_at``)."""
+        if not self.ran or self._reached_at is not None:
             return
         b = int(self.ran[-1][0])
         if b not in self.belief.batch_sizes:
@@ -254,6 +262,7 @@ class EfficiencyLearner(object):
         self.fit = CurveFit(n, 0.02, 1.0, math.nan, math.nan, len(self.curve), n, True)
         self.fit_batch = b
         self.fits[b] = self.fit
+        self._reached_at = self.samples
         self._rebuild()
 
     # -- resuming -------------------------------------------------------------------------------
@@ -279,6 +288,8 @@ class EfficiencyLearner(object):
                 [b, f.samples, f.log_sd, int(f.reached)] for b, f in sorted(self.fits.items())
             ]
         out["events"] = [dict(e) for e in self.events[-MAX_STATE_EVENTS:]]
+        if self._reached_at is not None:
+            out["reached_at"] = self._reached_at
         return out
 
     def restore(self, state: Dict[str, Any]) -> None:
@@ -316,6 +327,10 @@ class EfficiencyLearner(object):
         events = state.get("events")
         if isinstance(events, list):
             self.events = [dict(e) for e in events[-MAX_STATE_EVENTS:] if isinstance(e, dict)]
+        at = state.get("reached_at")  # a state from before the finish has none
+        self._reached_at = None
+        if isinstance(at, (int, float)) and not isinstance(at, bool):
+            self._reached_at = float(at) if math.isfinite(at) and at >= 0 else None
         self._rebuild()
 
     # -- helpers --------------------------------------------------------------------------------
