@@ -3,7 +3,7 @@
 Why: the minimal Flower app (``benchmarks/minimal_flower_app``) prices Flower and Ray for a
 traffic only when it sends the same traffic: how many nodes each lock-step of segments reaches,
 and how large requests and replies are at each step. Both follow from the fleet: every device of
-one kind (``fleet.planning.whatif._kind``: all but the name) makes the same round, so each kind's
+one kind (the same fleet entry but for the name) makes the same round, so each kind's
 segments are chained once here through the ClientApp's own handler
 (``clients.client_app.segment_round``) on the coordinator's own messages
 (``strategies.coordinator.train_config``, ``clients.segment_wire.segment_config``), as the
@@ -15,7 +15,7 @@ calls take is the ClientApp's work per segment measured outside Ray (a cross-che
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from flwr.app import RecordDict
@@ -25,7 +25,6 @@ from clients import client_app, records
 from clients import segment_wire as wire
 from fleet.config.fleetfile import load_fleet
 from fleet.planning.round_logic import SEGMENT_S
-from fleet.planning.whatif import _kind
 from fleet.rounds.progress import Progress
 from fleet.rounds.virtual_clock import cached_efficiency
 from strategies import coordinator
@@ -62,9 +61,9 @@ def _size(content: RecordDict) -> int:
 def message_pattern(fleet_path: str | Path, segment_s: float = SEGMENT_S) -> Pattern:
     fleet = load_fleet(fleet_path)
     base = coordinator.train_config(fleet, cached_efficiency(fleet.run.efficiency))
-    kinds: dict[tuple, list[int]] = {}
+    kinds: dict[object, list[int]] = {}
     for i, spec in enumerate(fleet.devices):
-        kinds.setdefault(_kind(spec), []).append(i)
+        kinds.setdefault(replace(spec, name=""), []).append(i)
     per_kind: list[tuple[int, list[tuple[int, int]]]] = []  # (devices, [(req, rep) per step])
     cpu, calls = 0.0, 0
     for members in kinds.values():
