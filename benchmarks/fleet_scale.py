@@ -17,8 +17,10 @@ Flower's and Ray's floor for these messages.
 
 ``--split`` (flower engine): where the Flower engine's wall goes. The coordinator records its
 cost per reply and per state write (``strategies/reply_timings.py``), the ClientApp its work per
-message inside the Ray actors (``clients/handler_timings.py``); printed as ``coordinator_s``,
-``client_cpu_s`` and ``ours_share`` = (coordinator + ClientApp) / Flower engine wall
+message inside the Ray actors (``clients/handler_timings.py``); printed as ``coordinator_s``
+(wall), ``client_cpu_s``, ``ours_share`` = (coordinator + ClientApp CPU) / Flower engine wall,
+and ``ours_share_wall``, with the ClientApp's wall inside its handlers per actor instead of its
+CPU (on a loaded machine a handler waits for a core; the actors work side by side)
 (docs/deploy-load.md, the 1,000-device section).
 """
 
@@ -107,6 +109,9 @@ def _split(files: dict[str, Path], wall: float) -> dict[str, object]:
     for name, h in client.items():
         out[f"client_{name}_ms"] = 1000 * h["cpu_s"] / h["messages"]
     out["ours_share"] = (handle + write + client_cpu) / wall
+    # the actors run side by side: each one's wall inside our handlers is on the round's path
+    actors = out["client_wall_s"] / max(1, out["client_processes"])  # type: ignore[operator]
+    out["ours_share_wall"] = (handle + write + actors) / wall
     return out
 
 
