@@ -38,6 +38,7 @@ from flwr.clientapp import ClientApp
 
 from clients import records, segments
 from clients import segment_wire as wire
+from clients.handler_timings import timed
 from fleet.common.errors import InputError
 from fleet.config.fleetfile import DeviceSpec
 from fleet.config.schema import check_node_config
@@ -200,6 +201,7 @@ app = ClientApp()
 
 
 @app.train()
+@timed
 def train(msg: Message, context: Context) -> Message:
     reply = _answer(msg, context, "hardware_round", simulated_round)
     wire.attach_node(reply.content, ran_on())
@@ -207,6 +209,7 @@ def train(msg: Message, context: Context) -> Message:
 
 
 @app.query()
+@timed
 def query(msg: Message, context: Context) -> Message:
     """The coordinator's planning query (deadline objective): a plan, no training."""
     return _answer(msg, context, "hardware_plan", simulated_plan)
@@ -236,6 +239,7 @@ def segment_round(node_config: dict, content: RecordDict, sleep=time.sleep) -> R
 
 
 @app.train("segment")
+@timed
 def train_segment(msg: Message, context: Context) -> Message:
     """``train.segment``: one bounded segment of the round, resumed where it was."""
     content = segment_round(dict(context.node_config), msg.content)
@@ -243,6 +247,7 @@ def train_segment(msg: Message, context: Context) -> Message:
 
 
 @app.query("identify")
+@timed
 def identify(msg: Message, context: Context) -> Message:
     """``query.identify``: which device this node is (its node id may change on restart)."""
     return Message(segments.identify(dict(context.node_config), msg.content), reply_to=msg)

@@ -25,8 +25,9 @@ import math
 import os
 import tempfile
 import time
+from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
@@ -46,17 +47,21 @@ from fleet.agent.protocol.confine import ConfineError, owned_dir
 from fleet.common.errors import InputError
 from fleet.common.names import check_name
 from fleet.config.fields import MAX_TEXT
-from fleet.config.fleetfile import DEVICE_TYPES
+from fleet.config.fleetfile import DEVICE_TYPES, DeviceSpec, RunSettings
+from fleet.core.efficiency import Efficiency
+from fleet.planning.segmented_round import renamed
 from fleet.rounds.device_round import TRAINED
 from fleet.rounds.progress import MAX_SECONDS, Progress, later, read_progress
 from fleet.rounds.virtual_clock import simulate_segment
 
 MAX_CHECKPOINT_BYTES = 64 * 1024
+KIND_SEGMENTS = 256  # segments kept per process (kind_segment): many kinds, several steps deep
 PACE_RANGE = (1e-3, 1e9)  # device seconds per wall second, when pacing at all
 CHECKPOINT_FORMAT = "powerfleet-segment-progress"
 
 Sleep = Callable[[float], None]
 WholeRound = Callable[[dict, RecordDict], RecordDict]
+_KIND_SEGMENTS: OrderedDict[str, tuple[dict[str, object], Progress]] = OrderedDict()
 
 
 # --------------------------------------------------------------------------- identity
@@ -254,16 +259,23 @@ def simulated_segment(
             )
             own, note = checkpoint.read()
             start = later(resume, own) if own is not None else resume
-        res, progress = simulate_segment(
-            spec, ins.efficiency_for(spec.name), ins.run, start, seconds
-        )
-        if start.time_s > resume.time_s:
-            res.segments = _unseen(spec, ins, resume, start) + res.segments
+        if checkpoint is None:  # a simulation: every device of a kind makes the same segment
+            row, progress = kind_segment(
+                spec, ins.efficiency_for(spec.name), ins.run, start, seconds
+            )
+        else:
+            res, progress = simulate_segment(
+                spec, ins.efficiency_for(spec.name), ins.run, start, seconds
+            )
+            if start.time_s > resume.time_s:
+                res.segments = _unseen(spec, ins, resume, start) + res.segments
+            row = res.to_dict()
     except InputError as exc:
         row = records.error_row(spec.name, str(exc), spec.device_type)
         return attach_progress(records.reply_content(row), resume)
+    said = str(row.get("message") or "")
     if note:
-        res.message = f"{note}; {res.message}" if res.message else note
+        said = row["message"] = f"{note}; {said}" if said else note
     wait = settings.wait_s(progress.time_s - start.time_s)
     if wait > 0:
         sleep(wait)  # a paced device: the segment lasts its device time in wall time
@@ -271,12 +283,43 @@ def simulated_segment(
         try:
             checkpoint.write(progress)
         except OSError as exc:
-            res.message = f"checkpoint not written ({exc.strerror}); {res.message}".rstrip("; ")
-    row = res.to_dict()
+            row["message"] = f"checkpoint not written ({exc.strerror}); {said}".rstrip("; ")
     arrays = content.array_records.get(records.ARRAYS, ArrayRecord())
     send = ins.run.mode == "federated" and row["status"] in TRAINED
     reply = records.reply_content(row, arrays if send and records.has_weights(arrays) else None)
     return attach_progress(reply, progress)
+
+
+def kind_segment(
+    spec: DeviceSpec, shipped: Efficiency, run: RunSettings, start: Progress, seconds: float
+) -> tuple[dict[str, object], Progress]:
+    """``simulate_segment``'s row (a fresh dict) and progress for this device, computed once
+    per process for all the devices of its kind.
+
+    Why: a fleet of ``count`` identical devices (1,000 devices of six kinds in
+    ``benchmarks/fleet_scale.py``) makes the same round on every device of a kind, and the
+    replay is deterministic; a Ray actor playing hundreds of them computed each kind's segment
+    hundreds of times, most of the ClientApp's work at 1,000 devices (docs/deploy-load.md). The
+    key is everything the replay reads but the name: the device's spec without it, its shipped
+    efficiency, the run settings, the resume point and the segment's length; the profile and
+    trace files are parsed once per process by path already (``virtual_clock``). The row is
+    the kind's under this device's name (``segmented_round.renamed``), as the direct engine
+    copies its kinds' rows."""
+    key = json.dumps(
+        [repr(replace(spec, name="")), repr(shipped), repr(run), start.to_dict(), seconds],
+        sort_keys=True,
+        default=str,
+    )
+    hit = _KIND_SEGMENTS.get(key)
+    if hit is None:
+        res, progress = simulate_segment(spec, shipped, run, start, seconds)
+        hit = _KIND_SEGMENTS[key] = (res.to_dict(), progress)
+        if len(_KIND_SEGMENTS) > KIND_SEGMENTS:
+            _KIND_SEGMENTS.popitem(last=False)
+    else:
+        _KIND_SEGMENTS.move_to_end(key)
+    row, progress = hit
+    return dict(renamed(row, spec.name)), progress
 
 
 def _unseen(spec, ins: records.TrainInstruction, resume: Progress, start: Progress) -> list:

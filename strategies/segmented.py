@@ -49,7 +49,7 @@ from strategies.reply_timings import ReplyTimings, write_gap
 from strategies.segment_settings import Link, SegmentSettings
 from strategies.strategy import NodesMissing
 
-ReplyHook = Callable[[Message], None]
+ReplyHook = Callable[[Message, dict], None]  # a checked segment reply and its decoded row
 
 
 class SegmentedRound:
@@ -342,10 +342,9 @@ class SegmentedRound:
             lk.wall_per_s = (
                 wall / ran if lk.wall_per_s is None else 0.5 * (lk.wall_per_s + wall / ran)
             )
-        before = (
-            logic.progress(self.state["devices"][name]) if name in self.state["devices"] else None
-        )
-        if row.get("status") == "running" and before is not None and prog.time_s <= before.time_s:
+        # ``ran``: from the progress this segment was sent with, which is the book's until this
+        # reply (one message in flight per device): no second parse of the book's progress
+        if row.get("status") == "running" and name in self.state["devices"] and ran <= 0:
             lk.stalls += 1  # a segment that trained nothing (its agent died, its data broke)
             if lk.stalls >= self.s.max_crashes:
                 self._refuse(name, f"no progress in {lk.stalls} segments: {row.get('message')}")
@@ -356,7 +355,7 @@ class SegmentedRound:
         self.dirty = True
         if self.on_reply is not None:
             try:
-                self.on_reply(msg)
+                self.on_reply(msg, row)
             except Exception as exc:  # noqa: BLE001 - a progress display must not stop a round
                 log(WARNING, "reply callback failed: %s", exc)
         if done and self.mode == "federated" and row.get("status") in TRAINED:

@@ -21,7 +21,7 @@ from logging import INFO, WARNING
 from pathlib import Path
 from typing import Any
 
-from flwr.app import ArrayRecord, ConfigRecord, Message
+from flwr.app import ArrayRecord, ConfigRecord
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
@@ -31,7 +31,7 @@ from fleet.reports import roundstate, runlife
 from strategies import coordinator
 from strategies import round_book as book
 from strategies.segment_settings import SegmentSettings
-from strategies.segmented import SegmentedRound
+from strategies.segmented import ReplyHook, SegmentedRound
 
 RoundHook = Callable[[int, list[dict[str, object]]], None]
 
@@ -71,7 +71,7 @@ def run_rounds(
     round_config: Callable[[int], dict[str, Any]],
     expected: int,
     on_round: RoundHook,
-    on_reply: Callable[[Message], None] | None = None,
+    on_reply: ReplyHook | None = None,
     plan: bool = False,
 ) -> dict[int, list[dict[str, object]]]:
     """Every round not yet closed, in segments; returns the rows of the rounds run here."""

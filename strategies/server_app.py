@@ -228,12 +228,14 @@ def run_fleet(grid: Grid, settings: ServerSettings) -> dict[str, Any]:
 
     ran_on: dict[str, list[str]] = {}  # device -> the nodes its replies came from, in order
 
-    def on_reply(msg: Message) -> None:
+    def on_reply(msg: Message, row: dict[str, object] | None = None) -> None:
+        """Every train reply (``row``: decoded already by the segmented loop, not twice)."""
         if msg.metadata.message_type == MessageType.QUERY:
             return  # a planning reply: progress counts training replies
         if keeper.absorb(msg) is not None:
             log(INFO, "powerfleet: stored the profile of %s in %s", keeper.stored[-1], keeper.store)
-        row = coordinator.row_from_reply(msg)
+        if row is None:
+            row = coordinator.row_from_reply(msg)
         node, seen = node_of(msg.content), ran_on.setdefault(str(row.get("device")), [])
         if node is not None and node not in seen and len(seen) < 16:
             seen.append(node)

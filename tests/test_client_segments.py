@@ -349,3 +349,101 @@ def test_host_training_runs_its_whole_round_in_one_segment(tmp_path):
         1,
     )
     assert prog.accuracy == row["accuracy"] and prog.end_batch_size == row["end_batch_size"]
+
+
+# --------------------------------------------------------------------------- one kind, once
+
+
+def kind_fleet(tmp_path):
+    """The default fleet with three devices of its first kind (``count = 3``)."""
+    text = DEFAULT.read_text().replace('"../', f'"{ROOT / "simulations"}/')
+    text = text.replace('name = "nano-4w5"\n', 'name = "nano-4w5"\ncount = 3\n', 1)
+    path = tmp_path / "fleet.toml"
+    path.write_text(text)
+    return path
+
+
+def fleet_chain(path, pid, seconds=900.0):
+    """Every reply of one device's round, decoded: (row, progress) per segment."""
+    resume, out = None, []
+    for _ in range(1000):
+        cfg = {"fleet-path": str(path)}
+        reply = segment_round({"partition-id": pid}, instruction(seconds, resume, **cfg))
+        row, prog = row_of(reply), segments.decode_progress(reply)
+        out.append((row, prog))
+        if row["status"] != "running":
+            return out
+        resume = prog
+    raise AssertionError("no final row")
+
+
+def test_devices_of_one_kind_share_a_computed_segment_under_their_own_names(tmp_path):
+    """A process playing many devices of one kind computes each segment once: the second
+    device's chain adds nothing to the cache, and every reply equals the one the device
+    computes for itself (cache emptied), its own name in it."""
+    path = kind_fleet(tmp_path)
+    names = [d.name for d in load_fleet(path).devices]
+    assert len(set(names[:3])) == 3 and names[3] == "nano-7w"
+    segments._KIND_SEGMENTS.clear()
+    first = fleet_chain(path, 0)
+    kept = len(segments._KIND_SEGMENTS)
+    assert kept == len(first) > 1
+    shared = fleet_chain(path, 2)
+    assert len(segments._KIND_SEGMENTS) == kept  # nothing computed for the second device
+    segments._KIND_SEGMENTS.clear()
+    own = fleet_chain(path, 2)
+    assert shared == own
+    assert {row["device"] for row, _ in shared} == {names[2]}
+    assert [p for _, p in shared] == [p for _, p in first]
+    assert [{**r, "device": ""} for r, _ in shared] == [{**r, "device": ""} for r, _ in first]
+    # another kind (another budget) is its own computation, and another segment length too
+    fleet_chain(path, 3)
+    grown = len(segments._KIND_SEGMENTS)
+    assert grown > len(own)
+    fleet_chain(path, 2, seconds=1200.0)
+    assert len(segments._KIND_SEGMENTS) > grown
+
+
+def test_a_shared_segment_still_paces_each_device(tmp_path):
+    path = kind_fleet(tmp_path)
+    slept = []
+    for pid in (0, 1):
+        cfg = {"fleet-path": str(path)}
+        node = {"partition-id": pid, "pace": 100.0}
+        segment_round(node, instruction(500.0, **cfg), sleep=slept.append)
+    assert slept == [5.0, 5.0]
+
+
+# --------------------------------------------------------------------------- timings
+
+
+def test_each_message_appends_its_handler_and_its_cost(monkeypatch, tmp_path):
+    from clients.handler_timings import ENV, read_timings
+
+    path = tmp_path / "client.jsonl"
+    monkeypatch.setenv(ENV, str(path))
+    for kind in ("train.segment", "query.identify", "train.segment"):
+        app(
+            Message(instruction(100.0), dst_node_id=7, message_type=kind),
+            context({"partition-id": 0}),
+        )
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    assert [x["handler"] for x in lines] == ["train_segment", "identify", "train_segment"]
+    assert all(x["pid"] == os.getpid() and x["cpu_s"] >= 0 and x["wall_s"] >= 0 for x in lines)
+    got = read_timings(path)
+    assert got["train_segment"]["messages"] == 2 and got["identify"]["messages"] == 1
+    assert got["train_segment"]["cpu_s"] == pytest.approx(
+        sum(x["cpu_s"] for x in lines if x["handler"] == "train_segment")
+    )
+    assert got["identify"]["processes"] == 1
+
+
+def test_no_timings_without_the_environment(monkeypatch, tmp_path):
+    from clients.handler_timings import ENV
+
+    monkeypatch.delenv(ENV, raising=False)
+    monkeypatch.chdir(tmp_path)
+    reply = app(Message(instruction(100.0), dst_node_id=7, message_type="train.segment"),
+                context({"partition-id": 0}))  # fmt: skip
+    assert row_of(reply.content)["status"] == "running"
+    assert list(tmp_path.iterdir()) == []

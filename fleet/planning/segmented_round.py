@@ -61,12 +61,17 @@ def expand(
     specs: Sequence[DeviceSpec], key_of: Callable[[DeviceSpec], tuple], rows: dict[tuple, dict]
 ) -> list[dict[str, object]]:
     """Every device's row from its kind's (a copy under its own name)."""
-    out = []
-    for spec in specs:
-        row = rows[key_of(spec)]
-        if row["device"] != spec.name:
-            first = str(row["device"])
-            row = {**row, "device": spec.name}
-            row["message"] = str(row.get("message") or "").replace(first, spec.name)
-        out.append(row)
+    return [renamed(rows[key_of(spec)], spec.name) for spec in specs]
+
+
+def renamed(row: dict[str, object], name: str) -> dict[str, object]:
+    """A kind's row under the name of another device of that kind: the name is all that
+    differs, in ``device`` and wherever ``message`` says it (a copy; the row itself when the
+    name is its own). The Flower engine's replay ClientApp copies its kinds' rows the same way
+    (``clients.segments.kind_segment``)."""
+    first = str(row["device"])
+    if first == name:
+        return row
+    out = {**row, "device": name}
+    out["message"] = str(row.get("message") or "").replace(first, name)
     return out
