@@ -91,9 +91,11 @@ def _split(files: dict[str, Path], wall: float) -> dict[str, object]:
     from strategies.reply_timings import ENV as REPLY_ENV
 
     lines = [json.loads(x) for x in files[REPLY_ENV].read_text().splitlines()]
-    writes = {(x["written"], x["write_wall_s"]) for x in lines}
+    writes = {(x["written"], x["write_wall_s"], x["write_cpu_s"]) for x in lines}
     handle = sum(x["wall_s"] for x in lines)
-    write = sum(w for _, w in writes)
+    write = sum(w for _, w, _c in writes)
+    handle_cpu = sum(x["cpu_s"] for x in lines)
+    write_cpu = sum(c for _, _w, c in writes)
     client = read_timings(files[CLIENT_ENV])
     client_cpu = sum(h["cpu_s"] for h in client.values())
     out: dict[str, object] = {
@@ -108,7 +110,10 @@ def _split(files: dict[str, Path], wall: float) -> dict[str, object]:
     }
     for name, h in client.items():
         out[f"client_{name}_ms"] = 1000 * h["cpu_s"] / h["messages"]
+    out["coordinator_cpu_s"] = handle_cpu + write_cpu
     out["ours_share"] = (handle + write + client_cpu) / wall
+    # CPU on both sides: what our code costs, whatever waited for a core meanwhile
+    out["ours_share_cpu"] = (handle_cpu + write_cpu + client_cpu) / wall
     # the actors run side by side: each one's wall inside our handlers is on the round's path
     actors = out["client_wall_s"] / max(1, out["client_processes"])  # type: ignore[operator]
     out["ours_share_wall"] = (handle + write + actors) / wall

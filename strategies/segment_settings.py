@@ -22,7 +22,9 @@ class SegmentSettings:
     overdue_factor: float = 3.0
     max_crashes: int = 3  # ClientApp crashes in a row before the device is an error
     write_every_s: float = 0.5  # state.json at most this often (and at every round's end)
-    write_share: float = 0.1  # ... and at most this share of the wall spent writing it
+    # ... and at most this share of the wall spent writing it: at 1,000 devices (a 0.25 s
+    # write) a status at most ~5 s old, at tens of devices the 0.5 s gap (docs/deploy-load.md)
+    write_share: float = 0.05
     # a simulation: every device lives on one virtual clock, so segments go out in lock-step of
     # device time (none runs ahead of the slowest) and the plan is revised only between steps;
     # progress then arrives in the order it would in the world, whatever this machine's speed

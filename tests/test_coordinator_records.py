@@ -441,3 +441,26 @@ def test_error_row_has_every_report_column() -> None:
     row = records.error_row("x", "why")
     assert list(row) == row_fields() and row["status"] == "error"
     assert isinstance(DeviceSpec("n", "cpu", None, "", None).to_node_config(), dict)
+
+
+def test_run_settings_are_decoded_once_per_wire_text_and_still_checked():
+    """A round's segments carry the same [run] settings: the ClientApp decodes them once
+    (``records._decode_run``'s memo); other values are decoded again, a bad one refused even
+    after a good one was kept."""
+    from fleet.config.fleetfile import RunSettings
+
+    run = RunSettings("t", "small_cnn", "proxy.csv", 0.9, lr_ref_batch=16, lr_ref=2e-3)
+    cfg = records.encode_instruction(records.TrainInstruction(Efficiency({8: 400.0}), run))
+    first = records.decode_instruction(cfg).run
+    assert first == run
+    again = records.decode_instruction(records.encode_instruction(
+        records.TrainInstruction(Efficiency({8: 400.0}), run)
+    )).run  # fmt: skip
+    assert again is first  # the same wire text: decoded once
+    cfg["target-accuracy"] = 0.8
+    assert records.decode_instruction(cfg).run.target_accuracy == 0.8
+    cfg["target-accuracy"] = 7.0
+    with pytest.raises(InputError, match="target"):
+        records.decode_instruction(cfg)
+    cfg["target-accuracy"] = 0.9
+    assert records.decode_instruction(cfg).run is first

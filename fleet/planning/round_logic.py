@@ -30,7 +30,7 @@ from typing import Any
 
 from fleet.planning import replan as pricing
 from fleet.rounds import statuses
-from fleet.rounds.progress import Progress
+from fleet.rounds.progress import Progress, entry_progress, remember
 
 #: Device-clock seconds per segment unless a run says otherwise (run config ``segment-s``).
 SEGMENT_S = 600.0
@@ -63,8 +63,10 @@ def device_entry(name: str) -> dict[str, Any]:
 
 
 def progress(entry: dict) -> Progress:
-    """The device's last progress, checked (the book may have been read from disk)."""
-    return Progress.from_dict(entry.get("progress") or {}, f"device {entry.get('device')}")
+    """The device's last progress, checked (the book may have been read from disk); parsed
+    once per progress the book holds (``entry_progress``)."""
+    name = str(entry.get("device"))
+    return entry_progress(name, entry.get("progress") or {}, f"device {entry.get('device')}")
 
 
 def active(devices: dict[str, dict]) -> list[str]:
@@ -138,7 +140,8 @@ def apply_segment(e: dict, row: dict, prog: Progress) -> bool:
         # the round's first choice: each segment's row names the choice its own start would
         # make, which after a re-planned deadline is not what the round began with
         e["first_point"] = {k: row.get(k) for k in FIRST_POINT}
-    e["progress"] = prog.to_dict()
+    e["progress"] = raw = prog.to_dict()
+    remember(str(e.get("device")), raw, prog)  # checked already: the reply's own record
     e["device_type"] = str(row.get("device_type") or e.get("device_type") or "")
     if row.get("budget_w") is not None:
         e["budget_w"] = row.get("budget_w")

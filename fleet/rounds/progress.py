@@ -38,6 +38,31 @@ def read_progress(data: object, where: str = "progress") -> Progress:
         raise InputError(str(exc)) from None
 
 
+_PARSED: dict[str, tuple[object, Progress]] = {}
+
+
+def entry_progress(device: str, data: object, where: str = "progress") -> Progress:
+    """``read_progress`` of the progress a round's book holds for ``device``, parsed once.
+
+    Why: at 1,000 devices a lock-step reads every active device's progress several times (who
+    is due, the re-plan, the next instruction, the state file's check), and checking a record
+    with its learning state was most of the coordinator's work per reply. The book never edits
+    a progress in place (a reply replaces it whole), so the same object is the same progress:
+    the memo answers only for the very object it parsed (``remember`` seeds it with a record
+    checked already), and anything else, e.g. a book read back from disk, is parsed."""
+    hit = _PARSED.get(device)
+    if hit is not None and hit[0] is data:
+        return hit[1]
+    got = read_progress(data, where)
+    _PARSED[device] = (data, got)
+    return got
+
+
+def remember(device: str, data: object, progress: Progress) -> None:
+    """``data`` (now in the book) is ``progress.to_dict()`` of a record checked already."""
+    _PARSED[device] = (data, progress)
+
+
 def later(a: Progress, b: Progress) -> Progress:
     """The further of two views of the same device (more device time; then more samples):
     the coordinator's last persisted progress and the device's own checkpoint."""
