@@ -124,13 +124,15 @@ def assert_totals_are_the_rows_sums(report: dict) -> None:
 
 @pytest.mark.timeout(420)
 def test_round_survives_a_lost_node_a_restarted_node_and_a_frozen_superlink(tmp_path):
-    """One run, four paced replay devices (2,456-4,535 device s each, segments of 500 s) and a
+    """One run, four paced replay devices (2,456-7,347 device s each, segments of 1,500 s) and a
     board whose agent answers NaN energy: dev-2's SuperNode is SIGKILLed for good (lost, with
     its last progress and the moment; the round completes for the others), dev-3's is
     SIGKILLed and restarted (it resumes from its checkpoint and ends on the unfaulted row),
     then the SuperLink is SIGSTOPped 25 s (nobody is lost over it); the board ends ``error``
     naming the field and its numbers stay out of the fleet's totals."""
-    devices = [dict(REF[i], name=f"dev-{k}") for k, i in enumerate((5, 4, 2, 1), start=1)]
+    # dev-2 (7,347 device s) and dev-3 (4,708) are faulted after one segment: each still has 3-4
+    # segments (of at least 3 s of wall each) to go, so neither can finish before its kill
+    devices = [dict(REF[i], name=f"dev-{k}") for k, i in enumerate((5, 0, 3, 1), start=1)]
     fleet = fleet_of_replay_devices(
         tmp_path, 0, extra_devices=[*devices, dict(REF[0], name="bad-1")]
     )
@@ -139,13 +141,16 @@ def test_round_survives_a_lost_node_a_restarted_node_and_a_frozen_superlink(tmp_
     with stopped_at_exit() as procs:
         lb = Loopback(procs, tmp_path, run_dir / "superlink.db")
         lb.start_link()
+        # segments of 1,500 s at 500 device s per wall s: each message's fixed cost (a SuperNode
+        # with nothing to do asks again only every 3 s, then starts a ClientApp process) is
+        # paid 2-4 times per device, not 6-10 times as with 500 s segments
         for name, config in paced_configs(fleet, tmp_path, pace=500.0).items():
             if name != "bad-1":
                 lb.start_node(name, config)
         agent = hostile_agent_python(tmp_path / "bin", "nan-energy")
         lb.start_node("bad-1", hostile_node_config(fleet, "bad-1", agent, tmp_path / "bad"))
         lb.wait_nodes(5)
-        rid = lb.submit(run_config(fleet, run_dir, 500.0))
+        rid = lb.submit(run_config(fleet, run_dir, 1500.0))
         # both faulted devices have checkpointed a segment, neither has finished
         wait_for_json(
             run_dir / "state.json",
@@ -192,11 +197,11 @@ def test_round_survives_a_lost_node_a_restarted_node_and_a_frozen_superlink(tmp_
         "dev-4": "ok",
         "bad-1": "error",
     }
-    # rounds longer than one default 600 s segment, run in several 500 s ones
+    # rounds longer than one default 600 s segment (and than one 1,500 s one), run in several
     for name in ("dev-1", "dev-3", "dev-4"):
-        assert rows[name]["time_s"] > 600.0
+        assert rows[name]["time_s"] > 1500.0
         segments = state["devices"][name]["progress"]["segments"]
-        assert segments == math.ceil(rows[name]["time_s"] / 500.0), name
+        assert segments == math.ceil(rows[name]["time_s"] / 1500.0) >= 2, name
     assert_totals_are_the_rows_sums(report)
     assert report["fleet"]["samples"] == pytest.approx(
         sum(expected[n]["samples"] for n in ("dev-1", "dev-3", "dev-4")), rel=1e-9
@@ -424,8 +429,9 @@ def test_a_coordinator_restarted_beside_its_orphaned_serverapp_reports_the_new_r
     from deployment.deploy import LinkSettings, Submission, run_coordinator
     from fleet.method import liveness
 
-    # 7,347 and 4,535 device s: neither can finish in the 1,500 s segment in flight at the kill
-    devices = [dict(REF[i], name=f"dev-{k}") for k, i in enumerate((0, 1), start=1)]
+    # 4,308 and 4,535 device s: neither can finish in the 1,500 s segment in flight at the kill
+    # (more than 3,000 s each), and each needs only 3-4 segments in all
+    devices = [dict(REF[i], name=f"dev-{k}") for k, i in enumerate((2, 1), start=1)]
     fleet = fleet_of_replay_devices(tmp_path, 0, extra_devices=devices)
     expected = replay_rows(fleet)
     run_dir = tmp_path / "run"
