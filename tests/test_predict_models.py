@@ -321,20 +321,29 @@ def test_the_simplest_model_within_one_standard_error_is_kept():
     assert within_noise(clear, cells) == ["shape"]
 
 
+LIMIT_BS, LIMIT_KS = [8, 16, 32, 64], [100.0, 150.0, 200.0, 250.0, 300.0]
+
+
+def limit_grid(free: dict[int, float]):
+    """A power-limit grid: power ``min(share_b * limit, free_b)`` with a different share per
+    batch size (a real card sits at 0.9-1.0 of a limit); its frame probes and interior cells."""
+    share = {8: 0.93, 16: 0.99, 32: 0.95, 64: 0.97}
+
+    def power(b: int, k: float) -> float:
+        return min(share[b] * k, free[b])
+
+    probes = {p: power(*p) for p in frame_probes(LIMIT_BS, LIMIT_KS)}
+    inner = [(b, k) for b in LIMIT_BS[1:-1] for k in LIMIT_KS[1:-1]]
+    return power, probes, inner
+
+
 def test_the_cap_model_learns_each_rows_own_share_of_the_limit():
     """Power ``min(share_b * limit, free_b)`` with a different share per batch size (a real card
     sits at 0.9-1.0 of a limit): the frame's probes give the power model exactly."""
     from fleet.agent.prediction.models import cap
 
-    bs, ks = [8, 16, 32, 64], [100.0, 150.0, 200.0, 250.0, 300.0]
-    share = {8: 0.93, 16: 0.99, 32: 0.95, 64: 0.97}
-    free = {8: 160.0, 16: 230.0, 32: 280.0, 64: 1e9}
-
-    def power(b: int, k: float) -> float:
-        return min(share[b] * k, free[b])
-
-    probes = {p: power(*p) for p in frame_probes(bs, ks)}
-    inner = [(b, k) for b in bs[1:-1] for k in ks[1:-1]]
+    bs, ks = LIMIT_BS, LIMIT_KS
+    power, probes, inner = limit_grid({8: 160.0, 16: 230.0, 32: 280.0, 64: 1e9})
     got = cap(probes, bs, ks, inner, {"peak_power_w": probes})
     for p in inner:
         assert got[p] == pytest.approx(power(*p), rel=1e-12), p
@@ -389,15 +398,8 @@ def test_a_power_limits_bound_never_exceeds_the_largest_share_any_probe_drew():
     is cut."""
     from fleet.agent.prediction.select import choose
 
-    bs, ks = [8, 16, 32, 64], [100.0, 150.0, 200.0, 250.0, 300.0]
-    share = {8: 0.93, 16: 0.99, 32: 0.95, 64: 0.97}
-    free = {8: 120.0, 16: 230.0, 32: 280.0, 64: 1e9}
-
-    def power(b: int, k: float) -> float:
-        return min(share[b] * k, free[b])
-
-    probes = {p: power(*p) for p in frame_probes(bs, ks)}
-    inner = [(b, k) for b in bs[1:-1] for k in ks[1:-1]]
+    bs, ks = LIMIT_BS, LIMIT_KS
+    power, probes, inner = limit_grid({8: 120.0, 16: 230.0, 32: 280.0, 64: 1e9})
     got = choose("peak_power_w", {"peak_power_w": probes}, bs, ks, inner, ["separable"])
     top = max(p / k for (_b, k), p in probes.items())
     assert top == pytest.approx(0.99)
