@@ -309,4 +309,10 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from fleet.common.signals import Interrupted, sigterm_as_interrupt
+
+    try:  # a SIGTERM (e.g. from `timeout`) unwinds through run_one's clean-up: no orphan nodes
+        with sigterm_as_interrupt():
+            sys.exit(main())
+    except Interrupted:
+        sys.exit(143)

@@ -20,6 +20,13 @@ class SegmentSettings:
     node_wait_s: float = 300.0  # for the expected devices to identify
     first_allowance_s: float = 900.0  # a device's first segment: agent start, profiling
     overdue_factor: float = 3.0
+    overdue_slack_s: float = 30.0  # on top of a segment's expected wall before it is overdue
+    # an overdue segment is sent again once it waited this many times its overdue threshold
+    # (at most ``max_resends`` times a device until a reply comes): a SuperLink under load can
+    # lose a message on its way to a node that stays online ("database is locked" on the pull),
+    # and no reply would come before the message's TTL, an hour later
+    resend_factor: float = 2.0
+    max_resends: int = 3
     max_crashes: int = 3  # ClientApp crashes in a row before the device is an error
     write_every_s: float = 0.5  # state.json at most this often (and at every round's end)
     # ... and at most this share of the wall spent writing it: at 1,000 devices (a 0.25 s
@@ -42,4 +49,5 @@ class Link:
     wall_per_s: float | None = None  # wall seconds per device second, from its replies
     crashes: int = 0
     stalls: int = 0  # running replies in a row without progress
+    resends: int = 0  # segments sent again since the last reply (``_check_overdue``)
     weights_to: int | None = None  # the node the round's weights went to

@@ -12,7 +12,9 @@ Waits: none is shorter than the work it waits for. A segment is ``overdue`` only
 ``overdue_factor`` times its expected wall time (learned from the device's own replies: wall
 seconds per device second) plus an allowance for the first segment (agent start, profiling).
 An overdue device whose node is still online (its SuperNode's heartbeats reach the SuperLink)
-is only slow and is waited for; a device is ``lost`` when its node goes offline (Flower answers
+is only slow and is waited for, its segment sent again after ``resend_factor`` times that wait
+(a message can be lost inside a loaded SuperLink without an error to anyone); a device is
+``lost`` when its node goes offline (Flower answers
 ``NODE_UNAVAILABLE``, or the node leaves the online list). A node that comes back (a restarted
 SuperNode, under a new node id or its old one) identifies itself (``query.identify``) and its
 device resumes from its checkpoint. The round ends when no device is pending, running or
@@ -180,7 +182,7 @@ class SegmentedRound:
             lk = self.links.get(name) if name is not None else None
             if name is None or lk is None or lk.msg_id != ref:
                 continue  # abandoned meanwhile (its node changed)
-            lk.msg_id = None
+            lk.msg_id, lk.resends = None, 0
             wall, cpu = time.perf_counter(), time.thread_time()
             self._on_segment(name, lk, msg)
             if self.timings.on:
@@ -313,7 +315,7 @@ class SegmentedRound:
     def _expected_wall(self, lk: Link, segments: int) -> float:
         per = lk.wall_per_s if lk.wall_per_s is not None else 1.0
         first = self.s.first_allowance_s if segments == 0 else 0.0
-        return first + self.s.overdue_factor * self.s.segment_s * per + 30.0
+        return first + self.s.overdue_factor * self.s.segment_s * per + self.s.overdue_slack_s
 
     def _ttl(self, lk: Link, segments: int) -> float:
         """Flower drops a message after its TTL: never before the work could be done."""
@@ -397,12 +399,25 @@ class SegmentedRound:
         now = time.monotonic()
         for name, lk in self.links.items():
             e = self.state["devices"].get(name, {})
-            if lk.msg_id is None or e.get("status") != "running":
+            if lk.msg_id is None or e.get("status") not in ("running", "overdue"):
                 continue
             waited = now - lk.sent_at
-            if waited > self._expected_wall(lk, int(e["progress"].get("segments") or 0)):
+            limit = self._expected_wall(lk, int(e["progress"].get("segments") or 0))
+            if waited > limit and e["status"] == "running":
                 book.mark_overdue(self.state, name, waited)
                 self.dirty = True
+            if waited > self.s.resend_factor * limit and lk.resends < self.s.max_resends:
+                # the message may be lost inside Flower: the segment again, from the book's
+                # progress (a device resumes from the later of that and its own checkpoint, so
+                # a repeated segment is never counted twice); a late reply to the old one is
+                # no longer waited for
+                log(
+                    WARNING,
+                    "segments: %s: no reply in %.0f s from node %s, which is online; "
+                    "sending its segment again",
+                    name, waited, lk.node,
+                )  # fmt: skip
+                lk.msg_id, lk.resends = None, lk.resends + 1
 
     # ------------------------------------------------------------------ plan
     def _round_config(self, name: str, prog: Progress) -> ConfigRecord:

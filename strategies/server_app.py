@@ -81,6 +81,7 @@ class ServerSettings:
     run_token: str = ""
     progress: ProgressFn | None = None  # simulation only: called from the ServerApp thread
     poll_s: float = 0.25  # the segmented loop's pause between polls of the grid
+    overdue_slack_s: float = 30.0  # SegmentSettings': slack before a segment is overdue
 
 
 def _as_bool(key: str, value: object) -> bool | None:
@@ -264,6 +265,7 @@ def run_fleet(grid: Grid, settings: ServerSettings) -> dict[str, Any]:
             first_allowance_s=settings.round_timeout_s,
             lockstep=settings.engine == "flower",  # Flower's simulation: one virtual clock
             poll_s=settings.poll_s,
+            overdue_slack_s=settings.overdue_slack_s,
         )
         seen: list[int] = []  # the signal that stops this ServerApp, if one does
         try:

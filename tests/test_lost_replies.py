@@ -159,3 +159,55 @@ def test_a_coordinator_stopped_before_a_final_reply_resumes_to_the_unfaulted_row
     assert roundstate.read_state(run_dir)["devices"][grid.lost[0]]["status"] == "interrupted"
     got = coordinator(fleet_file, run_dir, LossyGrid(nodes, tmp_path / "nodes", []))
     assert_same_round(got, want)
+
+
+class SilentGrid(InProcessGrid):
+    """The second segment message to each device in ``lose`` vanishes on its way (as a loaded
+    SuperLink's failed pull loses it: the node stays online, no reply, no error ever). The
+    second: after a first reply the coordinator knows the device's pace, so its overdue wait
+    is the pace's, not the first segment's allowance of real device time."""
+
+    def __init__(self, nodes: int, lose: Iterable[str]) -> None:
+        super().__init__(nodes)
+        self.lose, self.vanished = set(lose), []  # type: ignore[var-annotated]
+        self.seen: dict[str, int] = {}
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        messages = list(messages)
+        ids = list(super().push_messages(messages))
+        for msg, mid in zip(messages, ids, strict=True):
+            reply = self.replies[mid]
+            if not msg.metadata.message_type.endswith(".segment") or reply.has_error():
+                continue
+            device = records.decode_reply(
+                reply.content.metric_records[records.METRICS],
+                reply.content.config_records[records.REPORT],
+            )["device"]
+            self.seen[device] = self.seen.get(device, 0) + 1
+            if device in self.lose and self.seen[device] == 2:
+                self.lose.discard(device)
+                self.vanished.append(device)
+                del self.replies[mid]  # never answered
+        return ids
+
+
+def test_a_segment_lost_without_an_error_is_sent_again_and_the_rows_are_the_unfaulted(tmp_path):
+    """A message lost inside Flower leaves its device overdue on an online node: after twice
+    its overdue wait the coordinator sends the segment again, and the round ends with the
+    direct engine's rows (before: it waited for the message's TTL, an hour)."""
+    fleet_file = fleet_as(tmp_path, "default", "time")
+    want = simulate(fleet_file, "direct", tmp_path / "direct")
+    n = len(load_fleet(fleet_file).devices)
+    lose = [d.name for d in load_fleet(fleet_file).devices][:2]
+    grid = SilentGrid(n, lose)
+    settings = ServerSettings(
+        str(fleet_file), str(tmp_path / "run"), ship_weights=False, poll_s=0.01,
+        round_timeout_s=0.0, overdue_slack_s=0.2,
+    )  # fmt: skip
+    with app_identity():
+        got = run_fleet(grid, settings)
+    assert sorted(grid.vanished) == sorted(lose) and grid.lose == set()
+    assert [r["device"] for r in got["devices"]] == [r["device"] for r in want["devices"]]
+    for a, b in zip(got["devices"], want["devices"], strict=True):
+        assert diff(a, b, a["device"]) == []
+    assert diff(got["fleet"], want["fleet"], "fleet") == []
