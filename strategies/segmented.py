@@ -86,6 +86,7 @@ class SegmentedRound:
         self.plan = plan
         self.links: dict[str, Link] = {}
         self.identified: dict[int, str | None] = {}  # node -> device (None: not ours)
+        self.identify_errors: dict[int, int] = {}  # node -> error replies to its identify
         self.identifying: dict[str, int] = {}  # message id -> node
         self.weights: dict[str, tuple[ArrayRecord, float]] = {}
         self.dirty, self.last_write = True, 0.0
@@ -230,13 +231,15 @@ class SegmentedRound:
                 self.dirty = True
 
     def _on_identity(self, node: int, msg: Message) -> None:
+        if msg.has_error():  # no content to read; asked again unless it keeps failing
+            self.identify_errors[node] = self.identify_errors.get(node, 0) + 1
+            if self.identify_errors[node] >= self.s.max_crashes:
+                self.identified[node] = None
+            log(WARNING, "segments: node %d did not identify: %s", node, msg.error.reason)
+            return
         spare = wire.spare_of(msg.content)
         if spare is not None:  # counted, said once by _check_size
             self.spare.add(node)
-            self.identified[node] = None
-            return
-        if msg.has_error():
-            log(WARNING, "segments: node %d did not identify: %s", node, msg.error.reason)
             self.identified[node] = None
             return
         try:

@@ -237,7 +237,8 @@ def run_fleet(grid: Grid, settings: ServerSettings) -> dict[str, Any]:
             log(INFO, "powerfleet: stored the profile of %s in %s", keeper.stored[-1], keeper.store)
         if row is None:
             row = coordinator.row_from_reply(msg)
-        node, seen = node_of(msg.content), ran_on.setdefault(str(row.get("device")), [])
+        node = None if msg.has_error() else node_of(msg.content)  # an error has no content
+        seen = ran_on.setdefault(str(row.get("device")), [])
         if node is not None and node not in seen and len(seen) < 16:
             seen.append(node)
         if row.get("status") == "running":

@@ -211,3 +211,41 @@ def test_a_segment_lost_without_an_error_is_sent_again_and_the_rows_are_the_unfa
     for a, b in zip(got["devices"], want["devices"], strict=True):
         assert diff(a, b, a["device"]) == []
     assert diff(got["fleet"], want["fleet"], "fleet") == []
+
+
+class ErringIdentifyGrid(InProcessGrid):
+    """The first identity query to each of the first ``k`` nodes is answered with an error (a
+    ClientApp that failed to start on a loaded SuperNode), as Flower answers it."""
+
+    def __init__(self, nodes: int, k: int) -> None:
+        super().__init__(nodes)
+        self.failing = set(range(1, k + 1))
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        messages = list(messages)
+        ids = list(super().push_messages(messages))
+        for msg, mid in zip(messages, ids, strict=True):
+            node = msg.metadata.dst_node_id
+            if msg.metadata.message_type.endswith(".identify") and node in self.failing:
+                self.failing.discard(node)
+                with app_identity(node):
+                    failed = Error(ErrorCode.CLIENT_APP_RAISED_EXCEPTION, "ClientApp failed")
+                    self.replies[mid] = Message(failed, reply_to=msg)
+        return ids
+
+
+def test_an_identity_answered_with_an_error_is_asked_again(tmp_path):
+    """Before: the coordinator read the error reply's content and the ServerApp failed
+    ("Message content is None", seen at 40 SuperNodes); now the node is asked again and the
+    round ends with the direct engine's rows."""
+    fleet_file = fleet_as(tmp_path, "default", "time")
+    want = simulate(fleet_file, "direct", tmp_path / "direct")
+    grid = ErringIdentifyGrid(len(load_fleet(fleet_file).devices), 2)
+    with app_identity():
+        got = run_fleet(grid, ServerSettings(
+            str(fleet_file), str(tmp_path / "run"), ship_weights=False, poll_s=0.0
+        ))  # fmt: skip
+    assert grid.failing == set()
+    for a, b in zip(got["devices"], want["devices"], strict=True):
+        assert diff(a, b, a["device"]) == []
+    assert len(got["devices"]) == len(want["devices"])
