@@ -298,8 +298,11 @@ def main() -> int:
         for n in [int(x) for x in args.nodes.split(",") if x.strip()]:
             results.append(run_one(n, args.segment_s, args.pace, root, args.timeout_s))
             print(json.dumps(results[-1]), flush=True)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    finally:  # kept when a run went wrong: its logs and run dirs say why
+        if results and all(r.get("rows_equal") for r in results):
+            shutil.rmtree(root, ignore_errors=True)
+        else:
+            print(f"kept {root} (a run did not equal the direct engine's rows)", file=sys.stderr)
     argv = "python benchmarks/deploy_load.py " + " ".join(sys.argv[1:])
     page = markdown(results, argv.strip())
     print(page)
