@@ -39,6 +39,18 @@ from tests.test_one_round import OBJECTIVES, SHIPPED, fleet_as, revisions
 pytestmark = pytest.mark.slow  # about a second of CPU a case (the analogue fleet: a few)
 
 
+def segment_replies(grid: InProcessGrid, messages: list[Message], ids: list[str]):
+    """(message, id, decoded row) of each segment message the grid answered without an error."""
+    for msg, mid in zip(messages, ids, strict=True):
+        reply = grid.replies[mid]
+        if msg.metadata.message_type.endswith(".segment") and not reply.has_error():
+            row = records.decode_reply(
+                reply.content.metric_records[records.METRICS],
+                reply.content.config_records[records.REPORT],
+            )
+            yield msg, mid, row
+
+
 class LossyGrid(InProcessGrid):
     """Nodes that keep their own checkpoint (``work-dir``, as a deployed SuperNode does). The
     first final reply (the device reached its target, or ended otherwise) of each device in
@@ -58,14 +70,7 @@ class LossyGrid(InProcessGrid):
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
         messages = list(messages)
         ids = list(super().push_messages(messages))
-        for msg, mid in zip(messages, ids, strict=True):
-            reply = self.replies[mid]
-            if not msg.metadata.message_type.endswith(".segment") or reply.has_error():
-                continue
-            row = records.decode_reply(
-                reply.content.metric_records[records.METRICS],
-                reply.content.config_records[records.REPORT],
-            )
+        for msg, mid, row in segment_replies(self, messages, ids):
             if row["status"] == "running" or row["device"] not in self.lose:
                 continue
             self.lose.discard(row["device"])
@@ -175,14 +180,8 @@ class SilentGrid(InProcessGrid):
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
         messages = list(messages)
         ids = list(super().push_messages(messages))
-        for msg, mid in zip(messages, ids, strict=True):
-            reply = self.replies[mid]
-            if not msg.metadata.message_type.endswith(".segment") or reply.has_error():
-                continue
-            device = records.decode_reply(
-                reply.content.metric_records[records.METRICS],
-                reply.content.config_records[records.REPORT],
-            )["device"]
+        for _msg, mid, row in segment_replies(self, messages, ids):
+            device = str(row["device"])
             self.seen[device] = self.seen.get(device, 0) + 1
             if device in self.lose and self.seen[device] == 2:
                 self.lose.discard(device)
