@@ -43,6 +43,7 @@ RUNNING = "running"  # a segment reply's status while the device has not reached
 MAX_PROGRESS_CHARS = 64 * 1024  # a learning device's state rides along (a few KB)
 RAN_ON = "ran-on"
 MAX_NODE_CHARS = 200
+PACE_RANGE = (1e-3, 1e9)  # device seconds per wall second, when pacing at all
 
 
 def segment_config(base: ConfigRecord, segment_s: float, resume: Progress) -> ConfigRecord:
@@ -121,6 +122,17 @@ def spare_of(content: RecordDict) -> int | None:
     cfg = content.config_records.get(IDENTITY)
     spare = cfg.get("spare") if cfg is not None else None
     return spare if isinstance(spare, int) and not isinstance(spare, bool) else None
+
+
+def pace_of(content: RecordDict) -> float | None:
+    """The device seconds per wall second a paced simulated node says it lives (its segments
+    take at least ``segment_s / pace`` of wall time); None when it says none or nonsense."""
+    cfg = content.config_records.get(IDENTITY)
+    pace = cfg.get("pace") if cfg is not None else None
+    if isinstance(pace, bool) or not isinstance(pace, (int, float)):
+        return None
+    lo, hi = PACE_RANGE
+    return float(pace) if lo <= pace <= hi else None
 
 
 def identity_of(content: RecordDict) -> str:

@@ -35,6 +35,7 @@ from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 from clients import records
 from clients.segment_wire import (  # noqa: F401 - decode_* are this module's API too
     IDENTITY,
+    PACE_RANGE,
     RESUME,
     RUN_TOKEN,
     SEGMENT_S,
@@ -56,7 +57,6 @@ from fleet.rounds.virtual_clock import simulate_segment
 
 MAX_CHECKPOINT_BYTES = 64 * 1024
 KIND_SEGMENTS = 256  # segments kept per process (kind_segment): many kinds, several steps deep
-PACE_RANGE = (1e-3, 1e9)  # device seconds per wall second, when pacing at all
 CHECKPOINT_FORMAT = "powerfleet-segment-progress"
 
 Sleep = Callable[[float], None]
@@ -68,7 +68,8 @@ _KIND_SEGMENTS: OrderedDict[str, tuple[dict[str, object], Progress]] = OrderedDi
 
 
 def identify(node_config: dict, content: RecordDict) -> RecordDict:
-    """The ``identity`` record: this node's device name, type and kind of client.
+    """The ``identity`` record: this node's device name, type and kind of client, and a paced
+    simulated node's ``pace`` (device seconds per wall second).
 
     Deployment: from the node config (``device-name``, ``device-type``, ``client``).
     Simulation: ``partition-id`` indexes the fleet file the message's config names
@@ -88,6 +89,9 @@ def identify(node_config: dict, content: RecordDict) -> RecordDict:
                     f"{', '.join(DEVICE_TYPES)}, got {dtype!r:.80}"
                 )
             out["device"], out["device-type"] = name, dtype
+            pace = NodeSettings.from_node_config(node_config).pace
+            if pace > 0:  # a paced simulated device: the coordinator's wait before its 1st reply
+                out["pace"] = pace
         else:
             cfg = content.config_records.get(records.CONFIG, ConfigRecord())
             fleet_path = cfg.get("fleet-path", "")

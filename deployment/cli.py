@@ -26,12 +26,13 @@ import re
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from deployment import daemons, deploy, processes, security
+from deployment import daemons, deploy, processes, security, supernode
 from fleet.agent.devices import (
     DeviceError,
     add_backend_arguments,
@@ -350,21 +351,43 @@ def cmd_device(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace, name: str, argv: list[str], home: Path, log_path: Path) -> int:
-    """Run the SuperNode until it exits or Ctrl-C / SIGTERM; stop its whole process tree."""
-    proc = processes.start_process(argv, home, log_path, die_with_parent=True)
-    _note("device", f"{name} ({args.client}) -> {args.superlink}; log {log_path}; Ctrl-C stops")
+    """Run the SuperNode until it exits or Ctrl-C / SIGTERM; stop its whole process tree.
+
+    A SuperNode whose connection to the SuperLink ended (``supernode.CONNECTION_ENDED``: Flower
+    gave up on an error it does not retry) is started again, after a pause that grows while it
+    keeps ending within a minute: a node that stayed down would leave its device ``lost``."""
 
     def stop(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
     old = signal.signal(signal.SIGTERM, stop)
+    proc: subprocess.Popen | None = None
+    quick = 0  # restarts in a row of a SuperNode that ended within a minute
     try:
-        code = proc.wait()
-        _note("device", f"SuperNode exited with code {code}; see {log_path}")
-        return 1 if code else 0
+        while True:
+            started = time.monotonic()
+            proc = processes.start_process(argv, home, log_path, die_with_parent=True)
+            if quick == 0:  # the first start
+                _note(
+                    "device",
+                    f"{name} ({args.client}) -> {args.superlink}; log {log_path}; Ctrl-C stops",
+                )
+            code = proc.wait()
+            if code != supernode.CONNECTION_ENDED:
+                _note("device", f"SuperNode exited with code {code}; see {log_path}")
+                return 1 if code else 0
+            quick = quick + 1 if time.monotonic() - started < 60.0 else 1
+            pause = min(30.0, 2.0 ** (quick - 1))
+            _note(
+                "device",
+                f"the SuperNode's connection to the SuperLink ended; starting it again in "
+                f"{pause:.0f} s (see {log_path})",
+            )
+            time.sleep(pause)
     except KeyboardInterrupt:
         _note("device", "stopping")
         return 0
     finally:
-        processes.stop_tree(proc)
+        if proc is not None:
+            processes.stop_tree(proc)
         signal.signal(signal.SIGTERM, old)

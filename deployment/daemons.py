@@ -11,6 +11,7 @@ refusal is one line (``InputError``) before any process starts. The checks thems
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from deployment import security
@@ -118,8 +119,11 @@ def supernode_command(
         if auth_private_key:
             raise InputError("--auth-private-key needs TLS: pass --root-certificates instead")
         superlink = security.join_host_port(security.plaintext_host(host), link_port)
+    flower_bin("flower-supernode")  # installed, or one line saying it is not
     argv = [
-        flower_bin("flower-supernode"),
+        sys.executable,  # flower-supernode, which exits when its connection ends
+        "-m",
+        "deployment.supernode",
         "--superlink",
         superlink,
         "--host",

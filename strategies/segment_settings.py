@@ -47,6 +47,7 @@ class Link:
     sent_at: float = 0.0
     sent_time_s: float = 0.0  # the device's clock when the segment was sent
     wall_per_s: float | None = None  # wall seconds per device second, from its replies
+    pace: float | None = None  # device seconds per wall second a paced simulated node said
     crashes: int = 0
     stalls: int = 0  # running replies in a row without progress
     resends: int = 0  # segments sent again since the last reply (``_check_overdue``)

@@ -253,6 +253,7 @@ class SegmentedRound:
             self.identified[node] = None
             return
         self.identified[node] = name
+        self.links.setdefault(name, Link()).pace = wire.pace_of(msg.content)
         e = self.state["devices"].get(name)
         if e is not None and e["status"] not in logic.ACTIVE + ("lost",):
             return  # finished this round (e.g. before a coordinator restart): not again
@@ -316,7 +317,9 @@ class SegmentedRound:
                     e["status"], self.dirty = "running", True
 
     def _expected_wall(self, lk: Link, segments: int) -> float:
-        per = lk.wall_per_s if lk.wall_per_s is not None else 1.0
+        # wall seconds per device second: learned from its replies; before the first, a paced
+        # simulated device's own pace, else one (a board lives its clock)
+        per = lk.wall_per_s if lk.wall_per_s is not None else 1.0 / (lk.pace or 1.0)
         first = self.s.first_allowance_s if segments == 0 else 0.0
         return first + self.s.overdue_factor * self.s.segment_s * per + self.s.overdue_slack_s
 

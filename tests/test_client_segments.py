@@ -16,6 +16,7 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
 from clients import records, segments
+from clients import segment_wire as wire
 from clients.client_app import app, segment_round
 from fleet.config.fleetfile import load_fleet
 from fleet.rounds.progress import Progress
@@ -92,6 +93,19 @@ def test_identify_in_deployment_from_the_node_config():
     sim = FLEET.devices[2].to_node_config()
     got = segments.decode_identity(segments.identify(sim, RecordDict()))
     assert got == {"device": "nano-free", "device-type": "jetson-nano", "client": "simulated"}
+
+
+def test_a_paced_node_says_its_pace_and_the_coordinator_reads_only_a_sane_one():
+    sim = dict(FLEET.devices[2].to_node_config(), pace=300.0)
+    reply = segments.identify(sim, RecordDict())
+    assert segments.decode_identity(reply)["pace"] == "300.0"
+    assert wire.pace_of(reply) == 300.0
+    unpaced = segments.identify(FLEET.devices[2].to_node_config(), RecordDict())
+    assert "pace" not in segments.decode_identity(unpaced) and wire.pace_of(unpaced) is None
+    for bad in (True, 0.0, -5.0, 1e12, "300"):
+        said = segments.identify(FLEET.devices[2].to_node_config(), RecordDict())
+        said.config_records[wire.IDENTITY]["pace"] = bad
+        assert wire.pace_of(said) is None, bad
 
 
 @pytest.mark.parametrize(

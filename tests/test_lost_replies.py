@@ -27,6 +27,7 @@ from flwr.app import Error, Message
 from flwr.common.constant import ErrorCode
 
 from clients import records
+from clients import segment_wire as wire
 from fleet.common.signals import Interrupted
 from fleet.config.fleetfile import load_fleet
 from fleet.reports import roundstate
@@ -167,23 +168,32 @@ def test_a_coordinator_stopped_before_a_final_reply_resumes_to_the_unfaulted_row
 
 
 class SilentGrid(InProcessGrid):
-    """The second segment message to each device in ``lose`` vanishes on its way (as a loaded
+    """The ``nth`` segment message to each device in ``lose`` vanishes on its way (as a loaded
     SuperLink's failed pull loses it: the node stays online, no reply, no error ever). The
-    second: after a first reply the coordinator knows the device's pace, so its overdue wait
-    is the pace's, not the first segment's allowance of real device time."""
+    second by default: after a first reply the coordinator knows the device's pace, so its
+    overdue wait is the pace's, not the first segment's allowance of real device time. With
+    ``pace``, each node's identity says it is a simulated device paced that fast (as a paced
+    replay SuperNode's does), which is all the coordinator knows before a first reply."""
 
-    def __init__(self, nodes: int, lose: Iterable[str]) -> None:
+    def __init__(
+        self, nodes: int, lose: Iterable[str], nth: int = 2, pace: float | None = None
+    ) -> None:
         super().__init__(nodes)
         self.lose, self.vanished = set(lose), []  # type: ignore[var-annotated]
         self.seen: dict[str, int] = {}
+        self.nth, self.pace = nth, pace
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
         messages = list(messages)
         ids = list(super().push_messages(messages))
+        for msg, mid in zip(messages, ids, strict=True):
+            reply = self.replies.get(mid)
+            if self.pace and msg.metadata.message_type.endswith(".identify") and reply:
+                reply.content.config_records[wire.IDENTITY]["pace"] = self.pace
         for _msg, mid, row in segment_replies(self, messages, ids):
             device = str(row["device"])
             self.seen[device] = self.seen.get(device, 0) + 1
-            if device in self.lose and self.seen[device] == 2:
+            if device in self.lose and self.seen[device] == self.nth:
                 self.lose.discard(device)
                 self.vanished.append(device)
                 del self.replies[mid]  # never answered
@@ -210,6 +220,29 @@ def test_a_segment_lost_without_an_error_is_sent_again_and_the_rows_are_the_unfa
     for a, b in zip(got["devices"], want["devices"], strict=True):
         assert diff(a, b, a["device"]) == []
     assert diff(got["fleet"], want["fleet"], "fleet") == []
+
+
+@pytest.mark.timeout(120)
+def test_a_lost_first_segment_of_a_paced_device_is_sent_again_at_its_pace(tmp_path):
+    """Before any reply the coordinator knows a paced simulated device's pace only from its
+    identity: a lost first segment is sent again after twice (first allowance + 3 x segment
+    at that pace + slack), here under a second. Before: one wall second per device second was
+    assumed, 3 x 600 s of waiting per 600 s segment, so the round hung past this test's guard
+    (an N = 40 load run's first segments waited for ~2 hours)."""
+    fleet_file = fleet_as(tmp_path, "default", "time")
+    want = simulate(fleet_file, "direct", tmp_path / "direct")
+    names = [d.name for d in load_fleet(fleet_file).devices]
+    grid = SilentGrid(len(names), names[:2], nth=1, pace=1e6)
+    settings = ServerSettings(
+        str(fleet_file), str(tmp_path / "run"), ship_weights=False, poll_s=0.01,
+        round_timeout_s=0.0, overdue_slack_s=0.2,
+    )  # fmt: skip
+    with app_identity():
+        got = run_fleet(grid, settings)
+    assert sorted(grid.vanished) == sorted(names[:2])
+    for a, b in zip(got["devices"], want["devices"], strict=True):
+        assert diff(a, b, a["device"]) == []
+    assert len(got["devices"]) == len(want["devices"])
 
 
 class ErringIdentifyGrid(InProcessGrid):
