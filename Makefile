@@ -44,7 +44,7 @@ run: $(RUN_STAMP)
 # to a worker, the longest first (tests/conftest.py orders them): no long test runs alone at
 # the end.
 test: $(DEV_STAMP)
-	$(PY) -m pytest -q -n 3 --maxschedchunk 2
+	$(PY) -m pytest -q -n 3 --maxschedchunk 2 --durations=15
 
 # The fast tier, for every change: the method's kernel, core, config, CLI refusals and the agent
 # protocol on replay; no test marked `slow` or `integration` (pyproject's markers).
