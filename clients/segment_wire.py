@@ -30,7 +30,7 @@ from flwr.app import ConfigRecord, RecordDict
 
 from fleet.common.errors import InputError
 from fleet.common.names import check_name
-from fleet.rounds.progress import MAX_SECONDS, Progress, read_progress
+from fleet.rounds.progress import MAX_SECONDS, Progress, RecordError
 
 SEGMENT = "segment"  # the train action: message type "train.segment"
 IDENTIFY = "identify"  # the query action: message type "query.identify"
@@ -74,10 +74,11 @@ def parse_progress(text: object, where: str) -> Progress:
     if not isinstance(text, str) or len(text) > MAX_PROGRESS_CHARS:
         raise InputError(f"{where}: expected JSON text of at most {MAX_PROGRESS_CHARS} chars")
     try:
-        data = json.loads(text)
+        return Progress.from_json(text, where)
+    except RecordError as exc:  # a refused field, named
+        raise InputError(str(exc)) from None
     except (ValueError, RecursionError):
         raise InputError(f"{where}: not valid JSON") from None
-    return read_progress(data, where)
 
 
 def attach_progress(content: RecordDict, progress: Progress | None) -> RecordDict:

@@ -200,6 +200,56 @@ def test_progress_carries_a_bounded_learning_state():
         read_progress({"learning": {"curve": [[1, 0.5]] * 30000}})
 
 
+def _read_the_long_way(text: str):
+    try:
+        return Progress.from_dict(json.loads(text), "p")
+    except ValueError as exc:
+        return type(exc).__name__, str(exc)
+
+
+def _read_from_json(text: str):
+    try:
+        return Progress.from_json(text, "p")
+    except ValueError as exc:
+        return type(exc).__name__, str(exc)
+
+
+def test_a_progress_read_from_its_text_is_the_one_from_dict_or_the_same_refusal():
+    """``Progress.from_json`` skips re-writing a learning state it has just read; whatever the
+    text (non-finite numbers spelt every way JSON lets them through, characters beyond ASCII,
+    states near and over the size bound, learning that is not an object), the record or the
+    refusal is the long way's, and the state is the parse's own copy."""
+    state = {"curve": [[24000.0, 0.235], [28000, 0.25]], "ran": [[32, 158717.03]], "fit": None}
+    base = {"version": 2, "time_s": 1200.0, "samples": 5.0, "segments": 1}
+    texts = [json.dumps(dict(base, learning=state))]
+    for odd in ("NaN", "Infinity", "-Infinity", "1e999", "1E400", "-1e+309", "9" * 320):
+        texts.append(json.dumps(dict(base, learning=state)).replace("0.235", odd))
+    texts += [
+        json.dumps(dict(base, learning=dict(state, note="caf\u00e9"))),
+        json.dumps(dict(base, learning=dict(state, note="café")), ensure_ascii=False),
+        json.dumps(dict(base, learning=dict(state, note="\U0001f600" * 9000)), ensure_ascii=False),
+        json.dumps(dict(base, learning={"curve": [[1, 9e15]] * 4000}), separators=(",", ":")),
+        json.dumps(dict(base, learning={"curve": [[1, 0.5]] * 30000})),
+        json.dumps(dict(base, learning=[1, 2])),
+        json.dumps(dict(base, learning=None)),
+        json.dumps(dict(base, time_s=float("nan"), learning=state)),
+        json.dumps(dict(base, samples=-1.0, learning=state)),
+        json.dumps(dict(base, learnin=state)),
+        json.dumps([1, 2]),
+        "{not json",
+    ]
+    fast = 0
+    for text in texts:
+        want, got = _read_the_long_way(text), _read_from_json(text)
+        assert got == want, text[:120]
+        fast += isinstance(got, Progress) and got.learning == state
+    assert fast == 1  # the one plain state went the short way and read the same
+    text = texts[0]
+    one, two = Progress.from_json(text), Progress.from_json(text)
+    one.learning["curve"].append([1, 1])
+    assert two.learning == state  # each parse owns its state
+
+
 @pytest.mark.slow
 def test_the_default_fleet_plans_its_second_round_on_what_the_first_taught(tmp_path):
     """Round 1 plans the deadline on the proxy (far too early); the devices' evidence teaches
