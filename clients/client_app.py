@@ -33,9 +33,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from flwr.app import ArrayRecord, Context, Message, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
+from clients import content as rc
 from clients import records, segments
 from clients import segment_wire as wire
 from clients.handler_timings import timed
@@ -105,10 +106,10 @@ def simulated_round(node_config: dict, content: RecordDict) -> RecordDict:
     Never raises for a problem of this device (bad node config, missing file, unavailable
     learner): the reply is then an ``error`` row naming the device, so the round goes on.
     """
-    arrays = content.array_records.get(records.ARRAYS, ArrayRecord())
+    arrays = rc.arrays(content, records.ARRAYS) or ArrayRecord()
     label = records.node_label(node_config)
     try:
-        ins = records.decode_instruction(content.config_records[records.CONFIG])
+        ins = records.decode_instruction(rc.need(content, records.CONFIG, ConfigRecord))
         spec = records.device_spec_for(node_config, ins.fleet_path)
     except KeyError:
         return records.reply_content(records.error_row(label, "no train instruction"))
@@ -142,7 +143,7 @@ def simulated_plan(node_config: dict, content: RecordDict) -> RecordDict:
 
     label = records.node_label(node_config)
     try:
-        ins = records.decode_instruction(content.config_records[records.CONFIG])
+        ins = records.decode_instruction(rc.need(content, records.CONFIG, ConfigRecord))
         spec = records.device_spec_for(node_config, ins.fleet_path)
         label = spec.name
         profile, _ = cached_profile(spec.profile)

@@ -55,6 +55,7 @@ from typing import Any
 
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
+from clients import content as rc
 from clients import records
 from clients.agent_link import AgentError, AgentLink, AgentSettings, ProgressCallback
 from clients.board_profile import merge_refreshed, obtain_profile, profile_path_for
@@ -237,7 +238,7 @@ def _instruction_for(
 ) -> tuple[records.TrainInstruction, DeviceSpec, AgentSettings]:
     """The message's instruction, this board's fleet entry and its agent settings (KeyError:
     the message has no instruction; InputError: the node config or fleet is wrong)."""
-    ins = records.decode_instruction(content.config_records[records.CONFIG])
+    ins = records.decode_instruction(rc.need(content, records.CONFIG, ConfigRecord))
     spec = records.device_spec_for(node_config, ins.fleet_path)
     return ins, spec, AgentSettings.from_node_config(node_config)
 
@@ -266,7 +267,7 @@ def hardware_segment(node_config: dict, content: RecordDict) -> RecordDict:
     """
     label = records.node_label(node_config)
     try:
-        seg = read_segment(content.config_records[records.CONFIG])
+        seg = read_segment(rc.need(content, records.CONFIG, ConfigRecord))
     except KeyError:
         return records.reply_content(records.error_row(label, "no train instruction"))
     except InputError as exc:
@@ -302,7 +303,7 @@ def _deadline_from_here(content: RecordDict, resume: Progress | None) -> RecordD
     objective times each call from its own start (``fleet/method/deadline.py``), so a segment
     that resumes at ``t`` of training gets ``deadline - t`` (at least 1 s: a board past the
     deadline runs its fastest point and reports ``late``)."""
-    cfg = content.config_records.get(records.CONFIG)
+    cfg = rc.config(content, records.CONFIG)
     if resume is None or resume.time_s <= 0 or cfg is None:
         return content
     try:
@@ -333,7 +334,7 @@ def _board_round(
         return records.error_row(label, "no train instruction"), None, {}, ""
     except InputError as exc:
         return records.error_row(label, str(exc)), None, {}, ""
-    arrays = content.array_records.get(records.ARRAYS)
+    arrays = rc.arrays(content, records.ARRAYS)
     files = TrainFiles.for_round(settings, spec, ins, arrays, keep_weights=segment_s is not None)
     link = AgentLink(settings.argv(), timeout_s=settings.timeout_s)
     info: dict[str, Any] = {}

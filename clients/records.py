@@ -52,6 +52,7 @@ from typing import Any, TypeGuard
 
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
+from clients import content as rc
 from clients.efficiency_wire import decode_efficiencies, learned_efficiency
 from fleet.common.errors import InputError
 from fleet.common.names import check_name
@@ -341,7 +342,7 @@ def plan_content(
 
 def decode_plan(content: RecordDict) -> tuple[str, float | None, str]:
     """(device, fastest finish or None, message) from a planning reply; malformed -> None."""
-    cfg = content.config_records.get(PLAN)
+    cfg = rc.config(content, PLAN)
     if cfg is None:
         return "", None, "reply without a plan record"
     raw = cfg.get("fastest-finish-s")
@@ -352,7 +353,7 @@ def decode_plan(content: RecordDict) -> tuple[str, float | None, str]:
 def attach_profile(content: RecordDict, csv_text: str, info: dict[str, object]) -> RecordDict:
     """Put the profile this board made or changed this round (CSV text) and its provenance
     (origin, probes, board type, L4T, serial, ...) into the reply, for the coordinator's store."""
-    report = content.config_records[REPORT]
+    report = rc.need(content, REPORT, ConfigRecord)
     report[PROFILE_CSV] = csv_text
     report[PROFILE_INFO] = json.dumps(info, default=str)
     return content

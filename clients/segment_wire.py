@@ -28,6 +28,7 @@ import math
 
 from flwr.app import ConfigRecord, RecordDict
 
+from clients import content as rc
 from fleet.common.errors import InputError
 from fleet.common.names import check_name
 from fleet.rounds.progress import MAX_SECONDS, Progress, RecordError
@@ -90,7 +91,7 @@ def attach_progress(content: RecordDict, progress: Progress | None) -> RecordDic
 
 def decode_progress(content: RecordDict) -> Progress | None:
     """The progress a segment reply carries, checked; None when it carries none."""
-    cfg = content.config_records.get(PROGRESS)
+    cfg = rc.config(content, PROGRESS)
     if cfg is None or PROGRESS not in cfg:
         return None
     return parse_progress(cfg[PROGRESS], f"segment reply: '{PROGRESS}'")
@@ -98,7 +99,7 @@ def decode_progress(content: RecordDict) -> Progress | None:
 
 def progress_of(content: RecordDict, device: str) -> Progress:
     """The progress a segment reply carries, checked; one line naming the device and field."""
-    cfg = content.config_records.get(PROGRESS)
+    cfg = rc.config(content, PROGRESS)
     if cfg is None:
         raise InputError(f"device {device}: segment reply without a '{PROGRESS}' record")
     return parse_progress(cfg.get(PROGRESS), f"device {device}: reply '{PROGRESS}'")
@@ -113,14 +114,14 @@ def identity_content(device: str, device_type: str, client: str, error: str = ""
 
 def decode_identity(content: RecordDict) -> dict[str, str]:
     """The identity reply as a plain dict of strings (empty when the reply has none)."""
-    cfg = content.config_records.get(IDENTITY)
+    cfg = rc.config(content, IDENTITY)
     return {str(k): str(v) for k, v in cfg.items()} if cfg is not None else {}
 
 
 def spare_of(content: RecordDict) -> int | None:
     """The fleet's device count when the node is a spare simulated SuperNode (its partition-id
     is past the fleet's last device), else None."""
-    cfg = content.config_records.get(IDENTITY)
+    cfg = rc.config(content, IDENTITY)
     spare = cfg.get("spare") if cfg is not None else None
     return spare if isinstance(spare, int) and not isinstance(spare, bool) else None
 
@@ -128,7 +129,7 @@ def spare_of(content: RecordDict) -> int | None:
 def pace_of(content: RecordDict) -> float | None:
     """The device seconds per wall second a paced simulated node says it lives (its segments
     take at least ``segment_s / pace`` of wall time); None when it says none or nonsense."""
-    cfg = content.config_records.get(IDENTITY)
+    cfg = rc.config(content, IDENTITY)
     pace = cfg.get("pace") if cfg is not None else None
     if isinstance(pace, bool) or not isinstance(pace, (int, float)):
         return None
@@ -138,7 +139,7 @@ def pace_of(content: RecordDict) -> float | None:
 
 def identity_of(content: RecordDict) -> str:
     """The device name a node says it runs; InputError when it says none or an invalid one."""
-    cfg = content.config_records.get(IDENTITY)
+    cfg = rc.config(content, IDENTITY)
     if cfg is None:
         raise InputError(f"identify reply without an '{IDENTITY}' record")
     if cfg.get("error"):
@@ -155,7 +156,7 @@ def attach_node(content: RecordDict, node: str) -> RecordDict:
 def node_of(content: RecordDict) -> str | None:
     """Where a reply says it was computed; None when it says nothing readable (a reply from
     another machine: printable text of at most ``MAX_NODE_CHARS``, else ignored)."""
-    cfg = content.config_records.get(RAN_ON)
+    cfg = rc.config(content, RAN_ON)
     node = cfg.get("node") if cfg is not None else None
     if not isinstance(node, str) or not 0 < len(node) <= MAX_NODE_CHARS:
         return None

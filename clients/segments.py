@@ -30,8 +30,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from flwr.app import ArrayRecord, ConfigRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
+from clients import content as rc
 from clients import records
 from clients.segment_wire import (  # noqa: F401 - decode_* are this module's API too
     IDENTITY,
@@ -93,7 +94,7 @@ def identify(node_config: dict, content: RecordDict) -> RecordDict:
             if pace > 0:  # a paced simulated device: the coordinator's wait before its 1st reply
                 out["pace"] = pace
         else:
-            cfg = content.config_records.get(records.CONFIG, ConfigRecord())
+            cfg = rc.config(content, records.CONFIG) or ConfigRecord()
             fleet_path = cfg.get("fleet-path", "")
             if not isinstance(fleet_path, str) or len(fleet_path) > MAX_TEXT:
                 raise InputError(f"identify: 'fleet-path' must be a path of <= {MAX_TEXT} chars")
@@ -242,7 +243,7 @@ def simulated_segment(
     label = records.node_label(node_config)
     try:
         settings = NodeSettings.from_node_config(node_config)
-        cfg = content.config_records[records.CONFIG]
+        cfg = rc.need(content, records.CONFIG, ConfigRecord)
         ins = records.decode_instruction(cfg)
         spec = records.device_spec_for(node_config, ins.fleet_path)
         label = spec.name
@@ -288,7 +289,7 @@ def simulated_segment(
             checkpoint.write(progress)
         except OSError as exc:
             row["message"] = f"checkpoint not written ({exc.strerror}); {said}".rstrip("; ")
-    arrays = content.array_records.get(records.ARRAYS, ArrayRecord())
+    arrays = rc.arrays(content, records.ARRAYS) or ArrayRecord()
     send = ins.run.mode == "federated" and row["status"] in TRAINED
     reply = records.reply_content(row, arrays if send and records.has_weights(arrays) else None)
     return attach_progress(reply, progress)
@@ -344,7 +345,7 @@ def _whole_round(
     """Host training in one segment: the default round, with the progress its row implies."""
     reply = whole_round(node_config, content)
     row = records.decode_reply(
-        reply.metric_records[records.METRICS], reply.config_records[records.REPORT]
+        rc.need(reply, records.METRICS, MetricRecord), rc.need(reply, records.REPORT, ConfigRecord)
     )
 
     def num(key: str, default: float) -> float:

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord
 
+from clients import content as rc
 from clients import records
 from fleet.common.errors import InputError
 from fleet.config.fleetfile import Fleet, RunSettings
@@ -105,8 +106,8 @@ def row_from_reply(msg: Message) -> dict[str, object]:
         return records.error_row(node, f"device failed: {msg.error.reason}")
     content = msg.content
     try:
-        metrics = content.metric_records[records.METRICS]
-        report = content.config_records[records.REPORT]
+        metrics = rc.need(content, records.METRICS, MetricRecord)
+        report = rc.need(content, records.REPORT, ConfigRecord)
     except KeyError:
         return records.error_row(node, "reply without metrics/report records")
     row = records.decode_reply(metrics, report)
@@ -132,9 +133,9 @@ def rows_from_replies(
         rows.append(row)
         if msg.has_error() or row.get("status") not in TRAINED:
             continue
-        arrays = msg.content.array_records.get(records.ARRAYS)
+        arrays = rc.arrays(msg.content, records.ARRAYS)
         if records.has_weights(arrays):
-            n = msg.content.metric_records[records.METRICS].get("num-examples", 0)
+            n = rc.need(msg.content, records.METRICS, MetricRecord).get("num-examples", 0)
             if isinstance(n, (int, float)):  # a list here is no count: no weights from it
                 weights.append((arrays, float(n)))
     for node in sent_to:

@@ -19,8 +19,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from flwr.app import Message, RecordDict
+from flwr.app import ConfigRecord, Message, RecordDict
 
+from clients import content as rc
 from clients import records
 from fleet.common.errors import InputError
 from fleet.config.fleetfile import Fleet
@@ -74,7 +75,7 @@ class ProfileKeeper:
     def absorb_content(self, content: RecordDict) -> str | None:
         """:meth:`absorb` on a reply's content."""
         try:
-            report = content.config_records[records.REPORT]
+            report = rc.need(content, records.REPORT, ConfigRecord)
         except KeyError:
             return None
         got = records.reply_profile(report)

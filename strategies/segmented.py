@@ -32,11 +32,12 @@ from collections.abc import Callable, Iterable
 from logging import INFO, WARNING
 from pathlib import Path
 
-from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
+from clients import content as rc
 from clients import records
 from clients import segment_wire as wire
 from clients.reply_check import check_row
@@ -334,8 +335,8 @@ class SegmentedRound:
         lk.crashes = 0
         try:
             row = records.decode_reply(
-                msg.content.metric_records[records.METRICS],
-                msg.content.config_records[records.REPORT],
+                rc.need(msg.content, records.METRICS, MetricRecord),
+                rc.need(msg.content, records.REPORT, ConfigRecord),
             )
             check_row(row, name)
             prog = wire.progress_of(msg.content, name)
@@ -367,9 +368,9 @@ class SegmentedRound:
             except Exception as exc:  # noqa: BLE001 - a progress display must not stop a round
                 log(WARNING, "reply callback failed: %s", exc)
         if done and self.mode == "federated" and row.get("status") in TRAINED:
-            arrays = msg.content.array_records.get(records.ARRAYS)
+            arrays = rc.arrays(msg.content, records.ARRAYS)
             if records.has_weights(arrays):
-                n = msg.content.metric_records[records.METRICS].get("num-examples", 0)
+                n = rc.need(msg.content, records.METRICS, MetricRecord).get("num-examples", 0)
                 if isinstance(n, (int, float)):  # a list here is no count: no weights from it
                     self.weights[name] = (arrays, float(n))
         if self.plan and not done and not self.s.lockstep:
