@@ -200,26 +200,31 @@ class SilentGrid(InProcessGrid):
         return ids
 
 
-def test_a_segment_lost_without_an_error_is_sent_again_and_the_rows_are_the_unfaulted(tmp_path):
-    """A message lost inside Flower leaves its device overdue on an online node: after twice
-    its overdue wait the coordinator sends the segment again, and the round ends with the
-    direct engine's rows (before: it waited for the message's TTL, an hour)."""
+def silent_round(tmp_path: Path, nth: int, pace: float | None = None) -> None:
+    """The default fleet's round with the ``nth`` segment message of its first two devices
+    lost (``SilentGrid``), short waits: it ends with the direct engine's rows."""
     fleet_file = fleet_as(tmp_path, "default", "time")
     want = simulate(fleet_file, "direct", tmp_path / "direct")
-    n = len(load_fleet(fleet_file).devices)
-    lose = [d.name for d in load_fleet(fleet_file).devices][:2]
-    grid = SilentGrid(n, lose)
+    names = [d.name for d in load_fleet(fleet_file).devices]
+    grid = SilentGrid(len(names), names[:2], nth=nth, pace=pace)
     settings = ServerSettings(
         str(fleet_file), str(tmp_path / "run"), ship_weights=False, poll_s=0.01,
         round_timeout_s=0.0, overdue_slack_s=0.2,
     )  # fmt: skip
     with app_identity():
         got = run_fleet(grid, settings)
-    assert sorted(grid.vanished) == sorted(lose) and grid.lose == set()
+    assert sorted(grid.vanished) == sorted(names[:2]) and grid.lose == set()
     assert [r["device"] for r in got["devices"]] == [r["device"] for r in want["devices"]]
     for a, b in zip(got["devices"], want["devices"], strict=True):
         assert diff(a, b, a["device"]) == []
     assert diff(got["fleet"], want["fleet"], "fleet") == []
+
+
+def test_a_segment_lost_without_an_error_is_sent_again_and_the_rows_are_the_unfaulted(tmp_path):
+    """A message lost inside Flower leaves its device overdue on an online node: after twice
+    its overdue wait the coordinator sends the segment again, and the round ends with the
+    direct engine's rows (before: it waited for the message's TTL, an hour)."""
+    silent_round(tmp_path, nth=2)
 
 
 @pytest.mark.timeout(120)
@@ -229,20 +234,7 @@ def test_a_lost_first_segment_of_a_paced_device_is_sent_again_at_its_pace(tmp_pa
     at that pace + slack), here under a second. Before: one wall second per device second was
     assumed, 3 x 600 s of waiting per 600 s segment, so the round hung past this test's guard
     (an N = 40 load run's first segments waited for ~2 hours)."""
-    fleet_file = fleet_as(tmp_path, "default", "time")
-    want = simulate(fleet_file, "direct", tmp_path / "direct")
-    names = [d.name for d in load_fleet(fleet_file).devices]
-    grid = SilentGrid(len(names), names[:2], nth=1, pace=1e6)
-    settings = ServerSettings(
-        str(fleet_file), str(tmp_path / "run"), ship_weights=False, poll_s=0.01,
-        round_timeout_s=0.0, overdue_slack_s=0.2,
-    )  # fmt: skip
-    with app_identity():
-        got = run_fleet(grid, settings)
-    assert sorted(grid.vanished) == sorted(names[:2])
-    for a, b in zip(got["devices"], want["devices"], strict=True):
-        assert diff(a, b, a["device"]) == []
-    assert len(got["devices"]) == len(want["devices"])
+    silent_round(tmp_path, nth=1, pace=1e6)
 
 
 class ErringIdentifyGrid(InProcessGrid):
