@@ -88,6 +88,29 @@ def deadline_from_plans(replies: Iterable[Message]) -> tuple[float | None, list[
     return plan_deadline(finishes), notes
 
 
+class ShippedEfficiency:
+    """The samples-to-target per batch size a device was shipped (what the plan priced its
+    work with): its own learnt efficiency when the round's config sends one, else the fleet's;
+    the config decoded once, each device's table once."""
+
+    def __init__(self, config: ConfigRecord) -> None:
+        self.config = config
+        self.instruction: records.TrainInstruction | None = None
+        self.tables: dict[str, dict[int, float]] | None = None
+
+    def __call__(self, name: str) -> dict[int, float]:
+        if self.tables is None:
+            try:
+                self.instruction = records.decode_instruction(self.config)
+            except InputError:
+                self.instruction = None
+            self.tables = {}
+        if name not in self.tables:
+            ins = self.instruction
+            self.tables[name] = {} if ins is None else dict(ins.efficiency_for(name).reached)
+        return self.tables[name]
+
+
 def fleet_arrays(fleet: Fleet) -> ArrayRecord:
     """Round 1's weights: the fleet's ``[run] weights`` (pre-trained), else a fresh model built
     for the devices' data (``fleet.training.task.initial_weights``), as an ArrayRecord."""

@@ -160,6 +160,8 @@ def lose_unplaced(
     known = state["devices"]  # a device no node ran is not in the book yet
     missing = [n for n in fleet_order if known.get(n, {}).get("node_id") is None]
     missing = [n for n in missing if known.get(n, {}).get("status", "pending") == "pending"]
+    if not missing:
+        return 0
     for name in missing:
         if name not in known and name in describe:
             known[name] = device_entry(name, *describe[name])

@@ -18,6 +18,9 @@ class SegmentSettings:
     segment_s: float = logic.SEGMENT_S  # device-clock seconds per segment
     poll_s: float = 0.25
     node_wait_s: float = 300.0  # for the expected devices to identify
+    # an identity query unanswered this long is sent again (a loaded SuperLink can lose it, or
+    # the ClientApp's answer, with no error to anyone: seen at 40 SuperNodes)
+    identify_wait_s: float = 60.0
     first_allowance_s: float = 900.0  # a device's first segment: agent start, profiling
     overdue_factor: float = 3.0
     overdue_slack_s: float = 30.0  # on top of a segment's expected wall before it is overdue

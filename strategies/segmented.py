@@ -89,12 +89,12 @@ class SegmentedRound:
         self.identified: dict[int, str | None] = {}  # node -> device (None: not ours)
         self.identify_errors: dict[int, int] = {}  # node -> error replies to its identify
         self.identifying: dict[str, int] = {}  # message id -> node
+        self.asked_at: dict[str, float] = {}  # message id -> when (asked again if unanswered)
         self.weights: dict[str, tuple[ArrayRecord, float]] = {}
         self.dirty, self.last_write = True, 0.0
         self.write_gap_s = settings.write_every_s
         self.t0 = time.monotonic()
-        self._shipped_cache: dict[str, dict[int, float]] | None = None
-        self._instruction: records.TrainInstruction | None = None
+        self._shipped = coordinator.ShippedEfficiency(config)
         self.spare: set[int] = set()  # simulated SuperNodes past the fleet's last device
         self._last_online: set[int] | None = None
         self._sized = False  # the federation's size against the fleet's: said once
@@ -142,10 +142,11 @@ class SegmentedRound:
                 f"no device identified within {self.s.node_wait_s:g} s of {self.expected} "
                 "expected; start the SuperNodes or lower num-nodes"
             )
-        for name, e in self.state["devices"].items():
-            if e["status"] == "pending" and e.get("node_id") is None:
-                book.mark_lost(self.state, name, "did not connect within node-wait-s")
-                self.dirty = True
+        # every device no node took (a resumed one, or one no node said it runs) is lost now,
+        # reported with the reason, not left out of the report
+        why = "did not connect within node-wait-s"
+        if book.lose_unplaced(self.state, self.fleet_order, self.describe, why, self._rank):
+            self.dirty = True
         return True
 
     # ------------------------------------------------------------------ grid calls
@@ -178,6 +179,7 @@ class SegmentedRound:
         for msg in replies:
             ref = msg.metadata.reply_to_message_id
             if ref in self.identifying:
+                self.asked_at.pop(ref, None)
                 self._on_identity(self.identifying.pop(ref), msg)
                 continue
             name = waiting.get(ref)
@@ -193,6 +195,12 @@ class SegmentedRound:
 
     # ------------------------------------------------------------------ identities
     def _identify(self, online: set[int]) -> None:
+        now = time.monotonic()
+        for stale, at in list(self.asked_at.items()):  # a query lost inside a loaded SuperLink
+            if now - at > self.s.identify_wait_s:
+                node = self.identifying.pop(stale)
+                del self.asked_at[stale]
+                log(WARNING, "segments: node %d did not say who it is; asking again", node)
         asked = set(self.identifying.values())
         for node in sorted(online):
             name = self.identified.get(node)
@@ -205,7 +213,7 @@ class SegmentedRound:
                 )
                 mid = self._push(msg)
                 if mid:
-                    self.identifying[mid] = node
+                    self.identifying[mid], self.asked_at[mid] = node, now
             elif name is not None and self.state["devices"].get(name, {}).get("status") == "lost":
                 self._take(name, node)  # its node is back online (the SuperLink was frozen)
 
@@ -460,22 +468,6 @@ class SegmentedRound:
         self.state["plan"] = logic.new_plan(deadline, fastest, book.utc_now)
         log(INFO, "planning: deadline %s s", deadline)
         self.dirty = True
-
-    def _shipped(self, name: str) -> dict[int, float]:
-        """The samples-to-target per batch size this device was shipped (what the plan priced
-        its work with): its own learnt efficiency when the round sends one, else the fleet's."""
-        if self._shipped_cache is None:
-            try:
-                self._instruction = records.decode_instruction(self.config)
-            except InputError:
-                self._instruction = None
-            self._shipped_cache = {}
-        if name not in self._shipped_cache:
-            ins = self._instruction
-            self._shipped_cache[name] = (
-                {} if ins is None else dict(ins.efficiency_for(name).reached)
-            )
-        return self._shipped_cache[name]
 
     def _replan(self) -> None:
         why = logic.replan(self.state.get("plan") or {}, self.state["devices"], self._shipped,

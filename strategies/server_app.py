@@ -263,6 +263,7 @@ def run_fleet(grid: Grid, settings: ServerSettings) -> dict[str, Any]:
         seg = SegmentSettings(
             segment_s=settings.segment_s,
             node_wait_s=settings.node_wait_s,
+            identify_wait_s=settings.node_wait_s / 5,  # up to five asks while devices connect
             first_allowance_s=settings.round_timeout_s,
             lockstep=settings.engine == "flower",  # Flower's simulation: one virtual clock
             poll_s=settings.poll_s,

@@ -237,6 +237,65 @@ def test_a_lost_first_segment_of_a_paced_device_is_sent_again_at_its_pace(tmp_pa
     silent_round(tmp_path, nth=1, pace=1e6)
 
 
+class MuteIdentifyGrid(InProcessGrid):
+    """Identity queries that vanish without a reply or an error (a ClientApp whose answer a
+    loaded SuperLink refused, seen at 40 SuperNodes): the first ``k`` to each node in
+    ``mute`` (all of them when ``k`` is None)."""
+
+    def __init__(self, nodes: int, mute: dict[int, int | None]) -> None:
+        super().__init__(nodes)
+        self.mute, self.swallowed = dict(mute), 0
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        messages = list(messages)
+        ids = list(super().push_messages(messages))
+        for msg, mid in zip(messages, ids, strict=True):
+            node = msg.metadata.dst_node_id
+            left = self.mute.get(node, 0)
+            if msg.metadata.message_type.endswith(".identify") and (left is None or left > 0):
+                self.mute[node] = None if left is None else left - 1
+                self.swallowed += 1
+                del self.replies[mid]
+        return ids
+
+
+def mute_round(tmp_path: Path, mute: dict[int, int | None]) -> tuple[dict, dict, int]:
+    fleet_file = fleet_as(tmp_path, "default", "time")
+    want = simulate(fleet_file, "direct", tmp_path / "direct")
+    grid = MuteIdentifyGrid(len(load_fleet(fleet_file).devices), mute)
+    settings = ServerSettings(
+        str(fleet_file), str(tmp_path / "run"), ship_weights=False, poll_s=0.01, node_wait_s=1.0
+    )
+    with app_identity():
+        got = run_fleet(grid, settings)
+    return got, want, grid.swallowed
+
+
+@pytest.mark.timeout(120)
+def test_an_identity_query_lost_without_a_reply_is_asked_again(tmp_path):
+    """Before: the node stayed 'asked' for ever and its device was left out of the report
+    (38 rows for a fleet of 40 at N = 40). Now it is asked again after ``identify_wait_s``
+    (a fifth of ``node_wait_s``) and the round ends with the direct engine's rows."""
+    got, want, swallowed = mute_round(tmp_path, {1: 1, 2: 2})
+    assert swallowed == 3
+    assert [r["device"] for r in got["devices"]] == [r["device"] for r in want["devices"]]
+    for a, b in zip(got["devices"], want["devices"], strict=True):
+        assert diff(a, b, a["device"]) == []
+
+
+@pytest.mark.timeout(120)
+def test_a_device_no_node_ever_runs_is_reported_lost_not_left_out(tmp_path):
+    got, want, _ = mute_round(tmp_path, {1: None})
+    rows = {r["device"]: r for r in got["devices"]}
+    assert list(rows) == [r["device"] for r in want["devices"]]  # all of them, in fleet order
+    never = [n for n, r in rows.items() if r["status"] == "lost"]
+    assert len(never) == 1 and "did not connect within node-wait-s" in rows[never[0]]["message"]
+    for a, b in zip(got["devices"], want["devices"], strict=True):
+        if a["device"] not in never:  # their own work as unfaulted (the round's end moved)
+            for key in ("status", "samples", "time_s", "energy_j", "batch_size", "freq_mhz"):
+                assert a[key] == b[key], (a["device"], key)
+
+
 class ErringIdentifyGrid(InProcessGrid):
     """The first identity query to each of the first ``k`` nodes is answered with an error (a
     ClientApp that failed to start on a loaded SuperNode), as Flower answers it."""
