@@ -202,7 +202,10 @@ def run_one(n: int, segment_s: float, pace: float, root: Path, timeout_s: float)
                     pass
             if time.monotonic() - last_check > 15.0:  # `flwr ls` costs a Python start: rarely
                 last_check = time.monotonic()
-                st, details = flwr_cli.run_status(cli, run_id)
+                try:
+                    st, details = flwr_cli.run_status(cli, run_id)
+                except processes.DeployError:  # a SuperLink too busy to answer: ask later
+                    st, details = "unknown", ""
                 if st.startswith("finished") and not (run_dir / "report.json").exists():
                     status = f"{st}: {details}"
                     break
