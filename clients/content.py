@@ -29,10 +29,6 @@ def config(content: RecordDict, key: str) -> ConfigRecord | None:
     return record(content, key, ConfigRecord)
 
 
-def metrics(content: RecordDict, key: str) -> MetricRecord | None:
-    return record(content, key, MetricRecord)
-
-
 def arrays(content: RecordDict, key: str) -> ArrayRecord | None:
     return record(content, key, ArrayRecord)
 

@@ -88,8 +88,8 @@ class SegmentedRound:
         self.links: dict[str, Link] = {}
         self.identified: dict[int, str | None] = {}  # node -> device (None: not ours)
         self.identify_errors: dict[int, int] = {}  # node -> error replies to its identify
-        self.identifying: dict[str, int] = {}  # message id -> node
-        self.asked_at: dict[str, float] = {}  # message id -> when (asked again if unanswered)
+        # message id -> (node, when asked): asked again if unanswered for identify_wait_s
+        self.identifying: dict[str, tuple[int, float]] = {}
         self.weights: dict[str, tuple[ArrayRecord, float]] = {}
         self.dirty, self.last_write = True, 0.0
         self.write_gap_s = settings.write_every_s
@@ -179,8 +179,7 @@ class SegmentedRound:
         for msg in replies:
             ref = msg.metadata.reply_to_message_id
             if ref in self.identifying:
-                self.asked_at.pop(ref, None)
-                self._on_identity(self.identifying.pop(ref), msg)
+                self._on_identity(self.identifying.pop(ref)[0], msg)
                 continue
             name = waiting.get(ref)
             lk = self.links.get(name) if name is not None else None
@@ -196,12 +195,11 @@ class SegmentedRound:
     # ------------------------------------------------------------------ identities
     def _identify(self, online: set[int]) -> None:
         now = time.monotonic()
-        for stale, at in list(self.asked_at.items()):  # a query lost inside a loaded SuperLink
+        for stale, (node, at) in list(self.identifying.items()):  # lost in a loaded SuperLink
             if now - at > self.s.identify_wait_s:
-                node = self.identifying.pop(stale)
-                del self.asked_at[stale]
+                del self.identifying[stale]
                 log(WARNING, "segments: node %d did not say who it is; asking again", node)
-        asked = set(self.identifying.values())
+        asked = {node for node, _ in self.identifying.values()}
         for node in sorted(online):
             name = self.identified.get(node)
             if node not in self.identified and node not in asked:
@@ -213,7 +211,7 @@ class SegmentedRound:
                 )
                 mid = self._push(msg)
                 if mid:
-                    self.identifying[mid], self.asked_at[mid] = node, now
+                    self.identifying[mid] = (node, now)
             elif name is not None and self.state["devices"].get(name, {}).get("status") == "lost":
                 self._take(name, node)  # its node is back online (the SuperLink was frozen)
 
