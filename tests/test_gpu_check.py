@@ -82,3 +82,22 @@ def test_gpu_check_without_a_gpu_says_so_in_one_line(tmp_path):
     assert done.stderr.strip().count("\n") == 0
     assert done.stderr.startswith("gpu_check: no NVIDIA GPU here: NVML did not start")
     assert not (tmp_path / "out").exists()
+
+
+def test_point_vs_window_scores_the_profile_peak_against_a_ten_times_longer_run():
+    """gpu_check's section 3 on readings whose answer is known: at a constant 300 W every point's
+    peak is the longer run's (ratio 1); with one 1 s burst to 400 W late in the recording, the
+    points before it that can see it in their 10x run under-state it (the statistic's peak
+    there is 400 W), and the forecast from a flat point cannot know a burst it never saw."""
+    from benchmarks.gpu_check import point_vs_window
+
+    times = [i / 20.0 for i in range(20 * 40)]
+    flat = point_vs_window(times, [300.0] * len(times), 2.0)
+    assert flat["points"] == 10  # starts 0, 2, ..., 18 s
+    assert flat["peak_within_1pct"] == flat["forecast_within_1pct"] == 10
+    assert flat["forecast_over_10x"] == {"median": 1.0, "min": 1.0, "max": 1.0}
+    burst = [400.0 if 30.0 <= t < 31.0 else 300.0 for t in times]
+    got = point_vs_window(times, burst, 2.0)
+    # points starting at 12-18 s hold the whole burst in their 20 s; the others do not
+    assert got["peak_within_1pct"] == got["forecast_within_1pct"] == 10 - 4
+    assert got["peak_over_10x"]["min"] == got["forecast_over_10x"]["min"] == 0.75

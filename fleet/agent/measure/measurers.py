@@ -19,7 +19,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 from fleet.agent.devices.base import Backend, DeviceError
-from fleet.method.power_window import peak_of, peak_spread
+from fleet.method.power_window import PEAK_HORIZON_FACTOR, peak_forecast, peak_of, peak_spread
 from fleet.method.profile_io import cell_number
 
 #: A measured point runs until it has at least this many seconds and power samples (and at
@@ -27,7 +27,7 @@ from fleet.method.profile_io import cell_number
 #: H100 (``docs/measured/h100-2026-11-27-sensors.md``) a 50-step small_cnn point had 3-4 samples
 #: and its peak came out 2.6-8.1 % below the same point over 300 steps (13-23 samples); with the
 #: budget statistic (NVML: 1 s means) and the spread measured there (about 2.5 % of the mean per
-#: sample), a 2 s point's peak is within 1 % of a 20 s point's in the median (0.8 %;
+#: sample), a 2 s point's peak is within 1 % of a 20 s point's in the median (0.7 %;
 #: ``tests/test_point_sizing.py`` replays it), 40 samples being 2 s at the default 20 Hz (two
 #: averaging windows, 21 full-window values). Twice the averaging window where that is longer.
 MIN_POINT_S = 2.0
@@ -175,12 +175,15 @@ class TrainingMeasurer:
         if oom:
             self._free()
             return _row(b, f, None, None, None, None, "oom")
-        peak = mean = spread = None  # type: Optional[float]
+        peak = mean = spread = forecast = sd = None  # type: Optional[float]
         power_samples = None  # type: Optional[int]
         if stats is not None and series is not None:
             _peak, mean, _energy, power_samples, _dur = stats
-            # the budget's own statistic (fleet/method/power_window.py), highest at this point
+            # the budget's own statistic (fleet/method/power_window.py), highest at this point;
+            # beside it, the highest expected over ten times this point's time
             peak = peak_of(series[0], series[1], self.average_s)
+            horizon = PEAK_HORIZON_FACTOR * elapsed
+            forecast, sd = peak_forecast(series[0], series[1], self.average_s, horizon)
             spread = peak_spread(series[0], series[1], self.average_s)
             if not power_samples:
                 # Not one sample landed in the window: an instant reading beats no reading.
@@ -192,6 +195,8 @@ class TrainingMeasurer:
             row["point_s"] = round(elapsed, 4)
             row["power_window_s"] = self.window_s
             row["peak_spread_w"] = None if spread is None else round(spread, 4)
+            row["peak_forecast_w"] = None if forecast is None else round(forecast, 4)
+            row["power_sd_w"] = None if sd is None else round(sd, 4)
         row["time_cv"] = step_cv(step_s)
         return row
 

@@ -68,7 +68,10 @@ def profile_grid(
     ``measurers.MIN_POWER_SAMPLES``): its size comes from the evidence, ``steps`` and ``warmup``
     are minimums. Each row records ``power_samples``, ``point_s`` (its timed seconds),
     ``power_window_s`` (the window its ``peak_power_w`` averages over), ``peak_spread_w`` (how far
-    the peaks of its two halves differ) and ``time_cv`` (its steps' spread).
+    the peaks of its two halves differ), ``peak_forecast_w`` (the statistic's highest value
+    expected over ten times the point's time, never below ``peak_power_w``:
+    ``power_window.peak_forecast``), ``power_sd_w`` (the statistic's spread) and ``time_cv`` (its
+    steps' spread).
     ``progress(done, total, row)`` is called after each point; under a budget ``total`` is the
     grid size (an upper bound) and a last call with ``done == total`` marks the end.
     ``predict`` (a ``PredictPlan``) probes only the design of ``design.design_probes`` and fills
