@@ -146,6 +146,23 @@ def thaw(proc: subprocess.Popen | int) -> None:
     _signal(_pid(proc), signal.SIGCONT)
 
 
+def freeze_tree(proc: subprocess.Popen | int) -> list[int]:
+    """SIGSTOP ``proc`` and everything below it (a SuperNode with its ClientApp: nothing it
+    does moves on, however slow this machine is, until :func:`thaw_all`). Returns the pids."""
+    pid = _pid(proc)
+    pids = [pid, *processes.descendants(pid)]
+    for _ in range(2):  # frozen processes cannot spawn: a second look finds the late ones
+        for p in pids:
+            _signal(p, signal.SIGSTOP)
+        pids = list(dict.fromkeys([*pids, *processes.descendants(pid)]))
+    return pids
+
+
+def thaw_all(pids: list[int]) -> None:
+    for p in reversed(pids):
+        _signal(p, signal.SIGCONT)
+
+
 # ------------------------------------------------------------------------------ daemons
 
 

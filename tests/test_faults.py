@@ -42,6 +42,7 @@ from tests.fault_helpers import (
     board_node_config,
     fleet_of_replay_devices,
     freeze,
+    freeze_tree,
     hostile_agent_python,
     hostile_node_config,
     kill_tree,
@@ -49,6 +50,7 @@ from tests.fault_helpers import (
     reference_devices,
     replay_node_configs,
     thaw,
+    thaw_all,
     wait_for_json,
     wait_for_process,
     wait_until,
@@ -281,8 +283,14 @@ def test_a_coordinator_killed_mid_round_resumes_on_its_run_dir(tmp_path):
             )
 
         wait_for_json(run_dir / "state.json", dev1_done_others_midway)
-        wait_for_process(lb.link.proc, "flwr-serverapp", HANG_GUARD_S)
-        lb.kill_link()
+        # dev-2 and dev-3 stand still until the coordinator is dead: on a loaded machine the
+        # look for the ServerApp below could otherwise outlast their remaining segments
+        frozen = [pid for n in ("dev-2", "dev-3") for pid in freeze_tree(lb.node_proc(n))]
+        try:
+            wait_for_process(lb.link.proc, "flwr-serverapp", HANG_GUARD_S)
+            lb.kill_link()
+        finally:
+            thaw_all(frozen)
         before = state_of(run_dir)
         done_ckpt = checkpoint(tmp_path, "dev-1")
         ckpt_file = next((tmp_path / "work" / "dev-1").glob("*.progress.json"))
