@@ -182,18 +182,25 @@ def choose(
     else:  # nothing validated: the physical prior's order (a power limit's own model first)
         best = min(fitted, key=lambda m: list(MODELS).index(m))
         plausible = [best]
-    seen = [r for r in residuals[best] if not math.isnan(r)]
-    # Symmetric on purpose: a model that over-predicted the held-out cells may under-predict
-    # elsewhere by as much; the bound covers the largest miss either way.
-    margin = max([0.0] + [abs(r) for r in seen])
-    if len(seen) < MIN_CELLS:  # the largest of one or two misses says little about the next
-        margin = max(margin, UNVALIDATED_MARGIN)
+    margin = bound_margin([r for r in residuals[best] if not math.isnan(r)])
     upper = dict((p, max(fitted[m][p] for m in plausible) * (1.0 + margin)) for p in points)
     share = limit_share(columns[name]) if name in POWER_COLUMNS else None
     if share is not None:  # the card holds power under its limit: no bound need exceed that
         ceiling = share * (1.0 + margin)
         upper = dict((p, max(min(u, ceiling * p[1]), fitted[best][p])) for p, u in upper.items())
     return Choice(best, fitted[best], scores.get(best), scores, margin, upper)
+
+
+def bound_margin(seen: Sequence[float]) -> float:
+    """The bound's margin from the kept model's held-out residuals (``truth / prediction - 1``):
+    the largest miss. Symmetric on purpose: a model that over-predicted the held-out cells may
+    under-predict elsewhere by as much; the bound covers the largest miss either way. With
+    fewer than ``MIN_CELLS`` residuals, at least ``UNVALIDATED_MARGIN``: the largest of one or
+    two misses says little about the next."""
+    margin = max([0.0] + [abs(r) for r in seen])
+    if len(seen) < MIN_CELLS:
+        margin = max(margin, UNVALIDATED_MARGIN)
+    return margin
 
 
 def limit_share(power: Obs) -> Optional[float]:
