@@ -117,6 +117,9 @@ class SegmentedRound:
             if self._ready() and not logic.active(self.state["devices"]):
                 break
             time.sleep(self.s.poll_s)
+        fleet = len(self.fleet_order)  # a device no node took by the end (num-nodes < fleet)
+        why = f"no SuperNode ran it: the round waited for num-nodes = {self.expected} of {fleet}"
+        book.lose_unplaced(self.state, self.fleet_order, self.describe, why, self._rank)
         if self.plan:
             logic.settle(self.state["devices"].values(), self.state.get("plan"))
         self._persist(force=True)

@@ -283,8 +283,13 @@ def test_tls_and_supernode_auth_round_refuses_unregistered_node(tmp_path: Path) 
     assert status == "finished:completed", details
     report = deploy.read_report(run_dir, "t-auth")
     assert report is not None
-    assert [r["device"] for r in report["devices"]] == ["tx2-b"]
-    assert report["devices"][0]["status"] == "ok", report["devices"][0]["message"]
+    rows = {r["device"]: r for r in report["devices"]}
+    assert rows["tx2-b"]["status"] == "ok", rows["tx2-b"]["message"]
+    # the refused node's device is in the report, saying it never ran
+    assert rows["nano-a"]["status"] == "lost" and rows["nano-a"]["samples"] == 0
+    assert (
+        "no SuperNode ran it: the round waited for num-nodes = 1 of 2" in rows["nano-a"]["message"]
+    )
     link_log = (logs / "superlink.log").read_text()
     assert "Uvicorn running on https://127.0.0.1" in link_log
     assert "accept connections from any SuperNode" not in link_log

@@ -296,6 +296,35 @@ def test_a_device_no_node_ever_runs_is_reported_lost_not_left_out(tmp_path):
                 assert a[key] == b[key], (a["device"], key)
 
 
+@pytest.mark.timeout(120)
+def test_a_partial_federation_reports_the_devices_no_node_ran(tmp_path):
+    """``num-nodes`` below the fleet's size: the round waits for that many devices and runs
+    them; the others are in the report as lost, saying why, in fleet order (before: left out,
+    and the report could not tell a device that never ran from one not in the fleet)."""
+    fleet_file = fleet_as(tmp_path, "default", "time")
+    want = simulate(fleet_file, "direct", tmp_path / "direct")
+    names = [r["device"] for r in want["devices"]]
+    nodes = len(names) - 2
+    settings = ServerSettings(
+        str(fleet_file), str(tmp_path / "run"), num_nodes=nodes, ship_weights=False, poll_s=0.0,
+        engine="flower-deployment",  # SuperNodes that come and go, not a simulation's
+    )  # fmt: skip
+    with app_identity():
+        got = run_fleet(InProcessGrid(nodes), settings)
+    rows = {r["device"]: r for r in got["devices"]}
+    assert list(rows) == names
+    never = [n for n, r in rows.items() if r["status"] == "lost"]
+    assert len(never) == 2
+    for n in never:
+        why = f"(no SuperNode ran it: the round waited for num-nodes = {nodes} of {len(names)})"
+        assert why in rows[n]["message"]
+        assert rows[n]["samples"] == 0 and rows[n]["energy_j"] == 0
+    for a, b in zip(got["devices"], want["devices"], strict=True):
+        if a["device"] not in never:  # their own work as unfaulted
+            for key in ("status", "samples", "time_s", "energy_j", "batch_size", "freq_mhz"):
+                assert a[key] == b[key], (a["device"], key)
+
+
 class ErringIdentifyGrid(InProcessGrid):
     """The first identity query to each of the first ``k`` nodes is answered with an error (a
     ClientApp that failed to start on a loaded SuperNode), as Flower answers it."""

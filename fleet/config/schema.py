@@ -368,7 +368,12 @@ HARDWARE_NODE_KEYS = ("backend", "agent-python", "agent-timeout-s", "work-dir", 
 RUN_CONFIG_KEYS: tuple[Key, ...] = (
     Key("fleet-path", str, "simulations/fleets/default.toml", "the fleet TOML"),
     Key("run-dir", str, "", "empty: runs/<run name>-<UTC time>"),
-    Key("num-nodes", int, 0, "devices to wait for; 0 = every device in the fleet file"),
+    Key(
+        "num-nodes",
+        int,
+        0,
+        "devices to wait for; 0 = every device in the fleet file (the others: lost, never run)",
+    ),
     Key("ship-weights", str, "fleet", '"fleet" = the fleet\'s [run] ship_weights, or true/false'),
     Key(
         "round-timeout-s",
