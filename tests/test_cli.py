@@ -36,6 +36,31 @@ def test_select_json_contract(files):
     assert "64" in r.stderr and "not in the profile" in r.stderr
 
 
+def test_select_says_when_the_choice_is_expected_over_its_budget_in_a_longer_run(write, files):
+    """A measured point records ``peak_forecast_w`` (its peak over a 10x longer run): the choice
+    is the same (selection holds to ``peak_power_w``), its JSON carries the forecast, and where
+    the forecast lies above the budget stderr says so in one line before the run."""
+    _prof, eff = files
+    rows = [r + f",{f}" for r, f in zip(ROWS, ("4.1", "4.95", "4.7", "5.6"), strict=True)]
+    prof = write("pf.csv", HEADER + ",peak_forecast_w", rows)
+    for budget, warned in (("5", False), ("4.9", True)):
+        r = run_cli(
+            "select", "--profile", str(prof), "--efficiency", str(eff), "--budget-w", budget,
+            "--json",
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        out = json.loads(r.stdout)
+        assert (out["batch_size"], out["freq_mhz"], out["peak_power_w"]) == (8, 460.8, 4.8)
+        assert out["peak_forecast_w"] == 4.95
+        said = [line for line in r.stderr.splitlines() if "peak_forecast_w" in line]
+        assert len(said) == int(warned), r.stderr
+        if warned:
+            assert "4.9 W budget" in said[0] and "expected at 5.0 W" in said[0]
+    plain = run_cli("select", "--profile", str(files[0]), "--efficiency", str(eff), "--budget-w",
+                    "4.9", "--json")  # fmt: skip
+    assert "peak_forecast_w" not in json.loads(plain.stdout)  # a profile without the column
+
+
 def test_select_flips_with_budget(files):
     prof, eff = files
     # unlimited: b=8 @460.8 -> 87.5 s vs b=32 @460.8 -> 93.75 s; at 4.7 W only 307.2 for both

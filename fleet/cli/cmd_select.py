@@ -52,12 +52,24 @@ def run(args: argparse.Namespace) -> int:
     check_coverage(profile, coverage, eff, budget, choice)  # unmeasured but maybe better: exit 2
     if msg:  # said only on success: a failure's stderr is its one line
         note("select", msg)
+    longer = coverage.longer_run_over(choice.batch_size, choice.freq_mhz, budget)
+    if longer is not None:
+        note(
+            "select",
+            f"batch {choice.batch_size} at freq_mhz {mhz(choice.freq_mhz)}: its peak over a "
+            f"10x longer run is expected at {longer:.1f} W (the profile's peak_forecast_w), "
+            f"above the {budget_label(budget)} budget; a long run may spend time over it (its "
+            "report says how long)",
+        )
     if args.json:
         out = choice.to_dict()
         out["budget_w"] = budget
         out["profile"] = args.profile
         out["efficiency"] = args.efficiency
         out["predicted"] = coverage.is_predicted(choice.batch_size, choice.freq_mhz)
+        key = (choice.batch_size, float(choice.freq_mhz))
+        if key in coverage.forecast:
+            out["peak_forecast_w"] = coverage.forecast[key]
         if "deadline_s" in context:
             out["deadline_s"], out["late"] = context["deadline_s"], late
         emit_json(out)

@@ -21,7 +21,7 @@ from fleet.core.choice import Choice
 from fleet.core.efficiency import Efficiency
 from fleet.core.profile import Profile
 from fleet.method.budget import BudgetError, parse_budget
-from fleet.method.profile_io import ProfileFormatError, read_rows
+from fleet.method.profile_io import ProfileFormatError, cell_number, read_rows
 
 Key = tuple[int, float]
 MEASURED_KNOB = "sm_clock_measured"  # the header's knob= when freq_mhz is a measured clock
@@ -45,6 +45,19 @@ class Coverage:
     # The knob was not set but measured (NVML current clocks: each row's freq_mhz is the clock
     # the card chose): the grid is one column, a batch size with any row is covered.
     measured_knob: bool = False
+    # Measured rows' peak_forecast_w: the budget statistic's highest value expected over ten
+    # times the point (fleet/method/power_window.py), where the profile records it.
+    forecast: dict[Key, float] = field(default_factory=dict)
+
+    def longer_run_over(self, batch_size: int, knob: float, budget: float | None) -> float | None:
+        """The point's ``peak_forecast_w`` where it lies above ``budget``, else None. Why: a
+        point whose own peak fits right under the budget may still, over a longer run, reach
+        above it (the highest of a noisy statistic grows with the time watched); a user
+        choosing it should hear so before the run, not only in its report."""
+        value = self.forecast.get((int(batch_size), float(knob)))
+        if budget is None or value is None or not value > budget:
+            return None
+        return value
 
     def is_predicted(self, batch_size: int, knob: float) -> bool:
         return (int(batch_size), float(knob)) in self.predicted
@@ -88,12 +101,16 @@ def read_coverage(path: str) -> Coverage:
         raise InputError(str(exc)) from None
     present: set[Key] = set()
     predicted: set[Key] = set()
+    forecast: dict[Key, float] = {}
     for _lineno, row in rows:
         try:
             key = (int(float(row["batch_size"])), float(row["freq_mhz"]))
         except (KeyError, ValueError):
             continue  # load_profile reports malformed rows with their line number
         present.add(key)
+        value = cell_number(row.get("peak_forecast_w"))
+        if value is not None and math.isfinite(value) and value > 0:
+            forecast[key] = value
         if (row.get("source") or "").strip().lower() == "predicted":
             predicted.add(key)
     meta = _meta(comments)
@@ -108,7 +125,8 @@ def read_coverage(path: str) -> Coverage:
     measured = meta.get("knob") == MEASURED_KNOB
     if measured:
         fs = _floats(meta.get("grid_freqs"))[:1]
-    return Coverage(str(path), bs, fs, present, predicted, meta.get("plan"), budget, measured)
+    plan = meta.get("plan")
+    return Coverage(str(path), bs, fs, present, predicted, plan, budget, measured, forecast)
 
 
 def _bounds(profile: Profile, b: int, f: float) -> tuple[float, float, float]:
