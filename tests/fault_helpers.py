@@ -114,11 +114,7 @@ def kill_tree(proc: subprocess.Popen | int, timeout_s: float = 10.0) -> list[int
     agent; a SuperLink's ServerApp): freeze the tree, look again, kill it; waits (bounded)
     until every one is gone and reaps ``proc``. Returns the pids killed."""
     pid = _pid(proc)
-    pids = [pid, *processes.descendants(pid)]
-    for _ in range(3):  # frozen processes cannot spawn: a second look finds the late ones
-        for p in pids:
-            _signal(p, signal.SIGSTOP)
-        pids = list(dict.fromkeys([*pids, *processes.descendants(pid)]))
+    pids = freeze_tree(pid, looks=3)
     for p in pids:
         _signal(p, signal.SIGKILL)
     if isinstance(proc, subprocess.Popen):
@@ -146,12 +142,12 @@ def thaw(proc: subprocess.Popen | int) -> None:
     _signal(_pid(proc), signal.SIGCONT)
 
 
-def freeze_tree(proc: subprocess.Popen | int) -> list[int]:
+def freeze_tree(proc: subprocess.Popen | int, looks: int = 2) -> list[int]:
     """SIGSTOP ``proc`` and everything below it (a SuperNode with its ClientApp: nothing it
     does moves on, however slow this machine is, until :func:`thaw_all`). Returns the pids."""
     pid = _pid(proc)
     pids = [pid, *processes.descendants(pid)]
-    for _ in range(2):  # frozen processes cannot spawn: a second look finds the late ones
+    for _ in range(looks):  # frozen processes cannot spawn: a second look finds the late ones
         for p in pids:
             _signal(p, signal.SIGSTOP)
         pids = list(dict.fromkeys([*pids, *processes.descendants(pid)]))
