@@ -95,13 +95,13 @@ def start_process(
             env={**process_env(flwr_home), **(extra_env or {})},
             cwd=str(flwr_home),
             start_new_session=True,
-            preexec_fn=_death_signal() if die_with_parent else None,
+            preexec_fn=death_signal() if die_with_parent else None,
         )
     finally:
         log.close()
 
 
-def _death_signal() -> Callable[[], None] | None:
+def death_signal() -> Callable[[], None] | None:
     """A ``preexec_fn`` asking the kernel for SIGTERM when the parent dies; None where there
     is no ``prctl`` (not Linux). The libc call is looked up here, in the parent: the child
     between fork and exec only calls it."""

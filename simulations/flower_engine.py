@@ -255,6 +255,9 @@ def flwr_run_local(
                 env=env,
                 cwd=str(home),
                 start_new_session=True,
+                # SIGTERM when `powerfleet simulate` dies, SIGKILL included: left running, its
+                # log stream held the SuperLink's shutdown open for about a minute
+                preexec_fn=processes.death_signal(),
             )
             deadline = time.monotonic() + timeout_s
             try:

@@ -381,8 +381,8 @@ def test_the_flower_engine_interrupted_then_resumed(tmp_path):
 @pytest.mark.integration
 @pytest.mark.timeout(600)
 def test_a_killed_flower_simulation_leaves_no_run_going_on(tmp_path):
-    """``simulate --engine flower`` SIGKILLed: the local SuperLink it started dies with it
-    (and the simulation with the SuperLink), so nothing goes on writing the run, and its
+    """``simulate --engine flower`` SIGKILLed: the local SuperLink and ``flwr run`` it started
+    die with it (and the simulation with the SuperLink), so nothing goes on writing the run, and its
     readers find it ``interrupted`` (or finished, if the simulation completed the round on its
     way out), never ``running`` forever."""
     from deployment.processes import descendants
@@ -403,13 +403,18 @@ def test_a_killed_flower_simulation_leaves_no_run_going_on(tmp_path):
         time.sleep(0.2)
     assert proc.poll() is None, "the run ended before it could be killed"
     writer = state["writer"]
-    links = [p for p in descendants(proc.pid) if "flower-superlink" in cmdline(p)]
+    tree = descendants(proc.pid)
+    links = [p for p in tree if "flower-superlink" in cmdline(p)]
     assert links, "no local SuperLink below simulate"
+    # `flwr run --stream` too: left running, its log stream held the SuperLink open a minute
+    runs = [p for p in tree if " run " in cmdline(p) and "flwr" in cmdline(p)]
+    assert runs, "no flwr run below simulate"
     proc.kill()
     proc.wait()
     deadline = time.monotonic() + GUARD_S
-    while time.monotonic() < deadline and any(liveness.proc_start(p) for p in links):
+    while time.monotonic() < deadline and any(liveness.proc_start(p) for p in links + runs):
         time.sleep(0.2)
+    assert not any(liveness.proc_start(p) for p in runs), "flwr run outlived simulate"
     assert not any(liveness.proc_start(p) for p in links), "the SuperLink outlived simulate"
     deadline = time.monotonic() + GUARD_S
     while time.monotonic() < deadline and liveness.holder(writer) == liveness.ALIVE:
