@@ -201,8 +201,8 @@ def clock_check(backend: Any, load: Any, quick: bool) -> dict[str, Any]:
     finally:
         load.busy(0.0)
     keep = ("batch_size", "freq_mhz", "sm_clock_min_mhz", "sm_clock_max_mhz", "sm_clock_samples")
-    keep += ("time_per_batch_s", "peak_power_w", "mean_power_w", "sampled_mean_w")
-    keep += ("energy_source", "power_samples", "status")
+    keep += ("time_per_batch_s", "peak_power_w", "peak_forecast_w", "power_sd_w", "mean_power_w")
+    keep += ("sampled_mean_w", "energy_source", "power_samples", "point_s", "status")
     rows = [{k: r.get(k) for k in keep} for r in result.rows]
     return {
         "clock_at_open_mhz": at_open,
@@ -522,15 +522,16 @@ def markdown(report: dict[str, Any]) -> str:
         f"## The profile's clocks (clock at open: {c['clock_at_open_mhz']:g} MHz; "
         f"knob `{c['knob']}`)",
         "",
-        "| b | freq_mhz | SM min-max | s/step | peak W | mean W (source) | sampled mean W |",
-        "|---|---|---|---|---|---|---|",
+        "| b | freq_mhz | SM min-max | s/step | s | peak W | forecast W | mean W (source) "
+        "| sampled mean W |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in c["rows"]:
         lines.append(
             f"| {r['batch_size']} | {r['freq_mhz']} | {r['sm_clock_min_mhz']}-"
-            f"{r['sm_clock_max_mhz']} | {_r(r['time_per_batch_s'], 6)} | "
-            f"{_r(r['peak_power_w'], 1)} | {_r(r['mean_power_w'], 1)} ({r['energy_source']}) | "
-            f"{_r(r['sampled_mean_w'], 1)} |"
+            f"{r['sm_clock_max_mhz']} | {_r(r['time_per_batch_s'], 6)} | {r['point_s']} | "
+            f"{_r(r['peak_power_w'], 1)} | {_r(r['peak_forecast_w'], 1)} | "
+            f"{_r(r['mean_power_w'], 1)} ({r['energy_source']}) | {_r(r['sampled_mean_w'], 1)} |"
         )
     w = report["peak_vs_window"]
     lines += [
