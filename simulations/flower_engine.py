@@ -55,11 +55,33 @@ from typing import Any
 from deployment import daemons, flwr_cli, processes
 from fleet.common.errors import InputError
 from fleet.config.fleetfile import RunSettings, load_fleet
+from fleet.method import liveness
 from fleet.reports import roundstate
 from fleet.reports.report import read_report
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")  # Flower colours its log lines whatever the output is
 CONNECTION = "powerfleet-sim"  # the local-simulation connection in the private config.toml
+
+
+HOME_PREFIX = "powerfleet-flwr-"  # each simulation's private Flower home, in the temp folder
+OWNER = "owner.json"  # who made a home (fleet/method/liveness.py): pid, boot id, start time
+
+
+def sweep_homes() -> list[Path]:
+    """Remove the private Flower homes whose maker no longer runs (a ``simulate`` SIGKILLed
+    leaves its home behind: its SuperLink's database, the app copy, Ray's session; nothing is
+    left alive to remove it). A home without an owner record, or whose owner runs, is left
+    alone. Returns the homes removed."""
+    gone = []
+    for home in Path(tempfile.gettempdir()).glob(HOME_PREFIX + "*"):
+        try:
+            record = json.loads((home / OWNER).read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(record, dict) and liveness.holder(record) == liveness.GONE:
+            shutil.rmtree(home, ignore_errors=True)
+            gone.append(home)
+    return gone
 
 
 class FlowerRunError(RuntimeError):
@@ -214,7 +236,9 @@ def flwr_run_local(
     place = placement or RayPlacement(ray_cpus=ray_cpus)
     if place.address is not None:
         check_cluster(place.address)
-    home = Path(tempfile.mkdtemp(prefix="powerfleet-flwr-"))
+    sweep_homes()
+    home = Path(tempfile.mkdtemp(prefix=HOME_PREFIX))
+    (home / OWNER).write_text(json.dumps(liveness.process_identity()))
     link = None
     try:
         (home / "config.toml").write_text(connection_config())

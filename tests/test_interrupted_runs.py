@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -420,6 +422,21 @@ def test_a_killed_flower_simulation_leaves_no_run_going_on(tmp_path):
     while time.monotonic() < deadline and liveness.holder(writer) == liveness.ALIVE:
         time.sleep(0.2)
     assert liveness.holder(writer) == liveness.GONE, "the ServerApp outlived simulate"
+    # its private Flower home stayed behind (nothing alive could remove it); the next
+    # simulation's start removes it, and leaves a live one's and an unowned one alone
+    from simulations.flower_engine import OWNER, sweep_homes
+
+    home = Path(cmdline(links[0]).split("--database ")[1].split()[0]).parent.parent
+    assert (home / OWNER).is_file()
+    mine = Path(tempfile.mkdtemp(prefix="powerfleet-flwr-", dir=home.parent))
+    (mine / OWNER).write_text(json.dumps(liveness.process_identity()))
+    unowned = Path(tempfile.mkdtemp(prefix="powerfleet-flwr-", dir=home.parent))
+    try:
+        assert home in sweep_homes()
+        assert not home.exists() and mine.is_dir() and unowned.is_dir()
+    finally:
+        shutil.rmtree(mine)
+        shutil.rmtree(unowned)
     # Flower's simulation runs the round in its own process, SuperLink or not, and may finish
     # it on its way out: the run then says finished (true); else interrupted; never running
     got = cli("status", str(run_dir), "--json")
