@@ -411,6 +411,7 @@ def test_a_killed_flower_simulation_leaves_no_run_going_on(tmp_path):
     # `flwr run --stream` too: left running, its log stream held the SuperLink open a minute
     runs = [p for p in tree if " run " in cmdline(p) and "flwr" in cmdline(p)]
     assert runs, "no flwr run below simulate"
+    database = cmdline(links[0]).split("--database ")[1].split()[0]  # in simulate's Flower home
     proc.kill()
     proc.wait()
     deadline = time.monotonic() + GUARD_S
@@ -426,7 +427,7 @@ def test_a_killed_flower_simulation_leaves_no_run_going_on(tmp_path):
     # simulation's start removes it, and leaves a live one's and an unowned one alone
     from simulations.flower_engine import OWNER, sweep_homes
 
-    home = Path(cmdline(links[0]).split("--database ")[1].split()[0]).parent.parent
+    home = Path(database).parent.parent
     assert (home / OWNER).is_file()
     mine = Path(tempfile.mkdtemp(prefix="powerfleet-flwr-", dir=home.parent))
     (mine / OWNER).write_text(json.dumps(liveness.process_identity()))
