@@ -79,8 +79,10 @@ def sweep_homes() -> list[Path]:
         except (OSError, ValueError):
             continue
         if isinstance(record, dict) and liveness.holder(record) == liveness.GONE:
+            stop_pids(local_superlinks(home))  # an orphan still shutting down in it, if any
             shutil.rmtree(home, ignore_errors=True)
-            gone.append(home)
+            if not home.exists():
+                gone.append(home)
     return gone
 
 

@@ -127,9 +127,14 @@ def round_rows(state: dict) -> list[dict]:
 
 
 def start_round(state: dict, server_round: int) -> None:
-    """A new round: every device starts again from nothing (its node id is kept)."""
+    """A new round: every device starts again from nothing (its node id is kept). A device no
+    node ran last round leaves the book until one does: it is not waited for as a device that
+    had a node would be (a partial federation's others are lost again at the round's end)."""
     state["round"] = int(server_round)
     for name, e in list(state.get("devices", {}).items()):
+        if e.get("node_id") is None:
+            del state["devices"][name]
+            continue
         fresh = device_entry(name, str(e.get("device_type") or ""), e.get("budget_w"))
         fresh["node_id"] = e.get("node_id")
         state["devices"][name] = fresh

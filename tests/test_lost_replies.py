@@ -325,6 +325,34 @@ def test_a_partial_federation_reports_the_devices_no_node_ran(tmp_path):
                 assert a[key] == b[key], (a["device"], key)
 
 
+@pytest.mark.timeout(120)
+def test_a_partial_federation_of_two_rounds_does_not_wait_for_the_devices_no_node_ran(tmp_path):
+    """Round 2 starts from round 1's book: the devices no node ran there are not waited for
+    as devices that had a node (``node-wait-s`` here is far beyond the test's timeout), and are
+    reported lost again with the same reason."""
+    fleet_file = fleet_as(tmp_path, "default", "time")
+    text = fleet_file.read_text()
+    assert "\nrounds = 1\n" in text
+    fleet_file.write_text(text.replace("\nrounds = 1\n", "\nrounds = 2\n", 1))
+    names = [d.name for d in load_fleet(fleet_file).devices]
+    assert load_fleet(fleet_file).run.rounds == 2
+    nodes = len(names) - 2
+    settings = ServerSettings(
+        str(fleet_file), str(tmp_path / "run"), num_nodes=nodes, ship_weights=False, poll_s=0.0,
+        engine="flower-deployment", node_wait_s=3600.0,
+    )  # fmt: skip
+    with app_identity():
+        got = run_fleet(InProcessGrid(nodes), settings)
+    state = roundstate.read_state(tmp_path / "run")
+    assert [r["round"] for r in state["completed_rounds"]] == [1, 2]
+    rows = {r["device"]: r for r in got["devices"]}
+    assert list(rows) == names
+    never = [n for n, r in rows.items() if r["status"] == "lost"]
+    assert never == names[-2:]
+    for n in never:
+        assert f"num-nodes = {nodes} of {len(names)}" in rows[n]["message"]
+
+
 class ErringIdentifyGrid(InProcessGrid):
     """The first identity query to each of the first ``k`` nodes is answered with an error (a
     ClientApp that failed to start on a loaded SuperNode), as Flower answers it."""

@@ -191,3 +191,13 @@ def test_expected_max_and_window_spread_against_brute_force():
     means = [statistics.mean(long_w[i : i + 20]) for i in range(0, 400, 20)]
     assert window_sd(long_t, long_w, 1.0) == pytest.approx(statistics.stdev(means))
     assert window_sd(times[:5], watts[:5], 1.0) is None  # too few readings to tell
+    # a sampler that fell behind: 5 s at 10 W, nothing for 5 s, 5 s at 20 W. Placed by time, no
+    # 1 s block mixes the two (blocks 0-4 hold 10 W, 10-14 hold 20 W, 5-9 are empty); placed
+    # by index they would
+    gap_t = [i / 20.0 for i in range(100)] + [10.0 + i / 20.0 for i in range(100)]
+    gap_w = [10.0] * 100 + [20.0] * 100
+    assert window_sd(gap_t, gap_w, 1.0) == pytest.approx(statistics.stdev([10.0] * 5 + [20.0] * 5))
+    # a reading the sensor could not give (NaN) is left out, not spread into every figure
+    holed = list(watts)
+    holed[3] = float("nan")
+    assert window_sd(times, holed, 0.0) == pytest.approx(statistics.stdev(watts[:3] + watts[4:]))

@@ -67,9 +67,8 @@ def run(args: argparse.Namespace) -> int:
         out["profile"] = args.profile
         out["efficiency"] = args.efficiency
         out["predicted"] = coverage.is_predicted(choice.batch_size, choice.freq_mhz)
-        key = (choice.batch_size, float(choice.freq_mhz))
-        if key in coverage.forecast:
-            out["peak_forecast_w"] = coverage.forecast[key]
+        # null where the profile does not record it (not measured with a power sampler)
+        out["peak_forecast_w"] = coverage.forecast.get((choice.batch_size, choice.freq_mhz))
         if "deadline_s" in context:
             out["deadline_s"], out["late"] = context["deadline_s"], late
         emit_json(out)

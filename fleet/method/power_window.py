@@ -141,9 +141,17 @@ def _normal_quantile(p: float) -> float:
 def expected_max(m: float) -> float:
     """How many standard deviations above their mean the highest of ``m`` independent normal
     values lies, typically (Blom's plotting position); 0 for ``m`` <= 1."""
-    if m <= 1.0:
+    if not m > 1.0:  # NaN included
         return 0.0
+    m = min(m, 1e15)  # past that the quantile is beyond double precision anyway
     return _normal_quantile((m - 0.375) / (m + 0.25))
+
+
+def _interval(pts: Sequence[Tuple[float, float]]) -> float:
+    """The readings' usual interval: the median gap between consecutive ones (a gap where the
+    sampler fell behind, or a reading left out, does not stretch it)."""
+    gaps = sorted(b[0] - a[0] for a, b in zip(pts, pts[1:]))
+    return gaps[len(gaps) // 2] if gaps else 0.0
 
 
 def window_sd(
@@ -154,20 +162,25 @@ def window_sd(
     or more, else 8 shorter blocks whose spread is scaled to the window (means of ``k`` times
     longer blocks spread ``sqrt(k)`` times less, the readings being independent beyond a block).
     Block means, not readings, so that readings that swing together or against each other
-    count as they average. None with fewer than 8 readings."""
-    n = len(watts)
-    if n < _MIN_FORECAST_READINGS or len(times) != n:
+    count as they average. A reading stands for the interval before it and is placed by its
+    time, so a gap (a sampler that fell behind) leaves blocks empty instead of merging readings
+    far apart. Non-finite readings are left out. None with fewer than 8 readings."""
+    pts = [(float(t), float(w)) for t, w in zip(times, watts) if math.isfinite(float(w))]
+    n = len(pts)
+    if n < _MIN_FORECAST_READINGS or len(times) != len(watts):
         return None
-    dt = (float(times[-1]) - float(times[0])) / (n - 1)
+    dt = _interval(pts)
     if not dt > 0:
         return None
-    span = dt * n  # each reading stands for one interval
-    window = float(average_s or 0.0) or dt
+    span = pts[-1][0] - pts[0][0] + dt  # each reading stands for one interval
+    # a window shorter than a reading's interval is the reading itself
+    window = max(float(average_s or 0.0), dt)
     block = window if span / window >= _MIN_FORECAST_READINGS else span / _MIN_FORECAST_READINGS
     blocks = max(1, int(span / block + _EPS))
     sums = [[] for _ in range(blocks)]  # type: List[List[float]]
-    for i, w in enumerate(watts):  # readings come at a steady rate: place them by their index
-        sums[min(int(i * dt / block + _EPS), blocks - 1)].append(float(w))
+    start = pts[0][0] - dt
+    for t, w in pts:
+        sums[min(max(int((t - start) / block - _EPS), 0), blocks - 1)].append(w)
     means = [sum(v) / len(v) for v in sums if v]
     if len(means) < 2:
         return None
@@ -188,14 +201,15 @@ def peak_forecast(
     The forecast is the readings' mean plus :func:`expected_max` of the independent statistic
     values ``horizon_s`` holds (:data:`MOVING_MEANS_PER_WINDOW` per window for a moving mean,
     one per reading where the reading is the statistic) times their spread."""
-    seen = peak_of(times, watts, average_s)
+    finite = [(float(t), float(w)) for t, w in zip(times, watts) if math.isfinite(float(w))]
+    seen = peak_of([t for t, _w in finite], [w for _t, w in finite], average_s)
     sd = window_sd(times, watts, average_s)
     if seen is None or sd is None:
         return seen, sd
-    dt = (float(times[-1]) - float(times[0])) / (len(times) - 1)
+    dt = _interval(finite)
     a = float(average_s or 0.0)
     values = MOVING_MEANS_PER_WINDOW * horizon_s / a if a > dt else horizon_s / dt
-    mean = sum(float(w) for w in watts) / len(watts)
+    mean = sum(w for _t, w in finite) / len(finite)
     return max(seen, mean + sd * expected_max(values)), sd
 
 

@@ -45,8 +45,8 @@ class Coverage:
     # The knob was not set but measured (NVML current clocks: each row's freq_mhz is the clock
     # the card chose): the grid is one column, a batch size with any row is covered.
     measured_knob: bool = False
-    # Measured rows' peak_forecast_w: the budget statistic's highest value expected over ten
-    # times the point (fleet/method/power_window.py), where the profile records it.
+    # Each row's peak_forecast_w where it records one (measured points): the budget statistic's
+    # highest value expected over ten times the point (fleet/method/power_window.py).
     forecast: dict[Key, float] = field(default_factory=dict)
 
     def longer_run_over(self, batch_size: int, knob: float, budget: float | None) -> float | None:

@@ -195,7 +195,10 @@ class TrainingMeasurer:
             row["point_s"] = round(elapsed, 4)
             row["power_window_s"] = self.window_s
             row["peak_spread_w"] = None if spread is None else round(spread, 4)
-            row["peak_forecast_w"] = None if forecast is None else round(forecast, 4)
+            # rounded, never below the peak it stands beside
+            if forecast is not None:
+                forecast = max(round(forecast, 4), peak if peak is not None else forecast)
+            row["peak_forecast_w"] = forecast
             row["power_sd_w"] = None if sd is None else round(sd, 4)
         row["time_cv"] = step_cv(step_s)
         return row
