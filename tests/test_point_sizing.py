@@ -75,12 +75,13 @@ def test_a_point_runs_until_it_has_its_seconds_and_samples(tmp_path):
     meta = result.metadata
     assert (meta["min_point_s"], meta["min_power_samples"]) == (0.5, 20)
     assert (meta["power_window_s"], meta["power_average_s"]) == (0.2, 0.2)
+    assert meta["peak_forecast_horizon"] == 10.0
     out = tmp_path / "p.csv"
     write_profile(str(out), result.rows, result.metadata)
     header, rows, comments = read_rows(str(out))
     assert {"power_samples", "point_s", "power_window_s", "peak_spread_w", "time_cv"} <= set(header)
     assert {"peak_forecast_w", "power_sd_w"} <= set(header)
-    assert "power_window_s=0.2" in comments
+    assert "power_window_s=0.2" in comments and "peak_forecast_horizon=10.0" in comments
     assert len(load_profile(str(out)).points) == 2  # extra columns: still a profile
 
 

@@ -28,6 +28,7 @@ from fleet.agent.measure.sweep_plan import (  # noqa: F401 - the sweep's default
     SweepPlan,
 )
 from fleet.method.budget import check_budget
+from fleet.method.power_window import PEAK_HORIZON_FACTOR
 from fleet.method.profile_io import cell_number
 
 Row = Dict[str, Any]
@@ -394,6 +395,8 @@ def _metadata(
             "min_power_samples": measurer.min_samples,
             "power_window_s": measurer.window_s,  # the budget statistic's (power_window.py)
             "power_average_s": measurer.average_s,
+            # peak_forecast_w: the highest expected over this many times the point's seconds
+            "peak_forecast_horizon": PEAK_HORIZON_FACTOR,
         }
     meta = {
         "device": _device_name(desc, backend),
