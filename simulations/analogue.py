@@ -22,6 +22,7 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -67,7 +68,7 @@ def run_study(
     seeds: int = 3,
     workers: int | None = None,
     log=print,
-) -> dict[str, object]:
+) -> dict[str, Any]:
     """Pre-train, estimate on every dataset, and build the sensitivity matrices."""
     t0 = time.time()
     paths = {"mnist-5k": "mnist-5k", **derive_fashion_halves(data_dir)}

@@ -150,7 +150,7 @@ def run_cell(
             clock = VirtualClock(trace, curves=curves if mode != "none" else None)
             row = run_device(spec, profile, shipped, run, clock, index=index)
             ok = row.status == "ok" and row.time_s is not None
-            times.append(row.time_s if ok else math.inf)
+            times.append(float(row.time_s) if ok and row.time_s is not None else math.inf)
             switches += sum(1 for seg in row.segments if seg.reason == "learned")
             firsts.append((row.batch_size, row.freq_mhz))
         mean = statistics.fmean(times) if all(math.isfinite(t) for t in times) else math.inf
@@ -228,7 +228,7 @@ def markdown(study: Study, cells: list[dict[str, object]]) -> str:
                     if c.get("status") == "infeasible":
                         row.append("infeasible")
                         continue
-                    moved = any(c[f"{m}_switches"] for m in METHODS)  # type: ignore[index]
+                    moved = any(c[f"{m}_switches"] for m in METHODS)
                     row.append(" / ".join(f"{c[m]:.1f}" for m in METHODS) + (" *" if moved else ""))
                 lines.append(f"| {p} | " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"

@@ -36,6 +36,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from fleet.agent.data import datasets
 from fleet.agent.data.dataerror import DatasetError
@@ -112,7 +113,7 @@ def model_shape(model: str) -> dict[str, int]:
     """Layers, heads, embedding and parameters of the model as built (for the report)."""
     from fleet.agent.models.registry import build_model, count_parameters
 
-    m = build_model(model, seed=0)
+    m: Any = build_model(model, seed=0)  # a TinyGPT: its attributes are the model's own
     return {
         "layers": len(m.blocks),
         "heads": m.blocks[0].attn.n_heads,
@@ -218,7 +219,7 @@ def run_text_study(
     workers: int | None = None,
     cache_dir: Path | None = None,
     log: Callable[[str], None] = print,
-) -> dict[str, object]:
+) -> dict[str, Any]:
     """Pre-train, estimate every dataset's samples-to-accuracy, build the sensitivity matrices.
 
     Weights and estimates are cached (keyed by the configuration): a rerun rebuilds the report
@@ -322,20 +323,20 @@ def proxy_choices(
     return out
 
 
-def report_markdown(res: dict[str, object], out_dir: Path) -> str:
+def report_markdown(res: dict[str, Any], out_dir: Path) -> str:
     """docs/analogue/text/report.md: the configuration, r per dataset, Fig. 5/6 and a summary."""
     from fleet.reports.markdown import sensitivity_section
 
     cfg = TextAnalogueConfig(
         **{
-            **res["config"],  # type: ignore[dict-item]
-            "targets": tuple(tuple(t) for t in res["config"]["targets"]),  # type: ignore[index]
-            "batch_sizes": tuple(res["config"]["batch_sizes"]),  # type: ignore[index]
+            **res["config"],
+            "targets": tuple(tuple(t) for t in res["config"]["targets"]),
+            "batch_sizes": tuple(res["config"]["batch_sizes"]),
         }
     )
-    shape: dict[str, int] = res["model_shape"]  # type: ignore[assignment]
-    pre: dict[str, float] = res["pretrain"]  # type: ignore[assignment]
-    runs, secs = _training_runs(res["efficiency"])  # type: ignore[arg-type]
+    shape: dict[str, int] = res["model_shape"]
+    pre: dict[str, float] = res["pretrain"]
+    runs, secs = _training_runs(res["efficiency"])
     targets = ", ".join(f"{n} {t:g}" for n, t in cfg.targets)
     lines = [
         "# Offline text analogue: proxy sensitivity with real training, scaled to a CPU",
@@ -378,7 +379,7 @@ def report_markdown(res: dict[str, object], out_dir: Path) -> str:
     ]
     from simulations.analogue import efficiency_table
 
-    lines += efficiency_table(res["efficiency"], cfg.target)  # type: ignore[arg-type]
+    lines += efficiency_table(res["efficiency"], cfg.target)
     lines += ["", *summary_table(res, cfg.names[0]), ""]
     lines += [
         "## Every dataset as the proxy for every other (Fig. 5/6)",
@@ -387,15 +388,15 @@ def report_markdown(res: dict[str, object], out_dir: Path) -> str:
         "data.",
         "",
     ]
-    for s in res["sensitivity"]:  # type: ignore[union-attr]
+    for s in res["sensitivity"]:
         lines += sensitivity_section(s, out_dir, f"### {s['device']}")
     return "\n".join(lines) + "\n"
 
 
-def summary_table(res: dict[str, object], proxy: str) -> list[str]:
+def summary_table(res: dict[str, Any], proxy: str) -> list[str]:
     """The paper's question in one table: the proxy's extra time on each target."""
-    sens = {s["device"]: s for s in res["sensitivity"]}  # type: ignore[union-attr]
-    choices: dict = res["choices"]  # type: ignore[assignment]
+    sens = {s["device"]: s for s in res["sensitivity"]}
+    choices: dict = res["choices"]
     names = list(next(iter(sens.values()))["datasets"])
     targets = [n for n in names if n != proxy]
     lines = [
@@ -445,7 +446,7 @@ def _training_runs(efficiency: dict[str, str]) -> tuple[int, float]:
     return n, secs
 
 
-def write_report(res: dict[str, object], out_dir: Path) -> Path:
+def write_report(res: dict[str, Any], out_dir: Path) -> Path:
     """report.md and analogue.json (no machine paths, no timings: they are committed)."""
     from fleet.method.profile_io import atomic_write_text
 
@@ -457,7 +458,7 @@ def write_report(res: dict[str, object], out_dir: Path) -> Path:
         "model_shape": res["model_shape"],
         "sensitivity": res["sensitivity"],
         "choices": res["choices"],
-        "efficiency": {k: _rel(v) for k, v in res["efficiency"].items()},  # type: ignore[union-attr]
+        "efficiency": {k: _rel(v) for k, v in res["efficiency"].items()},
     }
     atomic_write_text(str(out_dir / "analogue.json"), json.dumps(portable, indent=1) + "\n")
     return out_dir / "report.md"

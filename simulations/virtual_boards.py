@@ -404,8 +404,8 @@ def write_tree(root: Path, spec: BoardSpec, watts: float | None = None, late: bo
             rails = [(lab, *c) for lab, c in zip(s.labels, chans, strict=True)]
             write_iio_rails(root, s.address, rails, index=s.index)
         elif s.driver == "ina3221":
-            rails = [(lab, mv, ma) for lab, (_, mv, ma) in zip(s.labels, chans, strict=True)]
-            write_ina3221_hwmon(root, s.address, s.index, rails)
+            hwmon = [(lab, mv, ma) for lab, (_, mv, ma) in zip(s.labels, chans, strict=True)]
+            write_ina3221_hwmon(root, s.address, s.index, hwmon)
         else:
             write_ina238_hwmon(root, s.address, s.index, uw[s.labels[0]])
     write_identity(root, spec.compatible, spec.model_string, spec.release_line)

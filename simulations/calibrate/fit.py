@@ -81,8 +81,10 @@ def fit_model(
             cost = hard_cost(got[0], model, mine)
             if cost < best_cost:
                 best, best_cost = got, cost
+        assert best is not None, f"{model}: no batch size to try as B2's pick"
         return best
     if x0 is None:
+        assert b2 is not None  # (both None returned above)
         init = initial_state(model, tx2nx)
         proxy = DATASETS[model][0]
         ln = init.log_n[proxy].copy()
@@ -126,7 +128,8 @@ def _anneal(lay, x, mine, tx2nx, lighter_than, temperatures, iters, b2, figures)
 
 def fit_all(cells: Sequence[Cell]) -> Fit:
     t0 = time.perf_counter()
-    states, vectors = {}, {}
+    states: dict[str, State] = {}
+    vectors: dict[str, np.ndarray] = {}
     tx2nx = PRIOR_TX2NX
     for model in FIT_ORDER:
         st, x, _ = fit_model(model, cells, tx2nx, lighter_grids(states, model, tx2nx))

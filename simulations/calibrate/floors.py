@@ -52,12 +52,13 @@ def baseline_floors(cells: Sequence[Cell]) -> dict[tuple, float]:
             budgets = list(BUDGETS)
             x = [1.0 / CAPS_MHZ[board][b] for b in budgets]
             for ds in DATASETS[model][1:]:
-                ours = [paper.get((model, board, ds, b, "ours")) for b in budgets]
+                got = [paper.get((model, board, ds, b, "ours")) for b in budgets]
                 for ref in ("b1", "b2"):
-                    t = [paper.get((model, board, ds, b, ref)) for b in budgets]
-                    if None in ours or None in t:
+                    theirs = [paper.get((model, board, ds, b, ref)) for b in budgets]
+                    if None in got or None in theirs:
                         continue
-                    w = [1.0 / o for o in ours]
+                    t = [float(v) for v in theirs if v is not None]
+                    w = [1.0 / float(o) for o in got if o is not None]
                     acc = sums.setdefault((model, board, ref), [0.0, 0.0])
                     acc[0] += line_floor(x, t, w)
                     acc[1] += len(budgets)

@@ -142,13 +142,13 @@ def choice_residuals(state: State, model: str, cells: Sequence[Cell], soft) -> l
         ts, peak, _ = grid(JETSON_NANO, state.workload)
         n = {d: np.exp(state.log_n[d]) for d in DATASETS[model]}
         for budget in BUDGETS:
-            w = {d: soft_pick(ts, peak, n[d], budget, soft) for d in DATASETS[model]}
+            picks = {d: soft_pick(ts, peak, n[d], budget, soft) for d in DATASETS[model]}
             for t in DATASETS[model]:
                 cost = ts * n[t][:, None]
-                best = float(np.sum(w[t] * cost))
+                best = float(np.sum(picks[t] * cost))
                 for p in DATASETS[model]:
                     if p != t and p != proxy:  # proxy -> target is the ours/fastest cell
-                        res.append(W_SENS * math.log(float(np.sum(w[p] * cost)) / best))
+                        res.append(W_SENS * math.log(float(np.sum(picks[p] * cost)) / best))
     return res
 
 

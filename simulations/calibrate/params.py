@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -91,7 +92,9 @@ class State:
 
 def decode(lay: Layout, x: np.ndarray, tx2nx: Device) -> State:
     wl = WORKLOADS[lay.model]
-    wfields, dfields, logn = {}, {}, {}
+    wfields: dict[str, Any] = {}
+    dfields: dict[str, Any] = {}
+    logn: dict[str, dict[int, float]] = {}
     for name, v in zip(lay.names, x, strict=True):
         kind, rest = name.split(".", 1)
         if kind == "w":

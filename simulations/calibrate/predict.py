@@ -90,8 +90,8 @@ def predict_cells(
                     out[(budget, method)] = math.inf
                     continue
                 masked = np.where(ok, score, np.inf)
-                i, jj = np.unravel_index(int(np.argmin(masked)), masked.shape)
-                out[(budget, method)] = float(cost[i, jj])
+                row, col = np.unravel_index(int(np.argmin(masked)), masked.shape)
+                out[(budget, method)] = float(cost[row, col])
     return out
 
 

@@ -62,8 +62,8 @@ def report_markdown(
             v = loo[c.key]
             row += f" {v:.0f} | {v / c.time_s - 1:+.1%} |"
         if project:
-            v = project.get(c.key)
-            row += f" {v:.0f} | {v / c.time_s - 1:+.1%} |" if v else " - | - |"
+            got = project.get(c.key)
+            row += f" {got:.0f} | {got / c.time_s - 1:+.1%} |" if got else " - | - |"
         lines.append(row)
     return "\n".join(lines) + "\n"
 
@@ -127,6 +127,7 @@ def figures_markdown() -> str:
         lines[-1] += f"; b=64 saves {saving:.1%} of the time (paper 31.9 %)."
     for budget in (4.5, 5.0, 7.0):
         f8, f32 = highest_feasible(rows, 8, budget), highest_feasible(rows, 32, budget)
+        assert f8 is not None and f32 is not None, f"Fig. 2 at {budget} W: b=8 or b=32 infeasible"
         t8 = per_sample_s(row_at(rows, 8, f8)) * FIG2_N[8]
         t32 = per_sample_s(row_at(rows, 32, f32)) * FIG2_N[32]
         win = 8 if t8 < t32 else 32

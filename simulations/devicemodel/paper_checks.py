@@ -8,7 +8,7 @@ the same targets from here.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from simulations.devicemodel.profiles import ProfileRow
 
@@ -51,7 +51,7 @@ def fig1_saving(rows: Sequence[ProfileRow]) -> float:
 
 
 def check_calibration(
-    rows: Sequence[ProfileRow], all_nano: dict[str, Sequence[ProfileRow]] | None = None
+    rows: Sequence[ProfileRow], all_nano: Mapping[str, Sequence[ProfileRow]] | None = None
 ) -> dict[str, float]:
     """Assert the paper's published points on the Nano ResNet18 rows; return the key figures.
 
@@ -109,7 +109,7 @@ def safe_cap_mhz(profiles: Iterable[Sequence[ProfileRow]], budget_w: float | Non
 
 
 def check_baseline_caps(
-    all_nano: dict[str, Sequence[ProfileRow]],
+    all_nano: Mapping[str, Sequence[ProfileRow]],
     caps: dict[float | None, float] | None = None,
 ) -> dict[str, float]:
     """(b): the safe caps over every model are exactly ``caps`` (default: the paper's Nano caps
