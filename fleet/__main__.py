@@ -1,5 +1,4 @@
-import sys
-
 from fleet.cli import main
+from fleet.method.exit_status import exit_with
 
-sys.exit(main())
+exit_with(main())

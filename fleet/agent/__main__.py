@@ -26,6 +26,7 @@ from fleet.agent.protocol.confine import ConfineError, Confinement, default_work
 from fleet.agent.protocol.handler_api import Context
 from fleet.agent.protocol.server import restore_quietly, serve
 from fleet.agent.protocol.wire import line_writer
+from fleet.method.exit_status import exit_with
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -91,4 +92,4 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main())
