@@ -139,6 +139,34 @@ def test_train_profiles_first_without_a_profile(inputs):
     assert out["peak_power_w"] <= 4.2
 
 
+@pytest.mark.parametrize("budget_w, said", [("6", True), ("7", False)])
+def test_train_says_when_a_point_it_ran_is_expected_above_the_budget_over_a_longer_run(
+    inputs, capsys, budget_w, said
+):
+    """The profile records each point's peak over a 10x longer run (``peak_forecast_w``). The
+    fastest point, b=32 at 800 MHz, peaks at 5.85 W (fits a 6 W budget) but is expected at
+    6.30 W over a longer run: train runs it and says so once; under 7 W it says nothing."""
+    rows = [{**r, "peak_forecast_w": round(r["peak_power_w"] + 0.45, 4)} for r in lut_rows()]
+    prof = inputs["tmp"] / "forecast.csv"
+    with open(prof, "w", newline="") as fh:
+        w = csv.DictWriter(fh, list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    args = base_args(inputs) + ["--profile", str(prof), "--budget-w", budget_w, "--json"]
+    code = main(args + ["--max-samples", "256", "--eval-every", "256", "--no-drift"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    run = json.loads(out)
+    assert (run["batch_size"], run["freq_mhz"]) == (32, 800)
+    lines = [line for line in err.splitlines() if "peak_forecast_w" in line]
+    if said:
+        assert len(lines) == 1, err
+        assert "batch 32 at freq_mhz 800 ran under the 6 W budget" in lines[0]
+        assert "expected at 6.3 W" in lines[0]
+    else:
+        assert lines == [], err
+
+
 @pytest.mark.parametrize(
     "budget, words",
     [

@@ -25,7 +25,7 @@ from fleet.agent.measure import sweep_plan
 from fleet.cli import checks
 from fleet.cli.cmd_profile import add_backend_flags, backend_options
 from fleet.cli.common import emit_json, model_help, note
-from fleet.cli.train_output import print_human, train_report
+from fleet.cli.train_output import forecast_notes, print_human, train_report
 from fleet.common.errors import InputError
 from fleet.method.deadline import check_power
 
@@ -322,6 +322,12 @@ def run(args: argparse.Namespace) -> int:
         backend.restore()
     out = train_report(result, summary, args, ckpt)
     out.update(origin)
+    profile_read = args.profile or (args.out and os.path.join(args.out, "profile.csv"))
+    if profile_read and os.path.isfile(profile_read):
+        from fleet.trust.coverage import read_coverage
+
+        for line in forecast_notes(out["segments"], read_coverage(profile_read)):
+            note(COMMAND, line)
     if args.out:
         atomic_torch_save(
             {k: v.detach().cpu() for k, v in model.state_dict().items()},

@@ -9,7 +9,7 @@ import argparse
 import sys
 from typing import Any
 
-from fleet.cli.common import console, table
+from fleet.cli.common import console, mhz, table
 
 
 def train_report(result: Any, summary: dict[str, Any], args: argparse.Namespace, ckpt: str | None):
@@ -64,6 +64,29 @@ def train_report(result: Any, summary: dict[str, Any], args: argparse.Namespace,
         "out": args.out,
     }
     return out
+
+
+def forecast_notes(segments: list[dict[str, Any]], coverage: Any) -> list[str]:
+    """One line per point that ran under a budget its profile's ``peak_forecast_w`` lies above.
+
+    Why: ``select`` says so before a run (``fleet.trust.coverage.Coverage.longer_run_over``);
+    ``train`` chooses inside its closed loop, so it says so of the points that actually ran,
+    beside the run's own count of the time it spent above the budget."""
+    said: list[str] = []
+    seen: set[tuple[int, float, float]] = set()
+    for seg in segments:
+        b, f, budget = seg.get("batch_size"), seg.get("freq_mhz"), seg.get("budget_w")
+        if b is None or f is None or budget is None or (b, f, budget) in seen:
+            continue
+        seen.add((b, f, budget))
+        longer = coverage.longer_run_over(b, f, budget)
+        if longer is not None:
+            said.append(
+                f"batch {b} at freq_mhz {mhz(f)} ran under the {budget:g} W budget; its peak over "
+                f"a 10x longer run was expected at {longer:.1f} W (the profile's "
+                "peak_forecast_w): over_budget_s says how long this run spent above it"
+            )
+    return said
 
 
 def _fmt_w(w: Any) -> str:
