@@ -48,6 +48,7 @@ NVML_CLOCK_GRAPHICS = 0
 NVML_CLOCK_SM = 1
 NVML_CLOCK_MEM = 2
 NVML_FI_DEV_POWER_INSTANT = 186
+_FI_POWER_INSTANT = 186  # the driver's field: a test may take the module's constant away
 NVML_VALUE_TYPE_UNSIGNED_INT = 1
 
 #: An H100 80GB HBM3 as nvidia-smi and the 2026-11-27 measurements saw it.
@@ -74,11 +75,22 @@ H100 = {
 
 
 class NVMLError(Exception):
-    """What pynvml raises: ``value`` is the NVML return code."""
+    """What pynvml raises: ``value`` is the NVML return code. As in pynvml, ``NVMLError(code)``
+    is an instance of the code's subclass (``NVMLError_NoPermission``...), and each subclass
+    can be raised without the code."""
 
-    def __init__(self, value: int) -> None:
-        super().__init__(_MESSAGES.get(value, f"Unknown Error {value}"))
-        self.value = value
+    code: int | None = None  # a subclass's code (NVMLError_NoPermission: 4)
+    _by_code: dict[int, type[NVMLError]] = {}
+
+    def __new__(cls, value: int | None = None) -> NVMLError:
+        if cls is NVMLError and value is not None:
+            cls = NVMLError._by_code.get(value, cls)
+        return Exception.__new__(cls)
+
+    def __init__(self, value: int | None = None) -> None:
+        code = self.code if self.code is not None else int(value or 0)
+        super().__init__(_MESSAGES.get(code, f"Unknown Error {code}"))
+        self.value = code
 
 
 _MESSAGES = {
@@ -88,6 +100,15 @@ _MESSAGES = {
     NVML_ERROR_NO_PERMISSION: "Insufficient Permissions",
     NVML_ERROR_NOT_FOUND: "Not Found",
 }
+
+# pynvml's names: NVML_ERROR_NO_PERMISSION -> NVMLError_NoPermission
+for _name, _code in list(globals().items()):
+    if _name.startswith("NVML_ERROR_"):
+        _words = _name[len("NVML_ERROR_") :].split("_")
+        _name = "NVMLError_" + "".join(w.capitalize() for w in _words)
+        _cls: type[NVMLError] = type(_name, (NVMLError,), {"code": _code})
+        NVMLError._by_code[_code] = _cls
+        globals()[_cls.__name__] = _cls
 
 
 class _Card:
@@ -372,7 +393,7 @@ def nvmlDeviceGetFieldValues(handle: Any, field_ids: list[int]) -> list[_Field]:
     out = []
     with card.lock:
         for fid in field_ids:
-            if fid == NVML_FI_DEV_POWER_INSTANT and card.s.get("instant_field", True):
+            if fid == _FI_POWER_INSTANT and card.s.get("instant_field", True):
                 out.append(_Field(fid, NVML_SUCCESS, int(round(card.instant_w() * 1000))))
             else:
                 out.append(_Field(fid, NVML_ERROR_NOT_SUPPORTED, 0))

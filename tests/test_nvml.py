@@ -49,6 +49,7 @@ def test_fake_card_refuses_like_a_card_and_its_power_follows_the_limit(card):
     with pytest.raises(nv.NVMLError) as err:
         nv.nvmlDeviceSetPowerManagementLimit(h, 300000)
     assert err.value.value == nv.NVML_ERROR_NO_PERMISSION
+    assert type(err.value).__name__ == "NVMLError_NoPermission"  # pynvml's subclass per code
     nv.set_privileged(True)
     with pytest.raises(nv.NVMLError) as err:
         nv.nvmlDeviceSetPowerManagementLimit(h, 750000)  # above the card's range
@@ -306,3 +307,64 @@ def test_profile_with_the_power_limit_as_the_knob_rows_in_watts(card, tmp_path):
     assert at[300]["sm_clock_mhz"] < at[700]["sm_clock_mhz"]  # the limit holds the clock back
     assert result.metadata["knob"] == "power_limit_w"
     assert limit_mw(card) == 700000 and load_nvml(str(state)) == []  # restored after the sweep
+
+
+# -- what the real pynvml does that the backend must take as it is -------------------------------
+def test_a_driver_without_the_instant_field_is_known_at_open(card):
+    """The budget window is sized from ``power_average_s`` before any sampler reads: it must
+    already say 0 (the 1 s API is the average) when the driver has no instantaneous field."""
+    fake_nvml.configure(card, instant_field=False)
+    b = open_backend("nvml")
+    assert b.power_average_s == 0.0 and b.describe()["power"] == "average"
+    fake_nvml.configure(card)
+    assert open_backend("nvml").power_average_s == 1.0
+
+
+def test_a_pynvml_without_the_field_constant_still_asks_for_the_field(card, monkeypatch):
+    """nvidia-ml-py before 11.515 has no NVML_FI_DEV_POWER_INSTANT; the driver may have the
+    field (186 in nvml.h), so it is asked by number rather than given up."""
+    monkeypatch.delattr(fake_nvml, "NVML_FI_DEV_POWER_INSTANT")
+    b = open_backend("nvml")
+    fake_nvml.set_load(1.0)
+    readings = [b.read_power_w() for _ in range(20)]
+    fake_nvml.set_load(0.0)
+    assert b.describe()["power"] == "instant"
+    assert max(readings) > 700.0  # the instantaneous field ripples above the 700 W average
+
+
+def test_restore_passes_the_uuid_as_bytes_that_every_pynvml_takes(card, tmp_path, monkeypatch):
+    """nvidia-ml-py 11.495 and older hand a str straight to ctypes.c_char_p: a TypeError (a
+    traceback from ``powerfleet restore``); bytes work there and in every later version."""
+    from fleet.agent.devices.nvml_restore import restore_saved
+
+    real = fake_nvml.nvmlDeviceGetHandleByUUID
+
+    def bytes_only(uuid):
+        if not isinstance(uuid, bytes):
+            raise TypeError("bytes or integer address expected instead of str instance")
+        return real(uuid)
+
+    monkeypatch.setattr(fake_nvml, "nvmlDeviceGetHandleByUUID", bytes_only)
+    fake_nvml.set_privileged(True)
+    state = tmp_path / "state"
+    open_backend("nvml", allow_power_limit=True, state_dir=str(state)).lock(300)
+    path = Path(load_nvml(str(state))[0]["path"])
+    record = json.loads(path.read_text())
+    record["pid"] = 999999999  # its writer is gone (as after a SIGKILL)
+    path.write_text(json.dumps(record))
+    assert limit_mw(card) == 300000
+    done = restore_saved(str(state), lambda: fake_nvml)
+    assert [r["uuid"] for r in done] == ["GPU-fake-h100-0000"] and limit_mw(card) == 700000
+
+
+def test_no_supported_clocks_and_no_root_are_one_line_errors(card):
+    """pynvml answers [] when the driver lists no clocks; locking clocks is a root-only NVML
+    device command (``nvidia-smi -acp`` does not open it, so the hint does not offer it)."""
+    b = open_backend("nvml", allow_clock_changes=True)
+    with pytest.raises(
+        DeviceError, match=r"lock graphics clocks on GPU 0: permission denied; run as root$"
+    ):
+        b.lock(705)
+    fake_nvml.configure(card, mem_mhz=[], privileged=True)
+    with pytest.raises(DeviceError, match="GPU 0 lists no supported graphics clocks"):
+        open_backend("nvml", allow_clock_changes=True).frequencies()

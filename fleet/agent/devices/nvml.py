@@ -33,6 +33,11 @@ from fleet.method.power_window import NVML_INSTANT_AVERAGE_S
 POWER_STEP_W = 25.0
 """The power-limit knob's step (Zeus's default): an H100's 200-700 W range is 21 limits."""
 
+FI_DEV_POWER_INSTANT = 186
+"""nvml.h's field id of the instantaneous power (mW). nvidia-ml-py before 11.515 lacks the
+constant though the driver may have the field: asked by number then, a driver without it answers
+NOT_SUPPORTED and the backend falls back to the 1 s API."""
+
 _VALUE_FIELDS = {
     0: "dVal",
     1: "uiVal",
@@ -105,8 +110,11 @@ class NvmlBackend(Backend):
         self._saved = None  # type: Optional[Dict[str, Any]]  # what the state file holds
         self._watch = None  # type: Optional[PointWatch]
         self._counter_ok = True
-        self._instant_ok = getattr(nv, "NVML_FI_DEV_POWER_INSTANT", None) is not None
+        self._instant_field = getattr(nv, "NVML_FI_DEV_POWER_INSTANT", FI_DEV_POWER_INSTANT)
         self.uuid = self._uuid()
+        # Asked once now, so power_average_s and describe() are right before the first reading
+        # (a budget window is sized from them before a sampler starts).
+        self._instant_ok = self._instant_power_w() is not None
         # The clock at open: only the label of a profile's grid in current mode (rows record the
         # clock each point ran at), and the one clock lock() accepts there as a no-op.
         self._current_mhz = float(self._clock(nv.NVML_CLOCK_GRAPHICS, "read the graphics clock"))
@@ -118,9 +126,9 @@ class NvmlBackend(Backend):
     def _error(self, what: str, exc: Exception) -> DeviceError:
         code = getattr(exc, "value", None)
         if code == getattr(self._nv, "NVML_ERROR_NO_PERMISSION", 4):
+            # Locked clocks and the power limit are NVML "device commands": root/admin only
+            # (nvidia-smi -acp opens application clocks, not these).
             hint = "run as root"
-            if "clock" in what:
-                hint += " or let users change clocks (nvidia-smi -acp UNRESTRICTED)"
             return DeviceError(
                 "cannot {} on GPU {}: permission denied; {}".format(what, self.index, hint)
             )
@@ -202,10 +210,18 @@ class NvmlBackend(Backend):
         if self._supported is None:
             nv = self._nv
             try:
-                mem = max(nv.nvmlDeviceGetSupportedMemoryClocks(self._handle))
-                clocks = nv.nvmlDeviceGetSupportedGraphicsClocks(self._handle, mem)
+                mems = nv.nvmlDeviceGetSupportedMemoryClocks(self._handle)
+                # pynvml answers [] when the driver lists none (max() of it would be a traceback)
+                clocks = (
+                    nv.nvmlDeviceGetSupportedGraphicsClocks(self._handle, max(mems)) if mems else []
+                )
             except nv.NVMLError as exc:
                 raise self._error("list supported clocks", exc) from exc
+            if not clocks:
+                raise DeviceError(
+                    "GPU {} lists no supported graphics clocks to lock; profile at current "
+                    "clocks (no --allow-clock-changes)".format(self.index)
+                )
             self._supported = sorted(set(float(c) for c in clocks))
         return self._supported
 
@@ -335,7 +351,7 @@ class NvmlBackend(Backend):
     def _instant_power_w(self) -> Optional[float]:
         nv = self._nv
         try:
-            values = nv.nvmlDeviceGetFieldValues(self._handle, [nv.NVML_FI_DEV_POWER_INSTANT])
+            values = nv.nvmlDeviceGetFieldValues(self._handle, [self._instant_field])
         except nv.NVMLError:
             return None
         if not values:
@@ -430,8 +446,7 @@ SPEC = BackendSpec(
         Option(
             "allow_clock_changes",
             bool,
-            "lock graphics clocks (needs root or nvidia-smi -acp UNRESTRICTED); "
-            "default: profile at the card's current clock only",
+            "lock graphics clocks (needs root); default: profile at the card's current clock only",
             False,
         ),
         Option(

@@ -60,7 +60,8 @@ def restore_saved(state_dir: str, import_nvml: Callable[[], Any]) -> List[Dict[s
                 )
             )
         try:
-            handle = nv.nvmlDeviceGetHandleByUUID(record["uuid"])
+            # bytes: what every nvidia-ml-py takes (11.495 and older refuse a str with a TypeError)
+            handle = nv.nvmlDeviceGetHandleByUUID(str(record["uuid"]).encode())
         except nv.NVMLError as exc:
             raise DeviceError(
                 "GPU {} named in {} is not here: {}".format(record["uuid"], record["path"], exc)
