@@ -80,20 +80,19 @@ class NVMLError(Exception):
     can be raised without the code."""
 
     code: int | None = None  # a subclass's code (NVMLError_NoPermission: 4)
-    _by_code: dict[int, type[NVMLError]] = {}
 
     def __new__(cls, value: int | None = None) -> NVMLError:
         if cls is NVMLError and value is not None:
-            cls = NVMLError._by_code.get(value, cls)
+            cls = ERROR_CLASSES.get(value, cls)
         return Exception.__new__(cls)
 
     def __init__(self, value: int | None = None) -> None:
         code = self.code if self.code is not None else int(value or 0)
-        super().__init__(_MESSAGES.get(code, f"Unknown Error {code}"))
+        super().__init__(MESSAGES.get(code, f"Unknown Error {code}"))
         self.value = code
 
 
-_MESSAGES = {
+MESSAGES = {
     NVML_ERROR_UNINITIALIZED: "Uninitialized",
     NVML_ERROR_INVALID_ARGUMENT: "Invalid Argument",
     NVML_ERROR_NOT_SUPPORTED: "Not Supported",
@@ -101,13 +100,14 @@ _MESSAGES = {
     NVML_ERROR_NOT_FOUND: "Not Found",
 }
 
-# pynvml's names: NVML_ERROR_NO_PERMISSION -> NVMLError_NoPermission
+# pynvml's names: NVML_ERROR_NO_PERMISSION -> NVMLError_NoPermission; NVMLError(code) builds one
+ERROR_CLASSES: dict[int, type[NVMLError]] = {}
 for _name, _code in list(globals().items()):
     if _name.startswith("NVML_ERROR_"):
         _words = _name[len("NVML_ERROR_") :].split("_")
         _name = "NVMLError_" + "".join(w.capitalize() for w in _words)
         _cls: type[NVMLError] = type(_name, (NVMLError,), {"code": _code})
-        NVMLError._by_code[_code] = _cls
+        ERROR_CLASSES[_code] = _cls
         globals()[_cls.__name__] = _cls
 
 
@@ -225,7 +225,7 @@ def set_privileged(flag: bool) -> None:
 
 
 # -- the pynvml API -------------------------------------------------------------------------------
-class _Handle:
+class Handle:
     def __init__(self, index: int) -> None:
         self.index = index
 
@@ -233,7 +233,7 @@ class _Handle:
 def _check(handle: Any) -> _Card:
     if _state["inits"] <= 0:
         raise NVMLError(NVML_ERROR_UNINITIALIZED)
-    if not isinstance(handle, _Handle):
+    if not isinstance(handle, Handle):
         raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
     return _card()
 
@@ -252,23 +252,23 @@ def nvmlShutdown() -> None:
 
 
 def nvmlDeviceGetCount() -> int:
-    _check(_Handle(0))
+    _check(Handle(0))
     return 1
 
 
-def nvmlDeviceGetHandleByIndex(index: int) -> _Handle:
-    _check(_Handle(0))
+def nvmlDeviceGetHandleByIndex(index: int) -> Handle:
+    _check(Handle(0))
     if int(index) != 0:
         raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
-    return _Handle(0)
+    return Handle(0)
 
 
-def nvmlDeviceGetHandleByUUID(uuid: str | bytes) -> _Handle:
-    card = _check(_Handle(0))
+def nvmlDeviceGetHandleByUUID(uuid: str | bytes) -> Handle:
+    card = _check(Handle(0))
     text = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
     if text != card.s["uuid"]:
         raise NVMLError(NVML_ERROR_NOT_FOUND)
-    return _Handle(0)
+    return Handle(0)
 
 
 def nvmlDeviceGetName(handle: Any) -> str:
@@ -280,7 +280,7 @@ def nvmlDeviceGetUUID(handle: Any) -> str:
 
 
 def nvmlSystemGetDriverVersion() -> str:
-    return _check(_Handle(0)).s["driver"]
+    return _check(Handle(0)).s["driver"]
 
 
 def nvmlDeviceGetClockInfo(handle: Any, kind: int) -> int:

@@ -15,6 +15,7 @@ this library, or None when there is none. Tests only; never loads the real ``lib
 from __future__ import annotations
 
 import ctypes
+import importlib.machinery
 import importlib.util
 import os
 import sys
@@ -26,7 +27,7 @@ from typing import Any
 from simulations import fake_nvml as F
 
 INSUFFICIENT_SIZE = 7  # NVML_ERROR_INSUFFICIENT_SIZE: "ask again with a buffer this large"
-_H = F._Handle(0)
+_H = F.Handle(0)
 
 
 def _call(fn: Callable[..., Any], *args: Any) -> tuple[int, Any]:
@@ -36,8 +37,10 @@ def _call(fn: Callable[..., Any], *args: Any) -> tuple[int, Any]:
         return int(exc.value), None
 
 
-def _put(ref: Any, value: Any) -> None:
-    ref._obj.value = value  # byref(x)._obj is x
+def _put(ref: Any, value: Any, ctype: Any = ctypes.c_uint) -> None:
+    """Write ``value`` where a ``byref()`` argument points, as the C library writes its out
+    parameters: through a pointer of the header's type (``unsigned int`` unless told)."""
+    ctypes.cast(ref, ctypes.POINTER(ctype))[0] = value
 
 
 def _buffer(fn: Callable[..., Any], buf: Any, *args: Any) -> int:
@@ -48,7 +51,7 @@ def _buffer(fn: Callable[..., Any], buf: Any, *args: Any) -> int:
 
 
 def _array(values: list[int], count_ref: Any, arr: Any) -> int:
-    count_ref._obj.value = len(values)
+    _put(count_ref, len(values))
     if arr is None:  # the size query: pynvml asks again with an array this large
         return INSUFFICIENT_SIZE if values else 0
     for i, v in enumerate(values):
@@ -86,7 +89,7 @@ class FakeLib:
         return _call(F.nvmlShutdown)[0]
 
     def _nvmlErrorString(self, code: int) -> bytes:
-        return F._MESSAGES.get(code, "Unknown Error").encode()
+        return F.MESSAGES.get(code, "Unknown Error").encode()
 
     def _nvmlSystemGetDriverVersion(self, buf: Any, size: Any) -> int:
         return _buffer(F.nvmlSystemGetDriverVersion, buf)
@@ -153,11 +156,13 @@ class FakeLib:
         self._device(handle)
         return _call(F.nvmlDeviceSetPowerManagementLimit, _H, mw.value)[0]
 
-    def _read(self, fn: Callable[..., Any], handle: Any, ref: Any) -> int:
+    def _read(
+        self, fn: Callable[..., Any], handle: Any, ref: Any, ctype: Any = ctypes.c_uint
+    ) -> int:
         self._device(handle)
         rc, value = _call(fn, _H)
         if rc == 0:
-            _put(ref, value)
+            _put(ref, value, ctype)
         return rc
 
     def _nvmlDeviceGetPowerManagementLimit(self, handle: Any, ref: Any) -> int:
@@ -173,15 +178,18 @@ class FakeLib:
         return self._read(F.nvmlDeviceGetPowerUsage, handle, ref)
 
     def _nvmlDeviceGetTotalEnergyConsumption(self, handle: Any, ref: Any) -> int:
-        return self._read(F.nvmlDeviceGetTotalEnergyConsumption, handle, ref)
+        # unsigned long long: millijoules since the driver loaded
+        return self._read(F.nvmlDeviceGetTotalEnergyConsumption, handle, ref, ctypes.c_ulonglong)
 
     def _nvmlDeviceGetFieldValues(self, handle: Any, n: ctypes.c_int32, ref: Any) -> int:
         self._device(handle)
-        values = ref._obj  # pynvml's c_nvmlFieldValue_t array, fieldId (and scopeId) filled in
-        rc, got = _call(F.nvmlDeviceGetFieldValues, _H, [values[i].fieldId for i in range(n.value)])
+        # pynvml's c_nvmlFieldValue_t array, fieldId (and scopeId) filled in
+        values = ctypes.cast(ref, ctypes.POINTER(self.nv.c_nvmlFieldValue_t))
+        slots = [values[i] for i in range(n.value)]
+        rc, got = _call(F.nvmlDeviceGetFieldValues, _H, [slot.fieldId for slot in slots])
         if rc:
             return rc
-        for slot, field in zip(values, got, strict=True):
+        for slot, field in zip(slots, got, strict=True):
             slot.nvmlReturn = field.nvmlReturn
             slot.valueType = field.valueType
             slot.value.uiVal = field.value.uiVal
@@ -196,7 +204,8 @@ def load(path: str | os.PathLike | None = None) -> ModuleType | None:
     if path is not None:
         origin: str | None = os.path.join(str(path), "pynvml.py")
     else:
-        spec = importlib.util.find_spec("pynvml")
+        # the file on sys.path, whatever sys.modules holds (a test puts None or the fake there)
+        spec = importlib.machinery.PathFinder.find_spec("pynvml")
         origin = spec.origin if spec is not None else None
     if not origin or not os.path.isfile(origin) or "fake_nvml" in Path(origin).read_text():
         return None
