@@ -463,9 +463,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     scale = 0.05 if args.quick else 1.0
     if args.fake:
-        from simulations import fake_nvml
+        from simulations import fake_nvml, fake_nvml_lib
 
-        fake_nvml.install()
+        # Where nvidia-ml-py is installed, the fake card sits behind NVIDIA's own pynvml (a
+        # stand-in for the driver library): every call then goes through the bindings a card
+        # will meet, and a call they would refuse fails here first. Else the module fake.
+        if fake_nvml_lib.load() is None:
+            fake_nvml.install()
         fake_nvml.configure(None)
         load: Any = FakeLoad(fake_nvml)
     else:
@@ -478,6 +482,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "fake": bool(args.fake),
         "quick": bool(args.quick),
+        "bindings": bindings(args.fake),
         "device": backend.describe(),
         "settings_before": before,
     }
@@ -494,6 +499,22 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
+def bindings(fake: bool) -> str:
+    """Which pynvml the check ran through: NVIDIA's (its version) or the module fake."""
+    from importlib import metadata
+
+    import pynvml
+
+    if getattr(pynvml, "nvmlLib", None).__class__.__name__ == "FakeLib":
+        return f"nvidia-ml-py {metadata.version('nvidia-ml-py')} on a fake driver library"
+    if fake:
+        return "the fake pynvml module (simulations/fake_nvml.py)"
+    try:
+        return f"nvidia-ml-py {metadata.version('nvidia-ml-py')}"
+    except metadata.PackageNotFoundError:
+        return f"pynvml from {pynvml.__file__}"
+
+
 def markdown(report: dict[str, Any]) -> str:
     dev = report["device"]
     lines = [
@@ -503,7 +524,7 @@ def markdown(report: dict[str, Any]) -> str:
         + (" — **fake NVML (simulated card), not a measurement**" if report["fake"] else ""),
         f"NVML backend mode `{dev.get('mode')}`; settings unchanged: "
         f"{report['settings_unchanged']} (limit {report['settings_before']['power_limit_w']} W); "
-        f"{report['seconds']} s.",
+        f"{report['seconds']} s; bindings: {report.get('bindings', '?')}.",
         "",
         "## Energy: sampled vs the hardware counter",
         "",

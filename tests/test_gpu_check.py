@@ -5,6 +5,7 @@ that it changed nothing, not about a GPU."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -28,6 +29,13 @@ def test_gpu_check_with_the_fake_card_writes_every_section(tmp_path):
     assert done.returncode == 0, done.stderr
     report = json.loads((tmp_path / "out" / "gpu_check.json").read_text())
     assert report["fake"] is True and report["settings_unchanged"] is True
+    # the dev install has nvidia-ml-py: the check ran through NVIDIA's own bindings, the card
+    # behind them a stand-in for the driver library (simulations/fake_nvml_lib.py)
+    if importlib.util.find_spec("pynvml") is not None:
+        assert report["bindings"].startswith("nvidia-ml-py ")
+        assert report["bindings"].endswith("on a fake driver library")
+    else:
+        assert report["bindings"].startswith("the fake pynvml module")
     assert (
         report["device"]["mode"] == "current" and report["settings_before"]["power_limit_w"] == 700
     )
