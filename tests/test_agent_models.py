@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from fleet.agent.models import names
 from fleet.agent.models import registry as models
 from fleet.agent.models.registry import (
     build_model,
@@ -119,6 +120,10 @@ def test_parse_shape_and_input_spec():
         "char_transformer_small",
         "small_cnn",
     }
+    # one list of names: the torch-free one every --model help shows is what the registry builds
+    assert tuple(sorted(models.MODELS)) == names.MODEL_NAMES
+    assert models.MODEL_NAMES is names.MODEL_NAMES
+    assert models.canonical_name("ResNet18") == "resnet18"
 
 
 def test_seed_makes_weights_reproducible_without_leaking_global_state():

@@ -82,6 +82,23 @@ def test_train_inputs_are_checked_before_anything_runs(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("command", ["train", "pretrain", "estimate", "noise-scale"])
+def test_a_model_command_builds_its_parser_without_torch(command):
+    """Every --model help lists the registry's names; they come from a torch-free list, so a
+    command refused at its flags (here: none given) answers before torch's seconds of import."""
+    code = (
+        "import sys\n"
+        "from fleet.cli import main\n"
+        f"rc = main([{command!r}])\n"
+        "print(rc, 'torch' in sys.modules)\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=ENV, cwd=REPO, timeout=300
+    )
+    assert r.stdout.split() == ["2", "False"], (r.stdout, r.stderr)
+    assert "the following arguments are required" in r.stderr
+
+
 def test_estimate_out_a_directory(tmp_path):
     r = fleet(
         "estimate", "--model", "small_cnn", "--dataset", "mnist-5k", "--target-accuracy", "0.5",

@@ -134,10 +134,9 @@ def progress_bar(command: str, *, elapsed: bool = True, transient: bool = True) 
 
 
 def model_help(what: str = "model") -> str:
-    """``--model``'s help, listing the registry's models (``fleet.agent.models.registry``): a
-    list written by hand drifted (``pretrain`` offered a model it refuses)."""
-    try:
-        from fleet.agent.models.registry import MODEL_NAMES
-    except ImportError as exc:  # no torch here: the command will say so when it runs
-        return f"{what}: a name of the model registry (not importable here: {exc})"
+    """``--model``'s help, listing the registry's models (``fleet.agent.models.names``, the one
+    list the registry checks itself against; a list written by hand here drifted once). Without
+    torch: building a parser must not cost its import."""
+    from fleet.agent.models.names import MODEL_NAMES
+
     return f"{what}: {', '.join(MODEL_NAMES)}"

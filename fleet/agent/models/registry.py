@@ -33,6 +33,7 @@ import torch.nn.functional as F
 
 from fleet.agent.models.char_transformer import DEFAULT_VOCAB_SIZE, CharTransformer
 from fleet.agent.models.convnets import MobileNetV2, ResNet18, SmallCNN
+from fleet.agent.models.names import MODEL_NAMES, canonical_name  # noqa: F401 - re-exported
 
 ShapeLike = Union[str, Sequence[int]]
 
@@ -99,15 +100,7 @@ MODELS: Dict[str, ModelInfo] = {
     "small_cnn": ModelInfo(_build_small_cnn, "image", (3, 32, 32), 10),
 }
 
-MODEL_NAMES = tuple(sorted(MODELS))
-
-
-def canonical_name(name: str) -> str:
-    """Accept 'ResNet18', 'char-transformer', ...; raise ValueError naming the known models."""
-    key = str(name).strip().lower().replace("-", "_")
-    if key not in MODELS:
-        raise ValueError("unknown model '{}' (known: {})".format(name, ", ".join(MODEL_NAMES)))
-    return key
+# MODELS builds exactly MODEL_NAMES (fleet.agent.models.names): tests/test_agent_models.py
 
 
 def parse_shape(text: Optional[ShapeLike]) -> Tuple[int, ...]:
