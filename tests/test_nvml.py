@@ -41,6 +41,16 @@ def limit_mw(path: Path) -> int:
 
 
 # -- the fake itself: what a card refuses and reports ------------------------------------------
+def left_by_a_killed_run(state: Path, limit_w: float) -> None:
+    """A power limit set and saved in ``state`` by a run that is gone (its pid runs no more):
+    what a SIGKILL leaves for the next start or ``powerfleet restore``."""
+    open_backend("nvml", allow_power_limit=True, state_dir=str(state)).lock(limit_w)
+    path = Path(load_nvml(str(state))[0]["path"])
+    record = json.loads(path.read_text())
+    record["pid"] = 999999999
+    path.write_text(json.dumps(record))
+
+
 def test_fake_card_refuses_like_a_card_and_its_power_follows_the_limit(card):
     nv = fake_nvml
     nv.nvmlInit()
@@ -185,11 +195,7 @@ def test_power_limit_set_then_sigkill_then_powerfleet_restore(card, tmp_path):
 def test_next_start_in_a_knob_mode_restores_what_a_killed_run_left(card, tmp_path):
     fake_nvml.set_privileged(True)
     state = tmp_path / "state"
-    b = open_backend("nvml", allow_power_limit=True, state_dir=str(state))
-    b.lock(400)
-    record = json.loads(Path(load_nvml(str(state))[0]["path"]).read_text())
-    record["pid"] = 999999999  # its writer is gone (as after a SIGKILL)
-    Path(load_nvml(str(state))[0]["path"]).write_text(json.dumps(record))
+    left_by_a_killed_run(state, 400)
     current = open_backend("nvml", state_dir=str(state))  # current mode changes nothing...
     assert current.recovered is None and limit_mw(card) == 400000
     again = open_backend("nvml", allow_power_limit=True, state_dir=str(state))
@@ -347,11 +353,7 @@ def test_restore_passes_the_uuid_as_bytes_that_every_pynvml_takes(card, tmp_path
     monkeypatch.setattr(fake_nvml, "nvmlDeviceGetHandleByUUID", bytes_only)
     fake_nvml.set_privileged(True)
     state = tmp_path / "state"
-    open_backend("nvml", allow_power_limit=True, state_dir=str(state)).lock(300)
-    path = Path(load_nvml(str(state))[0]["path"])
-    record = json.loads(path.read_text())
-    record["pid"] = 999999999  # its writer is gone (as after a SIGKILL)
-    path.write_text(json.dumps(record))
+    left_by_a_killed_run(state, 300)
     assert limit_mw(card) == 300000
     done = restore_saved(str(state), lambda: fake_nvml)
     assert [r["uuid"] for r in done] == ["GPU-fake-h100-0000"] and limit_mw(card) == 700000

@@ -10,10 +10,8 @@ fails on a card. Needs nvidia-ml-py (the ``nvml`` extra) installed, or a folder 
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -21,6 +19,7 @@ from fleet.agent.devices import DeviceError, open_backend
 from fleet.agent.devices.clockstate import load_nvml
 from fleet.agent.devices.nvml_restore import restore_saved
 from simulations import fake_nvml, fake_nvml_lib
+from tests.test_nvml import left_by_a_killed_run
 
 
 @pytest.fixture
@@ -78,11 +77,7 @@ def test_powerfleet_restore_finds_the_gpu_by_uuid_through_the_real_bindings(real
     nv, card = real
     fake_nvml.set_privileged(True)
     state = tmp_path / "state"
-    open_backend("nvml", allow_power_limit=True, state_dir=str(state)).lock(250)
-    path = Path(load_nvml(str(state))[0]["path"])
-    record = json.loads(path.read_text())
-    record["pid"] = 999999999  # its writer is gone (as after a SIGKILL)
-    path.write_text(json.dumps(record))
+    left_by_a_killed_run(state, 250)
     done = restore_saved(str(state), lambda: nv)
     assert [r["uuid"] for r in done] == ["GPU-fake-h100-0000"]
     assert fake_nvml.card_settings(card)["limit_mw"] == 700000 and load_nvml(str(state)) == []
