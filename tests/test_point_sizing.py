@@ -12,7 +12,7 @@ import statistics
 import pytest
 
 from fleet.agent.devices.base import Backend, DeviceError
-from fleet.agent.measure.measurers import MIN_POINT_S, MIN_POWER_SAMPLES
+from fleet.agent.measure.measurers import MIN_POINT_S, MIN_POWER_SAMPLES, point_peak
 from fleet.agent.measure.profile_writer import write_profile
 from fleet.core.profile import load_profile
 from fleet.method.power_window import (
@@ -83,6 +83,20 @@ def test_a_point_runs_until_it_has_its_seconds_and_samples(tmp_path):
     assert {"peak_forecast_w", "power_sd_w"} <= set(header)
     assert "power_window_s=0.2" in comments and "peak_forecast_horizon=10.0" in comments
     assert len(load_profile(str(out)).points) == 2  # extra columns: still a profile
+
+
+def test_a_point_peak_is_never_below_its_mean():
+    """Readings of 10 W and 20 W whose 20 W ones land late in each 0.2 s window (a sampler
+    kept waiting by a busy core): every full window's mean is under the point's 15 W mean, and
+    a row with mean above peak is no profile. The peak is then the mean; otherwise the
+    statistic's own highest value."""
+    times = [0.0, 0.05, 0.1, 0.19, 0.2, 0.25, 0.3, 0.39, 0.4, 0.45, 0.5, 0.59, 0.6]
+    watts = [10.0, 10.0, 10.0, 20.0] * 3 + [10.0]
+    seen = peak_of(times, watts, 0.2)
+    assert seen is not None and seen < 15.0  # the premise: uneven readings, a low statistic
+    assert point_peak(times, watts, 0.2, 15.0) == 15.0
+    assert point_peak(times, watts, 0.2, 12.0) == seen  # a mean below it changes nothing
+    assert point_peak(times, watts, 0.2, None) == seen
 
 
 def _readings(n: int, seed: int, sd: float, rho: float = 0.0, spikes: float = 0.0) -> list:

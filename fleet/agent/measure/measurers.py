@@ -16,7 +16,7 @@ compatible.
 import gc
 import math
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 from fleet.agent.devices.base import Backend, DeviceError
 from fleet.method.power_window import PEAK_HORIZON_FACTOR, peak_forecast, peak_of, peak_spread
@@ -181,7 +181,7 @@ class TrainingMeasurer:
             _peak, mean, _energy, power_samples, _dur = stats
             # the budget's own statistic (fleet/method/power_window.py), highest at this point;
             # beside it, the highest expected over ten times this point's time
-            peak = peak_of(series[0], series[1], self.average_s)
+            peak = point_peak(series[0], series[1], self.average_s, mean)
             horizon = PEAK_HORIZON_FACTOR * elapsed
             forecast, sd = peak_forecast(series[0], series[1], self.average_s, horizon)
             spread = peak_spread(series[0], series[1], self.average_s)
@@ -256,6 +256,21 @@ def step_cv(step_s: List[float]) -> Optional[float]:
         return None
     var = sum((s - mean) ** 2 for s in step_s) / (len(step_s) - 1)
     return round(math.sqrt(var) / mean, 4)
+
+
+def point_peak(
+    times: Sequence[float], watts: Sequence[float], average_s: Optional[float],
+    mean: Optional[float],
+) -> Optional[float]:  # fmt: skip
+    """A point's ``peak_power_w``: the budget statistic's highest value, never below the
+    point's ``mean``. Why: the statistic's windows cover the point, so their highest mean is at
+    least the point's mean; readings that land unevenly (a sampler thread kept waiting by a busy
+    core) can put every full window just under it, and a row whose mean exceeds its peak is
+    refused by every profile reader. The mean is then the best lower bound of the peak."""
+    peak = peak_of(times, watts, average_s)
+    if peak is not None and mean is not None and mean > peak:
+        return mean
+    return peak
 
 
 def measure_idle(backend: Backend, seconds: float, hz: float) -> Optional[float]:
