@@ -11,9 +11,9 @@ import pytest
 
 from fleet.agent.loop.closedloop import ClosedLoop
 from fleet.agent.loop.loop_plan import LoopHooks, LoopPlan
-from fleet.method.budget import FixedBudget
+from fleet.method.budget import BudgetStep, FixedBudget, ScheduleBudget
 from fleet.method.selection import lut_from_rows
-from tests.closedloop_helpers import FollowBackend, lut_rows, model_time
+from tests.closedloop_helpers import FollowBackend, lut_rows, model_power, model_time
 
 EFF = {8: 4000.0, 16: 4000.0, 32: 4400.0}
 
@@ -67,3 +67,36 @@ def test_without_pacing_the_loop_never_sleeps():
             loop.before_step()
             loop.after_step()
     assert clock.slept == []
+
+
+@pytest.mark.parametrize("objective", ["time", "deadline"])
+def test_a_step_boundary_after_a_schedule_step_decides_under_the_new_budget(objective):
+    """A sampler slower than the step (here: one reading, at the start) has not read the 3 W
+    step due at 2 s when the first step after it ends at 2.004 s: the boundary reads the budget
+    itself, so what runs from there (the time point, or the deadline's re-selection) is chosen
+    under 3 W, and the segment says 3 W. Without it the loop ran the 5 W point until the next
+    sample."""
+    clock = FakeClock()
+    source = ScheduleBudget([BudgetStep(0.0, 5.0), BudgetStep(2.0, 3.0)])
+    plan = LoopPlan(
+        lut_from_rows(lut_rows()), EFF, source, objective, 30.0 if objective == "deadline" else None
+    )
+    hooks = LoopHooks(hz=0.001, clock=clock, sleep=clock.sleep)
+    with ClosedLoop(FollowBackend(), plan, hooks=hooks) as loop:
+        first = (loop.batch_size, loop.freq_mhz)
+        loop.before_step()
+        clock.t += 1.0
+        loop.after_step()
+        assert loop.budget_w == 5.0 and (loop.batch_size, loop.freq_mhz) == first
+        loop.before_step()
+        clock.t += 1.004
+        loop.after_step()
+        assert loop.budget_w == 3.0
+        loop.before_step()  # a new batch size waits for this boundary
+        now = (loop.batch_size, loop.freq_mhz)
+        segments = loop.segments
+    assert model_power(*first) > 3.0  # the 5 W point does not fit 3 W
+    assert model_power(*now) + 0.05 <= 3.0  # what runs after the step fits it
+    after = [s for s in segments if s["start_s"] >= 2.0]
+    assert after and all(s["budget_w"] == 3.0 for s in after)
+    assert after[0]["start_s"] == pytest.approx(2.004) and after[0]["reason"] == "budget-change"

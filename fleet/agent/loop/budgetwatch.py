@@ -29,6 +29,7 @@ class BudgetFollower(object):
     def __init__(self, source: BudgetSource) -> None:
         self.source = source
         self.budget = None  # type: Optional[float]
+        self.read_at = 0.0  # the latest time read: a reading stamped earlier changes nothing
         self.ahead = None  # type: Optional[Schedule]
         if isinstance(source, ScheduleBudget):
             self.ahead = list(source.steps)
@@ -39,7 +40,12 @@ class BudgetFollower(object):
         return self.budget
 
     def poll(self, t: float, stopped: bool) -> bool:
-        """Read the budget at ``t``; True when it changed (and the loop still runs)."""
+        """Read the budget at ``t``; True when it changed (and the loop still runs). Two threads
+        read it (the sampler, the step boundary): a time older than the latest read is not
+        asked, so a sample stamped just before a schedule step cannot undo the step."""
+        if t < self.read_at:
+            return False
+        self.read_at = t
         budget = self.source.budget_at(t)
         if budget == self.budget or stopped:
             return False

@@ -15,16 +15,13 @@ moment of the switch runs a point the profile says is over the new budget. Times
 since ``start()`` on the monotonic clock; the schedule is read on the same scale. Python 3.6
 compatible, stdlib only.
 
-The state is split by who owns it, each part a small object in the module of its concern:
-``BudgetFollower`` (the budget in force, the schedule ahead, the move at a change) and ``Guard``
-(its window, the points it ruled out, its events) in ``budgetwatch.py``; ``DeadlineReselector``
-in ``deadline_reselect.py``; ``LearnerHook`` in ``loop_learning.py``; ``DriftWatch`` in
-``driftwatch.py``; ``SegmentLog`` (segments, energy, the budget statistic and the time above the
-budget, the record of earlier calls) in ``segments.py``; ``RunningPoint`` (the locked clock, the
-batch, pacing) in ``running.py``. This module is the coordinator: it holds the LUT, the switch
-pending at the next step, the lock, the notes and the status, hands the parts what they decide
-on as arguments (the points they may run as one ``table.Table``) and applies what they return.
-``underbudget.train_under_budget`` trains under it."""
+The state is split by who owns it: ``BudgetFollower`` and ``Guard`` (``budgetwatch.py``),
+``DeadlineReselector`` (``deadline_reselect.py``), ``LearnerHook`` (``loop_learning.py``),
+``DriftWatch`` (``driftwatch.py``), ``SegmentLog`` (segments, energy, the budget statistic, time
+above the budget: ``segments.py``), ``RunningPoint`` (the clock, the batch, pacing:
+``running.py``). This module coordinates: it holds the LUT, the switch pending at the next step,
+the notes and the status, hands the parts what they decide on (one ``table.Table``) and applies
+what they return. ``underbudget.train_under_budget`` trains under it."""
 
 import threading
 from typing import Any, Dict, List, Optional, Tuple
@@ -82,11 +79,8 @@ class ClosedLoop(object):
         hooks = hooks if hooks is not None else LoopHooks()
         objective, points, efficiency = plan.objective, plan.points, plan.efficiency
         if objective not in LOOP_OBJECTIVES:
-            raise ClosedLoopError(
-                "objective must be one of {}, got {!r}".format(
-                    ", ".join(LOOP_OBJECTIVES), objective
-                )
-            )
+            known = ", ".join(LOOP_OBJECTIVES)
+            raise ClosedLoopError("objective must be one of {}, got {!r}".format(known, objective))
         try:
             deadline = deadline_for(objective, plan.deadline_s, points, efficiency, self._note)
         except ChooseError as exc:
@@ -116,7 +110,9 @@ class ClosedLoop(object):
         self._t0 = 0.0
         self._pending = None  # type: Optional[Point]  # the switch at the next step
         self._pending_reason = REASON_SWITCH
-        self.sampler = PowerSampler(backend.read_power_w, hz=self.hz, on_sample=self.on_sample)
+        self.sampler = PowerSampler(  # stamped on the loop's clock, as the steps are
+            backend.read_power_w, hz=self.hz, clock=hooks.clock, on_sample=self.on_sample
+        )
         self.power_unavailable = getattr(backend, "power_unavailable", None)  # type: Optional[str]
         if self.power_unavailable:  # the schedule is still followed: samples tick without watts
             self._note(
@@ -215,11 +211,8 @@ class ClosedLoop(object):
         drift, deadline = self.drift, self.deadline
         if drift is not None:
             drift.step_started(self.now())
-        if (
-            self._pending is None
-            and self.stop_reason is None
-            and not (deadline is not None and deadline.requested())
-        ):
+        asked = deadline is not None and deadline.requested()
+        if self._pending is None and self.stop_reason is None and not asked:
             if drift is None or not drift.active():
                 return self.running.batch, False  # the common case: no lock taken
         with self._mu:
@@ -297,9 +290,15 @@ class ClosedLoop(object):
             return record
 
     def after_step(self) -> None:
-        """The trainer finished a step: pace it, count it towards the target, time it."""
+        """The trainer finished a step: pace it, read the budget, count the step, time it."""
         if self.running.pace:
             self.running.step_ended(self.table().point(*self.running.key()))
+        with self._mu:  # a decision at this boundary is made under the budget in force now
+            try:
+                if self.log.end_s is None:
+                    self._follow_budget(self.now())
+            except DeviceError as exc:  # a refused lock: stop rather than run unguarded
+                self._stop("could not change the clock: {}".format(exc))
         if self.learning.active():
             with self._mu:
                 self.learning.stepped(self.running.batch)
@@ -355,14 +354,20 @@ class ClosedLoop(object):
             try:  # the reading closes a stretch run under the budget in force until now
                 settled = t >= self.running.settle_until
                 stat = None if watts is None else self.log.account(t, watts, self.budget_w, settled)
-                if self.follower.poll(t, self.stop_reason is not None):
-                    self._budget_changed(t)
+                self._follow_budget(t)
                 if stat is not None:  # the guard and drift judge the budget statistic
                     if self.drift is not None:
                         self.drift.on_sample(stat)
                     self._guard(t, stat)
             except DeviceError as exc:  # a refused lock: stop rather than run unguarded
                 self._stop("could not change the clock: {}".format(exc))
+
+    def _follow_budget(self, t: float) -> None:
+        """Read the budget at ``t``; re-select when it changed. Samples and step boundaries read
+        it: a boundary just after a schedule step decides under the new budget, not the last
+        sample's (50 ms ago, or later under load)."""
+        if self.follower.poll(t, self.stop_reason is not None):
+            self._budget_changed(t)
 
     def _budget_changed(self, t: float) -> None:
         """Re-select for the new budget, lock (down first) and open a segment; a new batch size
