@@ -39,12 +39,13 @@ run: $(RUN_STAMP)
 	$(VENV)/bin/powerfleet data prepare
 	$(VENV)/bin/powerfleet simulate
 
-# Three workers: most of the suite waits on real processes (Flower daemons, paced boards), and
-# no verdict depends on how fast a test runs, so tests may share the cores. Two tests at a time
+# Four workers on two cores: much of the suite waits on real processes (Flower daemons polling
+# every 3 s, heartbeats, paced boards); with three workers the cores sat a quarter idle. No
+# verdict depends on how fast a test runs, so tests may share the cores. Two tests at a time
 # to a worker, the longest first (tests/conftest.py orders them): no long test runs alone at
 # the end.
 test: $(DEV_STAMP)
-	$(PY) -m pytest -q -n 3 --maxschedchunk 2 --durations=15
+	$(PY) -m pytest -q -n 4 --maxschedchunk 2 --durations=15
 
 # The fast tier, for every change: the method's kernel, core, config, CLI refusals and the agent
 # protocol on replay; no test marked `slow` or `integration` (pyproject's markers).

@@ -116,6 +116,49 @@ def run_status(flwr_home: str | Path, run_id: int) -> tuple[str, str]:
     return str(runs[0].get("status", "")), str(runs[0].get("status-details", ""))
 
 
+#: How a waiting coordinator paces `flwr ls`: every ``poll_s`` at first and after any sign of
+#: life (a new status, a rewritten progress file), then half as often again after each quiet poll
+#: up to ``max_poll_s``. Why: each `flwr ls` is a new Python process, about a second of CPU on a
+#: small host, so asking every second through a round of hours keeps a core busy beside the
+#: SuperLink and the ServerApp. The progress file (rewritten at every segment reply and at the
+#: round's end) is only stat'ed between polls, every ``PROGRESS_CHECK_S``, and brings the next
+#: poll forward at once: the end of a run is still seen within about a second.
+MAX_POLL_S = 10.0
+PROGRESS_CHECK_S = 0.25
+
+
+def next_poll_s(wait_s: float, lively: bool, poll_s: float, max_poll_s: float) -> float:
+    """The wait before the next `flwr ls`: back to ``poll_s`` after a sign of life, else 1.5x
+    the last wait, never above ``max_poll_s`` (nor below ``poll_s``)."""
+    if lively:
+        return poll_s
+    return max(poll_s, min(max_poll_s, wait_s * 1.5))
+
+
+def wait_for_progress(path: str | Path | None, wait_s: float) -> bool:
+    """Sleep ``wait_s``, or less when ``path`` changes meanwhile (True: it changed)."""
+    if path is None:
+        time.sleep(wait_s)
+        return False
+    before = _stamp(path)
+    end = time.monotonic() + wait_s
+    while True:
+        left = end - time.monotonic()
+        if left <= 0:
+            return False
+        time.sleep(min(PROGRESS_CHECK_S, left))
+        if _stamp(path) != before:
+            return True
+
+
+def _stamp(path: str | Path) -> tuple[int, int] | None:
+    try:
+        st = Path(path).stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns
+
+
 def wait_for_run(
     flwr_home: str | Path,
     run_id: int,
@@ -123,20 +166,26 @@ def wait_for_run(
     poll_s: float = 1.0,
     on_status: Callable[[str], None] | None = None,
     progress_file: str | Path | None = None,
+    max_poll_s: float = MAX_POLL_S,
 ) -> tuple[str, str]:
     """Poll `flwr ls` until the run is finished:*; (status, details). Stops it on timeout.
 
     With ``progress_file`` (the run's ``state.json``, rewritten at every segment reply) the
     timeout counts from the last progress, not from the start: a round of hours that keeps
-    reporting is never cut short, one that stops reporting for ``timeout_s`` is.
+    reporting is never cut short, one that stops reporting for ``timeout_s`` is. Polls slow
+    down while nothing happens (``next_poll_s``); without a progress file to bring them
+    forward, they stay every ``poll_s``.
     """
     start = time.monotonic()
     last = ""
+    wait = poll_s
+    if progress_file is None:
+        max_poll_s = poll_s
     while True:
         status, details = run_status(flwr_home, run_id)
         if status != last and on_status is not None:
             on_status(status)
-        last = status
+        changed, last = status != last, status
         if status.startswith("finished"):
             return status, details
         if time.monotonic() >= start + timeout_s + _progress_age(progress_file, start):
@@ -146,7 +195,9 @@ def wait_for_run(
                 pass
             what = "made no progress for" if progress_file else "did not finish within"
             return "timeout", f"the run {what} {timeout_s:g} s and was stopped"
-        time.sleep(poll_s)
+        wait = next_poll_s(wait, changed, poll_s, max_poll_s)
+        if wait_for_progress(progress_file, wait):
+            wait = poll_s
 
 
 def _progress_age(path: str | Path | None, start: float) -> float:

@@ -267,18 +267,25 @@ class Kernel:
 
 
 def serve(root: str | Path) -> None:
-    """Run the kernel on ``root`` in this process until SIGTERM/SIGINT or its parent is gone."""
+    """Run the kernel on ``root`` in this process until SIGTERM/SIGINT or its parent is gone.
+
+    The signal handlers only note the signal; a watch thread sets ``stop``. Why: a handler runs
+    in the main thread at any bytecode, also inside ``stop.wait()`` while it holds the Event's
+    own lock, and ``stop.set()`` there waits for that lock forever: a kernel stand-in hung
+    that way on ``kill $KERNEL`` under load (seen in the README rehearsal, gdb showed the main
+    thread blocked in its own handler), and a caller waiting for its output hung with it."""
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signalled: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, _frame: signalled.append(signum))
+    signal.signal(signal.SIGINT, lambda signum, _frame: signalled.append(signum))
     parent = os.getppid()
 
-    def orphan_watch() -> None:  # a test that died without stopping us: do not linger
-        while not stop.wait(0.5):
-            if os.getppid() != parent:
+    def watch() -> None:  # a signal noted, or a test that died without stopping us: stop
+        while not stop.wait(0.05):
+            if signalled or os.getppid() != parent:
                 stop.set()
 
-    threading.Thread(target=orphan_watch, daemon=True).start()
+    threading.Thread(target=watch, daemon=True).start()
     run_kernel(root, stop)
 
 

@@ -89,4 +89,8 @@ def run_loopback_round(
     # run in few long ones unless the test asks; the fault suite runs many short ones.
     run_config = {"segment-s": LOOPBACK_SEGMENT_S, **run_config}
     run_id = flwr_cli.submit_run(cli, run_config)
-    return flwr_cli.wait_for_run(cli, run_id, timeout_s=max(timeout_s, HANG_GUARD_S))
+    # waited for as the coordinator waits: polls slow down while its state file stands still
+    state = Path(str(run_config["run-dir"])) / "state.json" if "run-dir" in run_config else None
+    return flwr_cli.wait_for_run(
+        cli, run_id, timeout_s=max(timeout_s, HANG_GUARD_S), progress_file=state
+    )

@@ -71,7 +71,10 @@ def test_segmented_round_replans_the_deadline_from_progress(tmp_path: Path) -> N
     proxy promised, so the planned deadline (the slowest fastest finish, priced with the proxy)
     cannot hold. The coordinator learns it from the first segments, moves the deadline to the
     slowest device's real fastest finish and says why; every device then finishes within it,
-    spending no more energy than under the broken plan."""
+    spending no more energy than under the broken plan. The segmented deadline round of Flower's
+    simulation engine (Ray) against the direct engine's is this test's (rows, totals,
+    revisions, the comparison with the time objective); tests/test_one_round.py runs the
+    other objectives."""
     fleet_file = deadline_fleet(tmp_path, DEFAULT_FLEET.read_text())
     fleet = load_fleet(fleet_file)
     direct = simulate(fleet_file, "direct", tmp_path / "direct", segment_s=0)  # never re-planned
@@ -80,6 +83,8 @@ def test_segmented_round_replans_the_deadline_from_progress(tmp_path: Path) -> N
     same = simulate(fleet_file, "direct", tmp_path / "direct-seg", segment_s=600.0)
     for got, want in zip(seg["devices"], same["devices"], strict=True):
         assert diff(got, want, got["device"]) == []
+    assert diff(seg["fleet"], same["fleet"], "fleet") == []
+    assert diff(seg["deadline_vs_time"], same["deadline_vs_time"], "vs time") == []
     assert same["plan"]["revisions"] == [
         {k: v for k, v in r.items() if k != "at_utc"} for r in seg["plan"]["revisions"]
     ]

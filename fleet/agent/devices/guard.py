@@ -35,8 +35,27 @@ from fleet.agent.devices.base import Backend, DeviceError
 
 DEFAULT_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
-#: Set once a stop signal arrived: loops check it between steps to wind down early.
-STOP = threading.Event()
+
+class StopFlag(object):
+    """Set once a stop signal arrived: loops check it between steps to wind down early.
+
+    Not a ``threading.Event``: the signal handler sets it in the main thread at any bytecode,
+    and an Event's ``set()`` takes a lock that the interrupted code may hold (a first signal's
+    handler inside its own ``set()`` when a second signal lands): the process would wait on
+    itself with the clock still locked, and the prompt-restore thread, setting it too, with it.
+    A bool needs no lock under the GIL."""
+
+    def __init__(self) -> None:
+        self.flag = False
+
+    def set(self) -> None:
+        self.flag = True
+
+    def is_set(self) -> bool:
+        return self.flag
+
+
+STOP = StopFlag()
 
 _critical_depth = [0]  # main thread only: how deep in deferred_signals() it is
 _pending: List[Tuple[Any, int, Any]] = []  # (handler, signum, frame) postponed to the end
