@@ -178,7 +178,7 @@ def wait_for_run(
     """
     start = time.monotonic()
     last = ""
-    wait = poll_s
+    wait, progressed = poll_s, False
     if progress_file is None:
         max_poll_s = poll_s
     while True:
@@ -195,9 +195,8 @@ def wait_for_run(
                 pass
             what = "made no progress for" if progress_file else "did not finish within"
             return "timeout", f"the run {what} {timeout_s:g} s and was stopped"
-        wait = next_poll_s(wait, changed, poll_s, max_poll_s)
-        if wait_for_progress(progress_file, wait):
-            wait = poll_s
+        wait = next_poll_s(wait, changed or progressed, poll_s, max_poll_s)
+        progressed = wait_for_progress(progress_file, wait)
 
 
 def _progress_age(path: str | Path | None, start: float) -> float:

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from deployment import daemons, flwr_cli, processes
+from fleet.reports.roundstate import STATE_FILE
 
 # Hang guards, not speed limits: the suite shares the cores with its other workers
 HANG_GUARD_S = 300.0
@@ -90,7 +91,8 @@ def run_loopback_round(
     run_config = {"segment-s": LOOPBACK_SEGMENT_S, **run_config}
     run_id = flwr_cli.submit_run(cli, run_config)
     # waited for as the coordinator waits: polls slow down while its state file stands still
-    state = Path(str(run_config["run-dir"])) / "state.json" if "run-dir" in run_config else None
+    run_dir = run_config.get("run-dir")
+    state = Path(str(run_dir)) / STATE_FILE if run_dir is not None else None
     return flwr_cli.wait_for_run(
         cli, run_id, timeout_s=max(timeout_s, HANG_GUARD_S), progress_file=state
     )
