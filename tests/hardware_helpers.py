@@ -32,11 +32,9 @@ STEP_TOP_S = 0.02  # board_profile's step at the top clock (b=16); ~1/f below it
 # process a loaded machine may hold for seconds, and a wait that gave up first would let the
 # closed loop's guard read the old clock's power on the rail and step a clock down.
 SETTLE_GUARD_S = 60.0
-# The agent's environment: one torch thread (several on a loaded 2-core machine crawl).
-ONE_THREAD = dict(os.environ, OMP_NUM_THREADS="1")
 ROOT = Path(__file__).resolve().parents[1]
-# `python -m fleet ...` from this checkout, one torch thread
-TRAIN_ENV = dict(ONE_THREAD, PYTHONPATH=str(ROOT))
+# `python -m fleet ...` from this checkout (one torch thread: tests/conftest.py sets it for all)
+TRAIN_ENV = dict(os.environ, PYTHONPATH=str(ROOT))
 
 
 def board_profile(board, path: Path, device_type: str = "") -> Path:

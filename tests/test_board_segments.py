@@ -33,7 +33,7 @@ from fleet.core.efficiency import Efficiency
 from fleet.method import liveness
 from fleet.rounds.progress import Progress
 from simulations.virtual_jetson import build_board, wait_for
-from tests.hardware_helpers import BATCH, ONE_THREAD, STEP_TOP_S, board_profile, tiny_pt_data
+from tests.hardware_helpers import BATCH, STEP_TOP_S, board_profile, tiny_pt_data
 
 N_TARGET = 4000.0  # the shipped samples-to-accuracy at b=16 (the progress's done and eta)
 EVERY = 160  # an evaluation every 10 steps: 0.2 s of the paced device clock at 921.6 MHz
@@ -72,7 +72,7 @@ def _train_args(prof: Path, data: Path, ckpt: Path, max_samples: int, **extra) -
 
 
 def _link(settings: AgentSettings) -> AgentLink:
-    return AgentLink(settings.argv(), timeout_s=60, env=ONE_THREAD)
+    return AgentLink(settings.argv(), timeout_s=60)
 
 
 def _checkpoint_counters(path: Path) -> dict:

@@ -45,7 +45,7 @@ def base_args(inp):
 
 
 def run_cli(args, timeout=240):
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
     return subprocess.run(
         [sys.executable, "-m", "fleet", *args], capture_output=True, text=True, env=env,
         timeout=timeout, cwd=str(ROOT),

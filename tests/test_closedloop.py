@@ -31,9 +31,6 @@ EFF = {8: 4000.0, 16: 4000.0, 32: 4400.0}  # b=32 wins when the budget allows it
 STEP_S = 0.015
 
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
 def make_data(n, seed):
     g = torch.Generator()
     g.manual_seed(seed)

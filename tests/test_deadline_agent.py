@@ -284,7 +284,6 @@ def picked(got):
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("one_torch_thread")
 def test_a_live_budget_file_re_selects_for_the_work_and_time_left(tmp_path):
     """6 W, then the file says 4.2 W: the new point is the deadline point for the remaining
     work and time with the current budget assumed to hold (no look-ahead for a live file)."""
@@ -307,7 +306,6 @@ def test_a_live_budget_file_re_selects_for_the_work_and_time_left(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("one_torch_thread")
 def test_after_a_guard_step_down_the_deadline_re_selects_with_the_rail_margin():
     """The rail runs 1.5 W hot from 1 s: the guard steps 16@600 down to 16@400 and rules out
     the faster clocks at b=16; the loop's deadline re-selection then keeps the measured excess
@@ -341,7 +339,6 @@ def test_after_a_guard_step_down_the_deadline_re_selects_with_the_rail_margin():
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("one_torch_thread")
 def test_a_board_slower_than_its_lut_falls_behind_and_runs_its_fastest_point():
     """Steps take 15 ms (the LUT says 8 ms): 16@800, the least-energy point meeting 2.5 s at the
     start, falls behind; the loop re-selects for the remaining work (32@800, the fastest) and
@@ -428,7 +425,6 @@ def test_a_resumed_checkpoint_counts_and_the_loop_re_selects_for_what_is_left():
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("one_torch_thread")
 def test_the_trainer_tells_the_loop_what_a_checkpoint_holds(tmp_path):
     """Capped after 1,600 samples with a checkpoint; the next run resumes there and trains
     1,600 more at b=16: the loop counts both halves (0.8 of the 4,000-sample target)."""

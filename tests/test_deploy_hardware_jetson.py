@@ -62,8 +62,7 @@ data = "work/tx2-1/tx2.pt"
 @pytest.mark.integration
 @pytest.mark.slow
 @pytest.mark.timeout(420)
-def test_two_virtual_jetsons_one_deployment_round(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # inherited by the agents: no thread thrash
+def test_two_virtual_jetsons_one_deployment_round(tmp_path: Path) -> None:
     boards = {
         "nano-1": build_board(tmp_path / "nano", "nano", workload="small_cnn"),
         "tx2-1": build_board(tmp_path / "tx2", "tx2nx", workload="small_cnn"),

@@ -18,8 +18,6 @@ from fleet.method.selection import choose, lut_from_rows
 from tests.closedloop_helpers import FollowBackend, lut_rows, model_power, under_budget
 from tests.test_closedloop import EFF, STEP_S, TEST, TRAIN
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
 DRIFT_W = 0.6  # 32 @ 800 MHz: 5.8 -> 6.4 W, +9.4 % over the LUT's 5.85 W; under 7 W
 DRIFT_STEP, BOUNDARY_STEP = 20, 80
 

@@ -49,7 +49,7 @@ def test_power_drift_gives_one_event_and_a_refreshed_profile(tmp_path):
         "--drift-time-tol", "100",  # the LUT's times are synthetic; the drift is in power
         "--refreshed-profile", str(refreshed), "--json",
     ]  # fmt: skip
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
     with board.kernel(process=True, lag_s=0.02):
         board.set_drift(scale=SCALE)
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)

@@ -342,7 +342,7 @@ def _bounds(board) -> dict | None:
 
 
 @pytest.mark.timeout(300)
-def test_a_board_agent_killed_with_its_clock_locked_restores_and_resumes(tmp_path, monkeypatch):
+def test_a_board_agent_killed_with_its_clock_locked_restores_and_resumes(tmp_path):
     """A virtual Nano behind the hardware client in a deployment, in segments of 3 s of its
     clock: its agent is SIGKILLed mid-segment while the clock is locked. A fresh agent puts the
     original devfreq bounds back at once, the device resumes from the board's checkpoint and
@@ -352,7 +352,6 @@ def test_a_board_agent_killed_with_its_clock_locked_restores_and_resumes(tmp_pat
     from simulations.virtual_jetson import build_board
     from tests.hardware_helpers import BATCH, board_profile, tiny_pt_data
 
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # inherited by the agent: no thread thrash
     board = build_board(tmp_path / "nano", "nano", workload="small_cnn")
     original = board.bounds()
     board.set_load(BATCH)

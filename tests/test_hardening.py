@@ -226,7 +226,6 @@ def _tiny_task():
 
 
 def test_tampered_or_damaged_checkpoint_is_refused(tmp_path):
-    torch.set_num_threads(1)
     train, test = _tiny_task()
     ckpt = str(tmp_path / "run.ckpt")
     kw = dict(batch_size=16, lr=1e-3, target_accuracy=0.999, eval_every_samples=32)

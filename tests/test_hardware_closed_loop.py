@@ -26,7 +26,6 @@ from tests.conftest import AGENT_GUARD_S
 from tests.hardware_helpers import (
     BATCH,
     MHZ,
-    ONE_THREAD,
     SETTLE_GUARD_S,
     ClockLog,
     board_profile,
@@ -85,7 +84,7 @@ def run_round(
     spec: DeviceSpec, ins: records.TrainInstruction, settings: AgentSettings, replies=None
 ) -> dict:
     """``run_on_agent`` against a live ``python -m fleet.agent`` (one torch thread)."""
-    with RecordingLink(settings.argv(), timeout_s=AGENT_GUARD_S, env=ONE_THREAD) as link:
+    with RecordingLink(settings.argv(), timeout_s=AGENT_GUARD_S) as link:
         row = run_on_agent(link, spec, ins, settings)
     if replies is not None:
         replies.extend(link.replies)

@@ -105,7 +105,7 @@ def start_simulate(engine: str, fleet: str, run_dir: Path, quiet: bool = False) 
 
 
 def env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    return {**os.environ, "PYTHONPATH": str(ROOT)}
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:

@@ -208,7 +208,7 @@ def test_a_real_agent_answers_through_the_records_and_the_row_names_both_points(
     from fleet.config.fleetfile import DeviceSpec, RunSettings
     from fleet.core.efficiency import Efficiency
     from fleet.method.budget import parse_schedule
-    from tests.hardware_helpers import ONE_THREAD, tiny_pt_data
+    from tests.hardware_helpers import tiny_pt_data
 
     prof = tmp_path / "profile.csv"
     prof.write_text(
@@ -230,7 +230,7 @@ def test_a_real_agent_answers_through_the_records_and_the_row_names_both_points(
         "nano-1", "jetson-nano", 7.0, str(prof), str(data), parse_schedule("0:7,0.5:4")
     )
     reply: dict = {}
-    with AgentLink(settings.argv(), timeout_s=60, env=ONE_THREAD) as link:
+    with AgentLink(settings.argv(), timeout_s=60) as link:
         # the agent refuses, in the record's one line, a name it does not know ...
         base = {"model": "small_cnn", "data": str(data), "target_accuracy": 1.0}
         with pytest.raises(AgentError) as err:

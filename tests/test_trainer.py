@@ -47,9 +47,6 @@ def train(model, train_set, test_set, **kw):
     return train_to_target(model, train_set, test_set, TrainPlan(**kw), hooks, device, ckpt)
 
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
 def make_data(n, seed, signal_strength=0.15):
     """Two classes: noise plus a weak left/right +/- pattern whose sign is the label."""
     g = torch.Generator()
@@ -147,7 +144,6 @@ HELPER = textwrap.dedent(
     """
     import json, sys, time
     import torch
-    torch.set_num_threads(1)
     from fleet.agent.models.registry import build_model
     from fleet.agent.data import tensorfile
     from fleet.agent.training.plan import TrainHooks, TrainPlan
@@ -188,7 +184,7 @@ def test_sigkill_then_resume_matches_uninterrupted(tmp_path):
     script = tmp_path / "helper.py"
     script.write_text(HELPER)
     ckpt = tmp_path / "b.pt"
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
     args = [sys.executable, str(script), str(data), str(ckpt), json.dumps(dict(KW, seed=0))]
     proc = subprocess.Popen(args, env=env, cwd=str(ROOT), stderr=subprocess.PIPE)
     try:
@@ -388,7 +384,7 @@ def test_train_handler_locks_during_training_and_restores_on_error(tmp_path):
 def test_agent_train_command_over_stdio(tmp_path):
     req = _train_request(tmp_path)
     # the protocol tests' real agent subprocess, with room for a training run
-    agent = Agent(str(NANO_CSV), timeout=TIMEOUT, env={"OMP_NUM_THREADS": "1"}, work_dir=tmp_path)
+    agent = Agent(str(NANO_CSV), timeout=TIMEOUT, work_dir=tmp_path)
     try:
         _, hello = agent.call(id=1, cmd="hello")
         assert "train" in hello["capabilities"]["commands"]
