@@ -20,6 +20,7 @@ Sets:
 - with ``--noise-seeds N``: ``modeled-noisy-seeds`` (the clock grids, 1 % noise on every
   reading, ``noisy_view``) and ``modeled-cap-noisy-seeds`` (``noisy_limit_view``), N noise
   draws of each profile: whether the bound's safety survives more draws than one;
+  ``--reading-noise PCT`` sets the noise of every noisy set (default 1 %);
 - ``real``: every full grid under ``--real DIR`` (default: the committed published grids,
   ``benchmarks/published/dlbench_dvfs``, derived by ``benchmarks/published/derive_dlbench.py``
   from a pinned snapshot; docs/published-data.md).
@@ -64,7 +65,7 @@ PER_STEP: set[str] = set()  # grids whose first axis is not a batch size (predic
 GOALS = {"time_mean": 0.03, "power_mean": 0.03, "regret_max": 0.10, "over_budget": 0}
 
 
-def grid_sets(real: str | None, seeds: int = 0) -> dict[str, dict[str, dict]]:
+def grid_sets(real: str | None, seeds: int = 0, noise: float = 0.01) -> dict[str, dict[str, dict]]:
     modeled = {
         os.path.basename(p): load_grid(p)
         for p in sorted(glob.glob(os.path.join(ROOT, "simulations", "profiles", "*.csv")))
@@ -73,7 +74,7 @@ def grid_sets(real: str | None, seeds: int = 0) -> dict[str, dict[str, dict]]:
         "modeled": {k: t for k, t in modeled.items() if is_full(t)},
         "modeled-cap": {k: power_limit_view(t) for k, t in modeled.items() if is_full(t)},
         "modeled-cap-noisy": {
-            k: noisy_limit_view(power_limit_view(t), zlib.crc32(k.encode()))
+            k: noisy_limit_view(power_limit_view(t), zlib.crc32(k.encode()), noise)
             for k, t in modeled.items()
             if is_full(t)
         },
@@ -85,9 +86,9 @@ def grid_sets(real: str | None, seeds: int = 0) -> dict[str, dict[str, dict]]:
             for k, t in full.items()
             for i in range(1, seeds + 1)
         ]
-        sets["modeled-noisy-seeds"] = {g: noisy_view(t, s) for g, t, s in draws}
+        sets["modeled-noisy-seeds"] = {g: noisy_view(t, s, noise) for g, t, s in draws}
         sets["modeled-cap-noisy-seeds"] = {
-            g: noisy_limit_view(power_limit_view(t), s) for g, t, s in draws
+            g: noisy_limit_view(power_limit_view(t), s, noise) for g, t, s in draws
         }
     if real:
         found = {os.path.basename(p): p for p in sorted(glob.glob(f"{real}/*.csv"))}
@@ -116,9 +117,9 @@ def summarise(results: list[dict]) -> dict[str, float]:
     }
 
 
-def run(real: str | None, designs: list[str], seeds: int = 0) -> dict:
+def run(real: str | None, designs: list[str], seeds: int = 0, noise: float = 0.01) -> dict:
     out: dict = {"sets": {}}
-    for name, grids in grid_sets(real, seeds).items():
+    for name, grids in grid_sets(real, seeds, noise).items():
         if not grids:
             continue
         per: dict = {}
@@ -204,6 +205,14 @@ def main() -> int:
         "modeled-cap-noisy-seeds (power-limit grids as a card reads them), N noise draws each",
     )
     ap.add_argument(
+        "--reading-noise",
+        type=float,
+        default=1.0,
+        metavar="PCT",
+        help="relative sd of every reading in the noisy sets, in percent (default 1): whether a "
+        "regret or a pick over budget comes from the noise or from where a budget falls",
+    )
+    ap.add_argument(
         "--markdown",
         action="store_true",
         help="the per-grid table of docs/published-data.md (frame design, ours vs separable)",
@@ -212,7 +221,9 @@ def main() -> int:
     if args.markdown:
         args.designs = "frame"
     designs = [d.strip() for d in args.designs.split(",") if d.strip()]
-    doc = run(args.real, designs, args.noise_seeds)
+    if not 0.0 <= args.reading_noise <= 20.0:
+        ap.error(f"--reading-noise: expected a percentage in 0-20, got {args.reading_noise:g}")
+    doc = run(args.real, designs, args.noise_seeds, args.reading_noise / 100.0)
     if args.markdown:
         print("\n".join(markdown(doc)))
         print()

@@ -80,16 +80,17 @@ def power_limit_view(table: Table, steps: int = 9) -> Table:
     return out
 
 
-def noisy_limit_view(table: Table, seed: int) -> Table:
+def noisy_limit_view(table: Table, seed: int, noise: float = 0.01) -> Table:
     """A power-limit grid as a real card measures it: each batch size sits at its own fraction
-    (0.92-1.0) of a limit it is pinned to, and every reading carries 1 % noise (time and power,
-    independent). Deterministic for a seed. The modeled power-limit view is exact, which no
-    real grid is; this one asks whether the model choice and the bound survive the noise."""
+    (0.92-1.0) of a limit it is pinned to, and every reading carries ``noise`` (relative sd,
+    1 %; time and power, independent). Deterministic for a seed. The modeled power-limit view
+    is exact, which no real grid is; this one asks whether the model choice and the bound
+    survive the noise."""
     rnd = random.Random(seed)
     share = {b: rnd.uniform(0.92, 1.0) for b in axes(table)[0]}
     out: Table = {}
     for (b, k), row in sorted(table.items()):
-        e_power, e_time = rnd.gauss(0.0, 0.01), rnd.gauss(0.0, 0.01)
+        e_power, e_time = rnd.gauss(0.0, noise), rnd.gauss(0.0, noise)
         out[(b, k)] = {
             "time_per_batch_s": row["time_per_batch_s"] * (1 + e_time),
             "peak_power_w": row["peak_power_w"] * share[b] * (1 + e_power),
@@ -98,13 +99,13 @@ def noisy_limit_view(table: Table, seed: int) -> Table:
     return out
 
 
-def noisy_view(table: Table, seed: int) -> Table:
-    """A clock grid as a sensor reads it: 1 % noise on every time and power reading
-    (independent, deterministic for a seed); no share of a limit (the knob is a clock)."""
+def noisy_view(table: Table, seed: int, noise: float = 0.01) -> Table:
+    """A clock grid as a sensor reads it: ``noise`` (relative sd, 1 %) on every time and power
+    reading (independent, deterministic for a seed); no share of a limit (the knob is a clock)."""
     rnd = random.Random(seed)
     out: Table = {}
     for (b, k), row in sorted(table.items()):
-        e_power, e_time = rnd.gauss(0.0, 0.01), rnd.gauss(0.0, 0.01)
+        e_power, e_time = rnd.gauss(0.0, noise), rnd.gauss(0.0, noise)
         out[(b, k)] = {
             "time_per_batch_s": row["time_per_batch_s"] * (1 + e_time),
             "peak_power_w": row["peak_power_w"] * (1 + e_power),

@@ -370,6 +370,32 @@ def test_goals_on_noisy_power_limit_grids():
     assert over["ours"] == 0 and over["separable"] > 0
 
 
+def test_the_noisy_views_read_with_the_noise_asked_for():
+    """``--reading-noise`` (the benchmark's): with no noise a noisy power-limit view is each batch
+    size's own share of the exact view, one ratio per row; with noise the readings scatter around
+    those ratios by about the sd asked for. The clock view is the exact grid without noise."""
+    import statistics
+
+    from benchmarks.predict_eval import noisy_limit_view, noisy_view
+
+    exact = power_limit_view(load_grid("simulations/profiles/nano_resnet18.csv"))
+    quiet = noisy_limit_view(exact, 7, noise=0.0)
+    rows: dict[int, set[float]] = {}
+    for (b, k), row in quiet.items():
+        assert row["time_per_batch_s"] == exact[(b, k)]["time_per_batch_s"]
+        rows.setdefault(b, set()).add(
+            round(row["peak_power_w"] / exact[(b, k)]["peak_power_w"], 12)
+        )
+    assert all(len(r) == 1 and 0.92 <= next(iter(r)) <= 1.0 for r in rows.values())
+    for sd in (0.0025, 0.02):
+        loud = noisy_limit_view(exact, 7, noise=sd)  # the same seed: the same shares
+        errs = [loud[p]["peak_power_w"] / quiet[p]["peak_power_w"] - 1.0 for p in exact]
+        errs += [loud[p]["time_per_batch_s"] / exact[p]["time_per_batch_s"] - 1.0 for p in exact]
+        assert 0.6 * sd <= statistics.pstdev(errs) <= 1.4 * sd, sd
+    clock = load_grid("simulations/profiles/nano_resnet18.csv")
+    assert noisy_view(clock, 3, noise=0.0) == clock
+
+
 def test_one_or_two_held_out_cells_give_at_least_the_unvalidated_margin():
     """A 3 x 3 frame holds out two cells. The data are exact for separable, which misses them by
     nothing; but two misses say little about the next, so the bound keeps the 10 % margin of an
