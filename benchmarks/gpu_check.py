@@ -462,13 +462,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from fleet.agent.devices.nvml import NvmlBackend
 
     scale = 0.05 if args.quick else 1.0
+    fake_driver = False
     if args.fake:
         from simulations import fake_nvml, fake_nvml_lib
 
         # Where nvidia-ml-py is installed, the fake card sits behind NVIDIA's own pynvml (a
         # stand-in for the driver library): every call then goes through the bindings a card
         # will meet, and a call they would refuse fails here first. Else the module fake.
-        if fake_nvml_lib.load() is None:
+        fake_driver = fake_nvml_lib.load() is not None
+        if not fake_driver:
             fake_nvml.install()
         fake_nvml.configure(None)
         load: Any = FakeLoad(fake_nvml)
@@ -482,7 +484,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "fake": bool(args.fake),
         "quick": bool(args.quick),
-        "bindings": bindings(args.fake),
+        "bindings": bindings(args.fake, fake_driver),
         "device": backend.describe(),
         "settings_before": before,
     }
@@ -499,13 +501,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
-def bindings(fake: bool) -> str:
-    """Which pynvml the check ran through: NVIDIA's (its version) or the module fake."""
+def bindings(fake: bool, fake_driver: bool = False) -> str:
+    """Which pynvml the check ran through: NVIDIA's (its version), NVIDIA's on the fake driver
+    library (``fake_driver``: ``simulations/fake_nvml_lib.py`` loaded it), or the module fake."""
     from importlib import metadata
 
     import pynvml
 
-    if getattr(pynvml, "nvmlLib", None).__class__.__name__ == "FakeLib":
+    if fake_driver:
         return f"nvidia-ml-py {metadata.version('nvidia-ml-py')} on a fake driver library"
     if fake:
         return "the fake pynvml module (simulations/fake_nvml.py)"
