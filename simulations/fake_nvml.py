@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 ENV = "FAKE_NVML_STATE"
+RIPPLE_HZ = 7.3  # the instantaneous field's ripple, on the monotonic clock
 
 # The constants of nvml.h / pynvml.
 NVML_SUCCESS = 0
@@ -151,7 +152,7 @@ class _Card:
 
     def instant_w(self) -> float:
         now = self.advance()
-        ripple = self.s["ripple"] * math.sin(2 * math.pi * 7.3 * (now - self.t0))
+        ripple = self.s["ripple"] * math.sin(2 * math.pi * RIPPLE_HZ * (now - self.t0))
         return self.avg_w() * (1.0 + ripple) if self.load > 0 else self.avg_w()
 
     def sm_mhz(self) -> int:

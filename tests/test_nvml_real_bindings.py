@@ -19,7 +19,7 @@ from fleet.agent.devices import DeviceError, open_backend
 from fleet.agent.devices.clockstate import load_nvml
 from fleet.agent.devices.nvml_restore import restore_saved
 from simulations import fake_nvml, fake_nvml_lib
-from tests.test_nvml import left_by_a_killed_run
+from tests.test_nvml import left_by_a_killed_run, over_the_ripple
 
 
 @pytest.fixture
@@ -45,7 +45,7 @@ def test_current_mode_reads_through_the_real_bindings(real):
     assert (d["power"], d["energy"], d["power_limit_w"]) == ("instant", "counter", 700.0)
     assert b.limit_range_w() == (200.0, 700.0) and b.frequencies() == []
     fake_nvml.set_load(1.0)
-    watts = [b.read_power_w() for _ in range(20)]  # the field values' union, in mW
+    watts = over_the_ripple(b.read_power_w)  # the field values' union, in mW
     fake_nvml.set_load(0.0)
     assert all(700 * 0.95 <= w <= 700 * 1.05 for w in watts) and max(watts) > 700.0
     assert b.sm_clock_mhz() == 345.0 and b.energy_counter_mj() > 0
