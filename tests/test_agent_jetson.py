@@ -283,7 +283,7 @@ def test_permission_denied_message(tmp_path):
 # -- exit paths -----------------------------------------------------------------------------------
 CHILD = textwrap.dedent(
     """
-    import signal, sys
+    import signal, sys, time
     # SIGINT as an interactive shell leaves it (a background job, e.g. CI under nohup, starts
     # with it ignored, and the guard rightly keeps an ignored signal ignored)
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -294,7 +294,12 @@ CHILD = textwrap.dedent(
     install_restore_handlers(b)
     b.lock(float(sys.argv[2]))
     print("locked", flush=True)
-    sys.stdin.read()  # hold the clock until the signal (the test never closes our stdin first)
+    # Hold the clock until the signal. Not a blocking read of stdin: Python runs a handler only
+    # between bytecodes, and a signal landing after the print's last check but before read()
+    # blocks would wait for input that never comes (seen once in CI). The loop's jump back
+    # checks for pending signals; sleep() is cut short by one.
+    while True:
+        time.sleep(0.05)
     """
 ).format(repo=str(REPO))
 
