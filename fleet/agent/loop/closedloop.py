@@ -23,8 +23,9 @@ above the budget: ``segments.py``), ``RunningPoint`` (the clock, the batch, paci
 the notes and the status, hands the parts what they decide on (one ``table.Table``) and applies
 what they return. ``underbudget.train_under_budget`` trains under it."""
 
+import contextlib
 import threading
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from fleet.agent.devices.base import Backend, DeviceError
 from fleet.agent.loop.budgetwatch import BudgetFollower, Guard, guard_text
@@ -45,7 +46,7 @@ from fleet.agent.loop.segments import (
     merge_record,
 )
 from fleet.agent.loop.table import Table
-from fleet.agent.measure.sampler import PowerSampler, budget_window, sensor_hz
+from fleet.agent.measure.sampler import PowerSampler, budget_window, sampling_note, sensor_hz
 from fleet.method.point import Point
 from fleet.method.selection import ChooseError, lut_from_rows
 
@@ -114,16 +115,9 @@ class ClosedLoop(object):
             backend.read_power_w, hz=self.hz, clock=hooks.clock, on_sample=self.on_sample
         )
         self.power_unavailable = getattr(backend, "power_unavailable", None)  # type: Optional[str]
-        if self.power_unavailable:  # the schedule is still followed: samples tick without watts
-            self._note(
-                "power is not measured ({}): the budget is met from the recorded profile only; "
-                "the runtime guard is off".format(self.power_unavailable)
-            )
-        elif self.hz < hz:
-            self._note(
-                "sampling power at {:.3g} Hz, not {:g}: the sensor refreshes every {:.3g} "
-                "ms".format(self.hz, hz, 1000.0 / self.hz)
-            )
+        said = sampling_note(backend, hz)  # no watts: the schedule is still followed
+        if said is not None:
+            self._note(said)
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> "ClosedLoop":
@@ -215,28 +209,29 @@ class ClosedLoop(object):
         if self._pending is None and self.stop_reason is None and not asked:
             if drift is None or not drift.active():
                 return self.running.batch, False  # the common case: no lock taken
-        with self._mu:
-            if self.stop_reason is not None:
-                return self.running.batch, True
+        with self._mu, self._refusal_stops():
+            self._begin_step()
+        return self.running.batch, self.stop_reason is not None
+
+    def _begin_step(self) -> None:
+        """(Lock held.) The pending switch, the deadline's re-selection, the drift watch's next
+        probe; each may stop the run instead."""
+        drift, deadline = self.drift, self.deadline
+        if self.stop_reason is None:
             p = self._pending
             self._pending = None
             if p is not None and (p.batch_size, p.freq_mhz) in self.guard.infeasible:
                 p = self._choose(self.budget_w)  # the guard struck in between: choose again
                 if p is None:
                     self._stop(self.table().nothing_fits(self.budget_w))
-                    return self.running.batch, True
+                    return
             reason, self._pending_reason = self._pending_reason, REASON_SWITCH
             if p is not None:
                 self._switch(p, self.now(), reason)
-            if p is None and deadline is not None and deadline.requested():
+            elif deadline is not None and deadline.requested():
                 self._reselect_for_deadline(self.now(), deadline.take_request())
-                if self.stop_reason is not None:
-                    return self.running.batch, True
-            if drift is not None and drift.active():
-                self._drift_step(drift)
-                if self.stop_reason is not None:
-                    return self.running.batch, True
-            return self.running.batch, False
+        if self.stop_reason is None and drift is not None and drift.active():
+            self._drift_step(drift)
 
     def resumed(self, samples: int, batch: Optional[int]) -> None:
         """The trainer resumed a checkpoint that holds ``samples``: they count towards the target
@@ -290,33 +285,27 @@ class ClosedLoop(object):
             return record
 
     def after_step(self) -> None:
-        """The trainer finished a step: pace it, read the budget, count the step, time it."""
+        """The trainer finished a step: pace it; then, under one hold of the lock (every decision
+        here is made under the budget in force now), read the budget, count the step, time it."""
         if self.running.pace:
             self.running.step_ended(self.table().point(*self.running.key()))
-        with self._mu:  # a decision at this boundary is made under the budget in force now
-            try:
-                if self.log.end_s is None:
-                    self._follow_budget(self.now())
-            except DeviceError as exc:  # a refused lock: stop rather than run unguarded
-                self._stop("could not change the clock: {}".format(exc))
-        if self.learning.active():
-            with self._mu:
-                self.learning.stepped(self.running.batch)
         deadline, drift = self.deadline, self.drift
-        if deadline is not None:
-            with self._mu:
+        with self._mu, self._refusal_stops():
+            if self.log.end_s is None:
+                self._follow_budget(self.now())
+            if self.learning.active():
+                self.learning.stepped(self.running.batch)
+            if deadline is not None:
                 deadline.stepped(self.running.batch, self.learning.efficiency)
                 t, table, ahead = self.now(), self.table(), self.follower.ahead
                 busy = self._pending is not None or self.stop_reason is not None
                 busy = busy or (drift is not None and drift.active())
                 if deadline.behind(table, ahead, self.budget_w, t, self.running.key(), busy):
                     self._reselect_for_deadline(t, REASON_DEADLINE)
-        if drift is None:
-            return
-        with self._mu:
-            event = drift.step_done(self.now(), self.running.key(), self.running.settle_until)
-            if event is not None:
-                self._note(drift_text(event))
+            if drift is not None:
+                event = drift.step_done(self.now(), self.running.key(), self.running.settle_until)
+                if event is not None:
+                    self._note(drift_text(event))
 
     def _drift_step(self, drift: DriftWatch) -> None:
         """Run the refresh the drift watch began: the next re-probe point, or the refresh."""
@@ -347,20 +336,18 @@ class ClosedLoop(object):
     def on_sample(self, t_abs: float, watts: Optional[float]) -> None:
         """The sampler's callback (its thread) at every reading: follow the budget, count the
         energy, feed the drift watch, guard the rail."""
-        with self._mu:
+        with self._mu, self._refusal_stops():
             if self.log.end_s is not None:
                 return
             t = t_abs - self._t0
-            try:  # the reading closes a stretch run under the budget in force until now
-                settled = t >= self.running.settle_until
-                stat = None if watts is None else self.log.account(t, watts, self.budget_w, settled)
-                self._follow_budget(t)
-                if stat is not None:  # the guard and drift judge the budget statistic
-                    if self.drift is not None:
-                        self.drift.on_sample(stat)
-                    self._guard(t, stat)
-            except DeviceError as exc:  # a refused lock: stop rather than run unguarded
-                self._stop("could not change the clock: {}".format(exc))
+            # the reading closes a stretch run under the budget in force until now
+            settled = t >= self.running.settle_until
+            stat = None if watts is None else self.log.account(t, watts, self.budget_w, settled)
+            self._follow_budget(t)
+            if stat is not None:  # the guard and drift judge the budget statistic
+                if self.drift is not None:
+                    self.drift.on_sample(stat)
+                self._guard(t, stat)
 
     def _follow_budget(self, t: float) -> None:
         """Read the budget at ``t``; re-select when it changed. Samples and step boundaries read
@@ -464,6 +451,16 @@ class ClosedLoop(object):
             self.drift.reset_unit()
         self.guard.reset()
         self.log.window.reset()
+
+    @contextlib.contextmanager
+    def _refusal_stops(self) -> Iterator[None]:
+        """A clock the device refuses (permission lost, a node gone) stops the run, whoever
+        asked for it (budget change, guard, switch, deadline, drift): the trainer gets a stop
+        at its next step, not an exception mid-training; the exit paths restore the device."""
+        try:
+            yield
+        except DeviceError as exc:
+            self._stop("could not change the clock: {}".format(exc))
 
     def _stop(self, why: str) -> None:
         if self.stop_reason is None:

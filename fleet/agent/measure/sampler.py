@@ -114,6 +114,24 @@ def sensor_hz(backend: Any, hz: float) -> float:
     return float(hz)
 
 
+def sampling_note(backend: Any, hz: float) -> Optional[str]:
+    """What a run at ``hz`` on ``backend`` should say about its power readings, or None: that
+    there are none (the budget is then met from the recorded profile alone, unguarded), or
+    that the sensor refreshes slower than asked (``sensor_hz``)."""
+    unavailable = getattr(backend, "power_unavailable", None)
+    if unavailable:
+        return (
+            "power is not measured ({}): the budget is met from the recorded profile only; "
+            "the runtime guard is off".format(unavailable)
+        )
+    got = sensor_hz(backend, hz)
+    if got < hz:
+        return "sampling power at {:.3g} Hz, not {:g}: the sensor refreshes every {:.3g} ms".format(
+            got, hz, 1000.0 / got
+        )
+    return None
+
+
 def budget_window(backend: Any, hz: float) -> Tuple[float, float]:
     """(``average_s``, ``window_s``) of the budget statistic on ``backend``
     (``fleet/method/power_window.py``): the seconds its readings are averaged over (0: each
