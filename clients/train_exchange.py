@@ -19,7 +19,7 @@ from clients.agent_link import AgentSettings
 from fleet.common.errors import InputError
 from fleet.config.fleetfile import RunSettings
 from fleet.core.choice import make_choice
-from fleet.method.agent_records import TrainReply
+from fleet.method.agent_records import TRAIN_STATUSES, TrainReply
 from fleet.method.budget import format_budget, format_schedule
 from fleet.method.records import RecordError
 from fleet.rounds.device_round import DeviceResult, Round
@@ -113,8 +113,6 @@ def fill_learning(res: DeviceResult, learning: Any) -> None:
 # The objectives the board's closed loop knows (fleet/agent/loop/closedloop.py); others keep its
 # default (time).
 BOARD_OBJECTIVES = ("time", "energy", "deadline")
-# what the agent's train may answer (fleet/agent/training/train_state.py); anything else is refused
-TRAIN_STATUSES = ("reached", "not reached", "over-budget", "paused")
 
 
 def train_extras(run: RunSettings) -> dict[str, Any]:
@@ -136,7 +134,8 @@ def fill_from_train(res: DeviceResult, out: dict[str, Any], target: float) -> No
     above the budget (``over_budget_s``/``over_budget_j``; the board's note says how much).
     ``paused``: a segment of the round ended (``segment_s``) before the target: the row says
     ``running``, its counters cumulative since the round began, and the next segment resumes
-    from the board's checkpoint.
+    from the board's checkpoint. ``error``: the board refused a setting mid-run (a clock it
+    could not set) and stopped; the row says ``error`` and the board's reason.
     """
     where = f"device {res.device}: agent train reply"
     try:
@@ -164,6 +163,9 @@ def fill_from_train(res: DeviceResult, out: dict[str, Any], target: float) -> No
         res.message = f"segment ended at {out.get('samples')} samples; resumes from the checkpoint"
     elif status == "over-budget":  # stopped by the guard, or spent time above the budget
         res.status = "over-budget"
+        res.message = str(reply.stop_reason or "")
+    elif status == "error":  # the board refused a setting mid-run (a clock it could not set)
+        res.status = "error"
         res.message = str(reply.stop_reason or "")
     elif status == "reached":
         res.status, res.message = ("late" if late else "ok"), ""

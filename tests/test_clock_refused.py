@@ -4,8 +4,9 @@ The loop changes the clock from three places: the sampler's reading (a budget ch
 of a step (a budget change read at the boundary, the deadline) and the start of a step (a batch
 switch that raises the clock only once the batch changes). A refusal from the kernel at any of
 them (here a real one on a virtual Nano's tree: ``max_freq`` turned into a directory, which
-fails as root too) must end the run with one line naming the file, leave the clock where it was,
-hand the trainer a stop rather than an exception, and still give the board back at exit.
+fails as root too) must end the run with one line naming the file and status ``error`` (it
+never ran over its budget), leave the clock where it was, hand the trainer a stop rather than an
+exception, and still give the board back at exit.
 """
 
 from __future__ import annotations
@@ -98,5 +99,6 @@ def test_a_refused_clock_stops_the_run_and_the_board_is_given_back(
         "could not change the clock: cannot write {}".format(board.node / "max_freq")
     )
     assert loop.notes[-1] == "stopping: " + why and "\n" not in why
-    assert loop.summary()["stop_reason"] == why
+    summary = loop.summary()
+    assert (summary["status"], summary["stop_reason"]) == ("error", why)  # not "over-budget"
     assert board.bounds() == original  # given back at exit

@@ -284,6 +284,21 @@ def test_a_board_late_from_the_start_makes_a_late_row_with_its_note():
     assert (res.status, res.message) == ("ok", "")
 
 
+def test_a_board_that_refused_a_clock_makes_an_error_row_with_its_reason():
+    """The board's loop stopped because the kernel refused a clock (``tests/test_clock_refused``):
+    the reply says ``error`` and why; the row is ``error`` with that reason, not ``over-budget``
+    (it never ran over) and not a refused reply."""
+    from clients.train_exchange import fill_from_train
+    from fleet.rounds.device_round import DeviceResult
+
+    spec = DeviceSpec("nano-1", "jetson-nano", 5.0, "p.csv", "d.pt")
+    why = "could not change the clock: cannot write /sys/x/max_freq: [Errno 13] Permission denied"
+    reply = {"status": "error", "stop_reason": why, "notes": ["stopping: " + why], "segments": []}
+    res = DeviceResult.for_device(spec, "eff.csv")
+    fill_from_train(res, reply, 0.9)
+    assert res.status == "error" and res.message == why + "; stopping: " + why
+
+
 def test_a_board_that_spent_time_over_its_budget_makes_an_over_budget_row():
     """The agent's reply says the run reached its target but its budget statistic spent 0.4 s
     (1.2 J) above the budget: the row is ``over-budget``, not ``ok``, and carries both."""

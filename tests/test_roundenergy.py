@@ -81,6 +81,21 @@ def test_devices_that_ran_short_count_their_training_and_can_end_the_round():
     assert totals(rows)["energy_j"] == 1000.0  # fleet energy: devices that reached the target
 
 
+def test_a_board_stopped_by_a_refused_clock_counts_what_it_ran():
+    """An ``error`` row of a board whose kernel refused a clock after 120 s (600 J measured)
+    counts its training and its shorter wait; an ``error`` row that never ran (an agent that
+    did not start) waits the whole round. All idle at 2 W, the round 150 s long."""
+    rows = [
+        {"status": "ok", "time_s": 150.0, "energy_j": 900.0, "idle_power_w": 2.0},
+        {"status": "error", "time_s": 120.0, "energy_j": 600.0, "idle_power_w": 2.0},
+        {"status": "error", "time_s": None, "energy_j": None, "idle_power_w": 2.0},
+    ]
+    devices, fleet = round_energy(rows)
+    assert [d["wait_s"] for d in devices] == [0.0, 30.0, 150.0]
+    assert fleet["training_energy_j"] == 1500.0
+    assert fleet["round_energy_j"] == 1500.0 + 2.0 * (30 + 150)
+
+
 def test_the_round_report_carries_round_energy_per_device_and_in_total(tmp_path, fleet3):
     write_report(tmp_path / "run", fleet3, {"run": "r"})
     rep = read_report(tmp_path / "run")

@@ -14,6 +14,7 @@ import argparse
 import json
 import math
 import os
+import sys
 from typing import Any
 
 from rich.console import Console
@@ -27,6 +28,7 @@ from fleet.cli.cmd_profile import add_backend_flags, backend_options
 from fleet.cli.common import emit_json, model_help, note
 from fleet.cli.train_output import forecast_notes, print_human, train_report
 from fleet.common.errors import InputError
+from fleet.method.agent_records import STATUS_ERROR
 from fleet.method.deadline import check_power
 
 DEFAULT_BATCH_SIZES = ",".join(str(b) for b in sweep_plan.DEFAULT_BATCH_SIZES)
@@ -339,7 +341,12 @@ def run(args: argparse.Namespace) -> int:
         emit_json(out)
     else:
         print_human(out)
-    return 0
+    if out["status"] != STATUS_ERROR:
+        return 0
+    # a setting the device refused stopped the run: what it ran is written; one line says why
+    if args.json:  # (the human output said it already)
+        print(f"powerfleet train: {out['stop_reason']}", file=sys.stderr)
+    return 2
 
 
 def _drift_settings(args: argparse.Namespace) -> dict[str, Any]:

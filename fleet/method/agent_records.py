@@ -212,6 +212,19 @@ class BareRequest(Record):
 
 
 # ------------------------------------------------------------------------------- train reply
+# What a train reply's ``status`` says: the board's trainer and closed loop write it, the host's
+# train exchange maps it to the round's device status (``fleet/rounds/statuses.py``).
+STATUS_REACHED = "reached"
+STATUS_NOT_REACHED = "not reached"
+# the closed loop stopped (even the lowest clock was over) or the run spent time above the budget
+STATUS_OVER_BUDGET = "over-budget"
+# a segmented run stopped at the evaluation that ended its segment; its checkpoint resumes it
+STATUS_PAUSED = "paused"
+# the closed loop stopped because the device refused a setting (``stop_reason`` names it)
+STATUS_ERROR = "error"
+TRAIN_STATUSES = (
+    STATUS_REACHED, STATUS_NOT_REACHED, STATUS_OVER_BUDGET, STATUS_PAUSED, STATUS_ERROR,
+)  # fmt: skip
 
 
 class TrainReply(Record):
@@ -229,7 +242,8 @@ class TrainReply(Record):
 
     NAME = "train reply"
     FIELDS = (
-        # the trainer's result (fleet/agent/training/train_state.TrainResult)
+        # the trainer's result (fleet/agent/training/train_state.TrainResult); its status is
+        # the closed loop's where the loop stopped the run: one of TRAIN_STATUSES
         Field("status", "str", required=True),
         Field("samples_to_accuracy", "int"),
         number("samples", 0.0, MAX_SAMPLES, 0.0, null=False),

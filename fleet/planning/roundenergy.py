@@ -105,8 +105,9 @@ def round_energy(
 
 
 #: Statuses of a device that ran this round without reaching the target (its time and energy
-#: are measured): the trainer's sample cap, and the closed loop's stop over budget.
-RAN_SHORT = ("not reached", "over-budget")
+#: are measured): the trainer's sample cap, the closed loop's stop over budget, and its stop on a
+#: setting the board refused (``error``; an error before training has no time or energy).
+RAN_SHORT = ("not reached", "over-budget", "error")
 
 
 def _ran(row: dict[str, object]) -> bool:

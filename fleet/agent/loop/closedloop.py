@@ -6,10 +6,11 @@ promised (temperature, ageing and a different rail drift it upwards). So the loo
 budget at every power sample and re-selects (eq. 4) at every change, handing the trainer the new
 batch size at its next step; guards the rail's budget statistic (``power_window.py``; over the
 budget for longer than the guard window: a lower clock, the point ruled out; at the lowest clock:
-stop, status ``over-budget``); records every stretch at one (batch, frequency, budget) as a
-segment with its measured energy; with a ``DriftWatch`` re-probes and refreshes the LUT when the
-board drifts from it; with the ``deadline`` objective runs the deadline point for the remaining
-work and time; with a learner chooses again when the learnt samples-to-target move. At a budget
+stop, status ``over-budget``; a clock the device refuses: stop, status ``error``); records every
+stretch at one (batch, frequency, budget) as a segment with its measured energy; with a
+``DriftWatch`` re-probes and refreshes the LUT when the board drifts from it; with the
+``deadline`` objective runs the deadline point for the remaining work and time; with a learner
+chooses again when the learnt samples-to-target move. At a budget
 change the clock may only go *down* before the batch switch (``BudgetFollower.move``), so no
 moment of the switch runs a point the profile says is over the new budget. Times are seconds
 since ``start()`` on the monotonic clock; the schedule is read on the same scale. Python 3.6
@@ -47,10 +48,10 @@ from fleet.agent.loop.segments import (
 )
 from fleet.agent.loop.table import Table
 from fleet.agent.measure.sampler import PowerSampler, budget_window, sampling_note, sensor_hz
+from fleet.method.agent_records import STATUS_ERROR, STATUS_OVER_BUDGET
 from fleet.method.point import Point
 from fleet.method.selection import ChooseError, lut_from_rows
 
-STATUS_OVER_BUDGET = "over-budget"
 LOOP_OBJECTIVES = ("time", "energy", "deadline")
 
 
@@ -460,12 +461,12 @@ class ClosedLoop(object):
         try:
             yield
         except DeviceError as exc:
-            self._stop("could not change the clock: {}".format(exc))
+            self._stop("could not change the clock: {}".format(exc), STATUS_ERROR)
 
-    def _stop(self, why: str) -> None:
+    def _stop(self, why: str, status: str = STATUS_OVER_BUDGET) -> None:
         if self.stop_reason is None:
             self.stop_reason = why
-            self.status = STATUS_OVER_BUDGET
+            self.status = status
             self._note("stopping: " + why)
 
     def _note(self, message: str) -> None:

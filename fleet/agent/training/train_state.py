@@ -11,13 +11,15 @@ from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 import torch  # noqa: F401 - in type comments
 
 from fleet.agent.training.plan import TrainerError  # noqa: F401 - raised here, defined there
+from fleet.method.agent_records import (  # noqa: F401 - the statuses a train reply says
+    STATUS_NOT_REACHED,
+    STATUS_OVER_BUDGET,
+    STATUS_PAUSED,
+    STATUS_REACHED,
+)
 
-STATUS_REACHED = "reached"
-STATUS_NOT_REACHED = "not reached"
-STATUS_OVER_BUDGET = "over-budget"  # the closed loop stopped: even the lowest clock was over
-# A segmented run (``segment_s``) stopped at the evaluation that ended its segment; the checkpoint
-# written there resumes it. Never saved as a checkpoint's status (that one says "running").
-STATUS_PAUSED = "paused"
+# STATUS_OVER_BUDGET is also the trainer's for any stop the closed loop asked for (the loop's own
+# summary says which); STATUS_PAUSED is never saved as a checkpoint's status (that says RUNNING).
 RUNNING = "running"
 
 
