@@ -14,6 +14,23 @@ FREQS = [200.0, 400.0, 600.0, 800.0]
 BATCHES = [8, 16, 32]
 IDLE_W = 1.0
 K_W_PER_MHZ = 0.004
+EFF = {8: 4000.0, 16: 4000.0, 32: 4400.0}  # samples to the target: b=32 wins where its clock fits
+
+
+class FakeClock:
+    """The loop's monotonic seconds, moved only by the test (a step "computes") or by the loop's
+    own sleep: what the loop decides then depends on these times alone, never on the host."""
+
+    def __init__(self) -> None:
+        self.t = 100.0
+        self.slept = []
+
+    def __call__(self):
+        return self.t
+
+    def sleep(self, s):
+        self.slept.append(s)
+        self.t += s
 
 
 def model_power(b, f):

@@ -22,8 +22,7 @@ from fleet.agent.loop.loop_plan import LoopHooks, LoopPlan
 from fleet.method.budget import BudgetStep, ScheduleBudget
 from fleet.method.selection import lut_from_rows
 from simulations.virtual_jetson import build_board
-from tests.closedloop_helpers import model_power, model_time
-from tests.test_pacing import EFF, FakeClock
+from tests.closedloop_helpers import EFF, FakeClock, model_power, model_time
 
 NANO_MHZ = [230.4, 460.8, 691.2, 921.6]  # four of the Nano's own table
 BATCHES = [8, 16, 32]

@@ -13,24 +13,14 @@ from fleet.agent.loop.closedloop import ClosedLoop
 from fleet.agent.loop.loop_plan import LoopHooks, LoopPlan
 from fleet.method.budget import BudgetStep, FixedBudget, ScheduleBudget
 from fleet.method.selection import lut_from_rows
-from tests.closedloop_helpers import FollowBackend, lut_rows, model_power, model_time
-
-EFF = {8: 4000.0, 16: 4000.0, 32: 4400.0}
-
-
-class FakeClock:
-    """Monotonic seconds that move only when a step 'computes' or the loop sleeps."""
-
-    def __init__(self) -> None:
-        self.t = 100.0
-        self.slept: list[float] = []
-
-    def __call__(self) -> float:
-        return self.t
-
-    def sleep(self, s: float) -> None:
-        self.slept.append(s)
-        self.t += s
+from tests.closedloop_helpers import (
+    EFF,
+    FakeClock,
+    FollowBackend,
+    lut_rows,
+    model_power,
+    model_time,
+)
 
 
 def loop_with(clock: FakeClock, pace: bool) -> ClosedLoop:

@@ -286,18 +286,19 @@ class ClosedLoop(object):
             return record
 
     def after_step(self) -> None:
-        """The trainer finished a step: pace it; then, under one hold of the lock (every decision
-        here is made under the budget in force now), read the budget, count the step, time it."""
+        """The trainer finished a step: pace it; then, under one hold of the lock, count the step,
+        read the budget (every decision here is made under the budget in force now), time it."""
         if self.running.pace:
             self.running.step_ended(self.table().point(*self.running.key()))
         deadline, drift = self.deadline, self.drift
         with self._mu, self._refusal_stops():
-            if self.log.end_s is None:
-                self._follow_budget(self.now())
-            if self.learning.active():
+            if self.learning.active():  # counted first: a refused clock below ends the block
                 self.learning.stepped(self.running.batch)
             if deadline is not None:
                 deadline.stepped(self.running.batch, self.learning.efficiency)
+            if self.log.end_s is None:
+                self._follow_budget(self.now())
+            if deadline is not None:
                 t, table, ahead = self.now(), self.table(), self.follower.ahead
                 busy = self._pending is not None or self.stop_reason is not None
                 busy = busy or (drift is not None and drift.active())
