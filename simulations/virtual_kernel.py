@@ -211,7 +211,7 @@ class Kernel:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
 
-    def start(self, timeout_s: float = 10.0) -> Kernel:
+    def start(self, timeout_s: float = 60.0) -> Kernel:  # a hang guard: a loaded host
         status = self.root / CONTROL_DIR / STATUS_FILE
         if status.exists():
             status.unlink()

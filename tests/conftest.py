@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -18,6 +19,11 @@ ROOT = Path(__file__).resolve().parents[1]
 # 737 CPU-s, 699 -> 538 s. Agents on a board keep their library's defaults; this is the suite's.
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = "1"
+
+# Hypothesis's per-example deadline (200 ms) times examples on the host's clock: a loaded core
+# fails a correct property. Examples are bounded by max_examples instead, in every file.
+settings.register_profile("suite", deadline=None)
+settings.load_profile("suite")
 
 #: How long a test waits for an agent's reply before it calls the agent hung: a hang guard, not a
 #: timing claim (a reply ends the wait at once). On a loaded 2-core machine an agent's start

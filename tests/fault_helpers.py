@@ -109,7 +109,7 @@ def wait_for_process(root: subprocess.Popen | int, needle: str, timeout_s: float
     return wait_until(lambda: find_process(root, needle), timeout_s, f"a process {needle!r}")
 
 
-def kill_tree(proc: subprocess.Popen | int, timeout_s: float = 10.0) -> list[int]:
+def kill_tree(proc: subprocess.Popen | int, timeout_s: float = 60.0) -> list[int]:
     """SIGKILL ``proc`` and everything below it (a SuperNode's superexec, flwr-clientapp and
     agent; a SuperLink's ServerApp): freeze the tree, look again, kill it; waits (bounded)
     until every one is gone and reaps ``proc``. Returns the pids killed."""

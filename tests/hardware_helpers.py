@@ -69,21 +69,22 @@ def deadline_profile(board, path: Path) -> Path:
     return path
 
 
-def check_clocks_follow(pinned: list[tuple[float, int]], segments: list[dict], end_s: float) -> int:
-    """Every locked-clock sample (monotonic time, Hz) equals the clock of the loop segment
-    running then, away (0.4 s) from the switches; the loop's 0 s is the first lock. Returns how
-    many samples were checked."""
-    t0 = pinned[0][0]
-    bounds = [s["start_s"] for s in segments[1:]]
-    checked = 0
-    for t, hz in pinned:
-        x = t - t0
-        if x > end_s - 0.3 or any(abs(x - b) < 0.4 for b in bounds):
-            continue
-        seg = [s for s in segments if s["start_s"] <= x][-1]
-        assert hz == seg["freq_mhz"] * MHZ, (x, hz, seg)
-        checked += 1
-    return checked
+def check_clocks_follow(pinned: list[tuple[float, int]], segments: list[dict]) -> int:
+    """The clocks the board showed locked (samples of (monotonic time, Hz), in the order seen)
+    are the loop's segments' clocks in the segments' order: the first is the first segment's,
+    and the sequence of distinct clocks seen is a subsequence of theirs (a short segment may
+    pass between two polls). Nothing lines the poller's clock up with the loop's: a loaded host
+    delays either by any amount. Returns how many distinct clocks were seen."""
+    want = [round(s["freq_mhz"] * MHZ) for s in segments]
+    seen = [round(hz) for _, hz in pinned]
+    runs = [hz for i, hz in enumerate(seen) if i == 0 or hz != seen[i - 1]]
+    assert runs and runs[0] == want[0], (runs, want)
+    i = 0
+    for hz in runs:
+        while i < len(want) and want[i] != hz:
+            i += 1
+        assert i < len(want), f"clock {hz} Hz seen out of the segments' order: {runs} vs {want}"
+    return len(runs)
 
 
 def tiny_pt_data(path: Path, n: int = 640, seed: int = 0) -> Path:
@@ -144,6 +145,7 @@ def train_cmd(board, state: Path, data: Path, eff: Path, prof: Path) -> list[str
         "--sysfs-root", str(board.root), "--state-dir", str(state), "--model", "small_cnn",
         "--dataset", str(data), "--efficiency", str(eff), "--profile", str(prof),
         "--target-accuracy", "1.0", "--lr-ref-batch", str(BATCH), "--json", "--pace-to-profile",
+        "--settle-timeout-s", str(SETTLE_GUARD_S),  # the kernel stand-in answers when it runs
     ]  # fmt: skip
 
 

@@ -121,8 +121,8 @@ def test_two_virtual_jetsons_one_deployment_round(tmp_path: Path) -> None:
     assert [(s["budget_w"], s["freq_mhz"]) for s in nano] == [(5.0, 921.6), (3.0, 384.0)]
     pinned = log.pinned()
     assert pinned[0][1] == 921.6 * MHZ and pinned[-1][1] == 384.0 * MHZ
-    assert 2.0 <= nano[1]["start_s"] < 3.0  # the loop's own clock: never before the step
-    assert check_clocks_follow(pinned, nano, pinned[-1][0] - pinned[0][0]) > 20
+    assert 2.0 <= nano[1]["start_s"]  # the loop's own clock: never before the step
+    assert check_clocks_follow(pinned, nano) >= 2
     # the pre-trained weights travelled: each board got the fleet's file as its input weights
     # (and loaded them: a shape mismatch would be an error row)
     for name in ("nano-1", "tx2-1"):

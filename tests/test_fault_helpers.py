@@ -36,7 +36,7 @@ def _state(pid: int) -> str:
 def test_kill_tree_takes_every_descendant(tmp_path: Path) -> None:
     script = "sleep 300 & sleep 300 & (sleep 300 & wait) & wait"
     proc = subprocess.Popen(["sh", "-c", script], start_new_session=True)
-    below = wait_until(lambda: len(processes.descendants(proc.pid)) >= 4 or None, 10, "children")
+    below = wait_until(lambda: len(processes.descendants(proc.pid)) >= 4 or None, 60, "children")
     assert below
     killed = kill_tree(proc)
     assert proc.returncode == -9
@@ -48,9 +48,9 @@ def test_freeze_and_thaw_one_process() -> None:
     proc = subprocess.Popen(["sleep", "300"])
     try:
         freeze(proc)
-        assert wait_until(lambda: _state(proc.pid) == "T", 10, "stopped")
+        assert wait_until(lambda: _state(proc.pid) == "T", 60, "stopped")
         thaw(proc)
-        assert wait_until(lambda: _state(proc.pid) in "SR", 10, "running again")
+        assert wait_until(lambda: _state(proc.pid) in "SR", 60, "running again")
     finally:
         kill_tree(proc)
 

@@ -14,6 +14,7 @@ import pytest
 from fleet.core.profile import load_profile
 from simulations.virtual_jetson import ClockRecorder, build_board
 from tests.conftest import run_cli
+from tests.hardware_helpers import SETTLE_GUARD_S
 from tests.test_agent_jetson import NANO_HZ
 
 LOAD = 4  # the batch size the emulated board is told is running (power follows it)
@@ -27,6 +28,7 @@ def profile_board(board, out, *extra: str):
     return run_cli(
         "profile", "--backend", "jetson", "--sysfs-root", str(board.root),
         "--model", "small_cnn", "--input-shape", "3x16x16", "--batch-sizes", "2,4",
+        "--settle-timeout-s", str(SETTLE_GUARD_S),  # the kernel stand-in answers when it runs
         "--steps", "1", "--warmup", "0", "--min-point-s", "0.15", "--min-power-samples", "3",
         *extra, "--out", str(out), "--json",
     )  # fmt: skip

@@ -9,7 +9,7 @@ from fleet.agent.devices.jetson import JetsonBackend
 from simulations.devicemodel.fitted import WORKLOADS
 from simulations.devicemodel.physics import mean_power_w
 from simulations.virtual_boards import BOARDS
-from simulations.virtual_jetson import ClockRecorder, build_board, wait_for
+from simulations.virtual_jetson import HANG_GUARD_S, ClockRecorder, build_board, wait_for
 
 
 @pytest.mark.slow
@@ -35,11 +35,11 @@ def test_cur_freq_follows_with_the_configured_lag(tmp_path):
         assert wait_for(lambda: board.clocks()["cur_freq"] == max(board.freqs_hz), 3)
         t0 = time.monotonic()
         b.lock(318.75)
-        assert board.clocks()["cur_freq"] == max(board.freqs_hz)  # not yet
-        assert b.wait_settled(timeout_s=3)
+        assert b.wait_settled(timeout_s=HANG_GUARD_S)
         took = time.monotonic() - t0
         b.restore()
-    assert 0.2 <= took < 1.5
+    # never sooner than the lag (a lower bound holds on any host; how much later is the host's)
+    assert took >= 0.2
 
 
 @pytest.mark.parametrize("kind", sorted(BOARDS))
@@ -66,9 +66,10 @@ def test_power_is_the_device_model_at_the_running_clock_with_drift(tmp_path, kin
 def test_noise_has_the_configured_spread(tmp_path):
     board = build_board(tmp_path, "nano")
     with board.kernel(process=True, load=64, noise_w=0.1), ClockRecorder(board, 0.01) as rec:
-        time.sleep(1.5)
+        # 60 readings however long a loaded host takes to record them (the kernel's noise is
+        # per tick; the recorder may read one tick twice, which only narrows the spread)
+        assert wait_for(lambda: len(rec.seen) > 60, HANG_GUARD_S)
     watts = [r["power_w"] for r in rec.seen]
-    assert len(watts) > 50
     assert 0.05 < statistics.pstdev(watts) < 0.2
 
 
