@@ -9,7 +9,6 @@ its own clock (``FakeClock``), readings and steps placed by the test.
 
 import os
 import random
-import threading
 import time
 
 import pytest
@@ -54,22 +53,6 @@ TRAIN, TEST = make_data(512, 1), make_data(128, 2)
 def slow_step(x, gen):
     time.sleep(STEP_S)
     return x
-
-
-def after_start(backend, delay_s, action):
-    """Run ``action`` ``delay_s`` after the loop's first lock (a daemon thread)."""
-
-    def wait_then_act():
-        deadline = time.monotonic() + 60
-        while not backend.lock_log and time.monotonic() < deadline:
-            time.sleep(0.005)
-        time.sleep(max(0.0, backend.lock_log[0][0] + delay_s - time.monotonic()))
-        action()
-
-    th = threading.Thread(target=wait_then_act)
-    th.daemon = True
-    th.start()
-    return th
 
 
 def run_loop(backend, source, max_samples, checkpoint=None, augment=slow_step, **kw):
@@ -181,23 +164,20 @@ def test_budget_file_drives_the_loop(tmp_path):
     path.write_text("6\n")
     backend = FollowBackend()
     written = []
+    steps = [0]
 
-    def controller_writes():  # as a controller should: write aside, then rename over
-        (tmp_path / "budget.new").write_text("3.2\n")
-        os.replace(str(tmp_path / "budget.new"), str(path))
-        written.append(time.monotonic())
+    def controller_at_step_20(x, gen):
+        # paced by training, not the wall clock: 130 more steps of >= 15 ms outlast the 1 s
+        # re-read on any host (a slower one only makes them longer)
+        steps[0] += 1
+        if steps[0] == 20:  # as a controller should: write aside, then rename over
+            (tmp_path / "budget.new").write_text("3.2\n")
+            os.replace(str(tmp_path / "budget.new"), str(path))
+            written.append(time.monotonic())
+        return slow_step(x, gen)
 
-    def controller_after_start():  # paced by training, not the wall clock (a loaded CI)
-        deadline = time.monotonic() + 60
-        while not backend.lock_log and time.monotonic() < deadline:
-            time.sleep(0.01)
-        time.sleep(0.3)
-        controller_writes()
-
-    writer = threading.Thread(target=controller_after_start, daemon=True)
-    writer.start()
-    result, summary = run_loop(backend, make_source(budget_file=str(path)), 4800)
-    writer.join(timeout=60)
+    source = make_source(budget_file=str(path))
+    result, summary = run_loop(backend, source, 4800, augment=controller_at_step_20)
     assert summary["segments"][0]["budget_w"] == 6.0
     assert any(s["budget_w"] == 3.2 for s in summary["segments"])
     # The clock came down after the write, never before it (the re-read period is the source's,
@@ -244,18 +224,28 @@ def test_schedule_lowers_the_clock_at_the_step():
 
 
 @pytest.mark.slow
-def test_guard_steps_down_once_and_never_reselects():
+def test_guard_steps_down_once_and_never_reselects(tmp_path):
     backend = FollowBackend()
-    drift_at = [None]
+    path = tmp_path / "budget"
+    path.write_text("6\n")
+    drift_at, steps = [None], [0]
 
-    def drift():
-        drift_at[0] = time.monotonic()
-        backend.drift_w = 0.5  # 32 @ 800 MHz: 5.8 + 0.5 W > 6 W
+    def drift_then_raise(x, gen):
+        # paced by training, not the wall clock: at step 10 the rail runs 0.5 W hot (32 @ 800
+        # MHz: 5.8 + 0.5 W > 6 W); once the guard has stepped down, the budget rises to 7 W,
+        # where the excluded (32, 800) would win again. 8,000 samples: >= 250 steps of >= 15 ms,
+        # so the run outlasts the 1 s re-read after the rise on any host
+        steps[0] += 1
+        if steps[0] == 10:
+            drift_at[0] = time.monotonic()
+            backend.drift_w = 0.5
+        if any(f == 600.0 for _, f in backend.lock_log) and path.read_text() == "6\n":
+            (tmp_path / "budget.new").write_text("7\n")
+            os.replace(str(tmp_path / "budget.new"), str(path))
+        return slow_step(x, gen)
 
-    after_start(backend, 1.0, drift)
-    # at 2.5 s the budget rises to 7 W: the excluded (32, 800) would win again
-    # 8,000 samples: >= 250 steps of >= 15 ms, so the run is well past the 2.5 s step
-    result, summary = run_loop(backend, ScheduleBudget(parse_schedule("0:6,2.5:7")), 8000)
+    source = make_source(budget_file=str(path))
+    result, summary = run_loop(backend, source, 8000, augment=drift_then_raise)
     events = summary["guard_events"]
     assert len(events) == 1
     ev = events[0]

@@ -7,7 +7,6 @@ real training on a board whose power follows the clock (tests/closedloop_helpers
 """
 
 import math
-import threading
 import time
 
 import pytest
@@ -16,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fleet.agent.loop.closedloop import ClosedLoop, ClosedLoopError
-from fleet.agent.loop.loop_plan import LoopPlan
+from fleet.agent.loop.loop_plan import LoopHooks, LoopPlan
 from fleet.agent.models.registry import build_model
 from fleet.core.deadline import choose_step, rates
 from fleet.core.efficiency import Efficiency
@@ -24,22 +23,22 @@ from fleet.method.budget import BudgetStep, FileBudget, FixedBudget
 from fleet.method.deadline import choose_deadline
 from fleet.method.point import Point
 from fleet.method.selection import choose, lut_from_rows
-from tests.closedloop_helpers import FollowBackend, lut_rows, under_budget
+from tests.closedloop_helpers import FakeClock, FollowBackend, lut_rows, under_budget
 
 
-def after_start_s(board, delay_s, action):
-    """Run ``action`` ``delay_s`` after the loop's first lock (a daemon thread)."""
+def at_step(n, action):
+    """An ``augment`` hook (each step slept as ``slow``) that runs ``action`` once, at the
+    ``n``-th step: paced by training, not by a timer thread, which a loaded host may wake after
+    the run has ended."""
+    count = [0]
 
-    def wait_then_act():
-        end = time.monotonic() + 60
-        while not board.lock_log and time.monotonic() < end:
-            time.sleep(0.005)
-        time.sleep(max(0.0, board.lock_log[0][0] + delay_s - time.monotonic()))
-        action()
+    def augment(x, gen):
+        count[0] += 1
+        if count[0] == n:
+            action()
+        return slow(x, gen)
 
-    th = threading.Thread(target=wait_then_act, daemon=True)
-    th.start()
-    return th
+    return augment
 
 
 BATCHES = (4, 8, 16, 32)
@@ -270,8 +269,7 @@ def train_deadline(board, source, deadline_s, max_samples=4000, **kw):
     return under_budget(
         board, model, train, test, lut_from_rows(lut_rows()), EFF, source, 16, 1e-3,
         objective="deadline", deadline_s=deadline_s, target_accuracy=1.0,
-        max_samples=max_samples, augment=slow,
-        **{"eval_every_samples": max_samples, **kw},
+        max_samples=max_samples, **{"eval_every_samples": max_samples, "augment": slow, **kw},
     )  # fmt: skip
 
 
@@ -290,8 +288,9 @@ def test_a_live_budget_file_re_selects_for_the_work_and_time_left(tmp_path):
     budget = tmp_path / "budget"
     budget.write_text("6\n")
     board = FollowBackend()
-    after_start_s(board, 1.2, lambda: budget.write_text("4.2\n"))
-    _result, summary = train_deadline(board, FileBudget(str(budget), reread_s=0.05), 30.0, 3200)
+    write = at_step(60, lambda: budget.write_text("4.2\n"))  # about 1 s in; 140 steps to go
+    source = FileBudget(str(budget), reread_s=0.05)
+    _result, summary = train_deadline(board, source, 30.0, 3200, augment=write)
     segs = summary["segments"]
     points = lut_from_rows(lut_rows())
     assert point_of(segs[0]) == picked(choose_deadline(points, EFF, [(0.0, 6.0)], 0, 0, 30.0))
@@ -307,13 +306,14 @@ def test_a_live_budget_file_re_selects_for_the_work_and_time_left(tmp_path):
 
 @pytest.mark.slow
 def test_after_a_guard_step_down_the_deadline_re_selects_with_the_rail_margin():
-    """The rail runs 1.5 W hot from 1 s: the guard steps 16@600 down to 16@400 and rules out
-    the faster clocks at b=16; the loop's deadline re-selection then keeps the measured excess
-    (5.5 W read at a 4.05 W point) under the budget, so it does not try 8@800 or 32@600 (in
-    the profile under 5 W, over it on this rail): one guard event, no cascade."""
+    """The rail runs 1.5 W hot from the 60th step (about 1 s): the guard steps 16@600 down to
+    16@400 and rules out the faster clocks at b=16; the loop's deadline re-selection then keeps
+    the measured excess (5.5 W read at a 4.05 W point) under the budget, so it does not try
+    8@800 or 32@600 (in the profile under 5 W, over it on this rail): one guard event, no
+    cascade."""
     board = FollowBackend()
-    after_start_s(board, 1.0, lambda: setattr(board, "drift_w", 1.5))
-    _result, summary = train_deadline(board, FixedBudget(5.0), 30.0, 3200)
+    hot = at_step(60, lambda: setattr(board, "drift_w", 1.5))  # about 1 s in; 140 to go
+    _result, summary = train_deadline(board, FixedBudget(5.0), 30.0, 3200, augment=hot)
     segs, events = summary["segments"], summary["guard_events"]
     points = lut_from_rows(lut_rows())
     assert point_of(segs[0]) == (16, 600.0)  # least energy under 5 W meeting 30 s
@@ -455,7 +455,7 @@ def test_past_the_shipped_estimate_the_loop_runs_its_fastest_point(tmp_path):
             loop.after_step()
         assert loop.done > 1.0
         budget.write_text("5.5\n")  # 16@800 (5.05 W peak) fits, 32@800 (5.85 W) does not
-        for _ in range(500):  # until the loop has read the new budget
+        for _ in range(6000):  # until the sampler has read the new budget (a hang guard)
             if any(seg["budget_w"] == 5.5 for seg in loop.segments):
                 break
             time.sleep(0.01)
@@ -472,7 +472,9 @@ def test_past_the_shipped_estimate_the_loop_runs_its_fastest_point(tmp_path):
 def test_a_late_start_is_still_checked_after_the_budget_rises(tmp_path):
     """Only 200 MHz fits at first (late from the start); the live budget then rises and the
     deadline point is 400 MHz, but the board runs 1.6x slower than its LUT: the check keeps
-    running after the late start and moves it up again instead of letting it finish later."""
+    running after the late start and moves it up again instead of letting it finish later.
+    On the loop's own clock (steps and the file's re-read), so the choice at each step is the
+    same on any host."""
     rows = [
         {
             "batch_size": 16,
@@ -488,16 +490,21 @@ def test_a_late_start_is_still_checked_after_the_budget_rises(tmp_path):
     budget = tmp_path / "budget"
     budget.write_text("1.0\n")
     board = FollowBackend(freqs=[200.0, 400.0, 600.0, 800.0])
-    plan = LoopPlan(points, n, FileBudget(str(budget), reread_s=0.01), "deadline", 1.5)
-    loop = ClosedLoop(board, plan)
+    clock = FakeClock()
+    source = FileBudget(str(budget), reread_s=0.01, clock=clock)
+    plan = LoopPlan(points, n, source, "deadline", 1.5)
+    loop = ClosedLoop(board, plan, hooks=LoopHooks(hz=0.001, clock=clock, sleep=clock.sleep))
     with loop:
+        loop.sampler.stop()  # its one reading, if any, at 0 s: the steps read the budget
         assert (loop.freq_mhz, loop.late) == (200.0, True)
-        time.sleep(0.05)
+        clock.t += 0.05
         budget.write_text("10\n")
-        time.sleep(0.05)
-        while loop.done < 1.0:
+        clock.t += 0.05
+        for _ in range(1000):  # ~63 steps of 16 reach the 1,000 samples
+            if loop.done >= 1.0:
+                break
             loop.before_step()
-            time.sleep(1.6 * lut[loop.freq_mhz])
+            clock.t += 1.6 * lut[loop.freq_mhz]
             loop.after_step()
     reasons = [(s["reason"], s["freq_mhz"]) for s in loop.summary()["segments"]]
     assert reasons[:2] == [("start", 200.0), ("budget-change", 400.0)]

@@ -263,8 +263,10 @@ def mute_round(tmp_path: Path, mute: dict[int, int | None]) -> tuple[dict, dict,
     fleet_file = fleet_as(tmp_path, "default", "time")
     want = simulate(fleet_file, "direct", tmp_path / "direct")
     grid = MuteIdentifyGrid(len(load_fleet(fleet_file).devices), mute)
+    # node_wait_s is wall time: a node muted twice answers its third ask, two identify waits
+    # (a fifth each) in; 5 s leaves it three seconds of a loaded host's slack, not 0.6
     settings = ServerSettings(
-        str(fleet_file), str(tmp_path / "run"), ship_weights=False, poll_s=0.01, node_wait_s=1.0
+        str(fleet_file), str(tmp_path / "run"), ship_weights=False, poll_s=0.01, node_wait_s=5.0
     )
     with app_identity():
         got = run_fleet(grid, settings)
