@@ -130,7 +130,8 @@ def test_canonical_url_gives_up_fast_when_offline(tmp_path: Path, monkeypatch, n
     monkeypatch.setattr(canonical.socket, "getaddrinfo", stuck_dns)
     try:
         assert canonical._resolves("mirror.example", timeout=0.05) is False
-        assert entered.is_set() and not release.is_set()  # returned while the lookup hangs
+        # returned while the lookup hangs (the lookup's thread may start after the wait ended)
+        assert entered.wait(60) and not release.is_set()
     finally:
         release.set()
     limit = inspect.signature(canonical._resolves).parameters["timeout"].default
