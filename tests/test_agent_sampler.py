@@ -188,6 +188,34 @@ def test_mark_starts_a_new_window_and_returns_the_old_one():
     assert second.n_samples >= 3 and second.peak_w == 9.0
 
 
+def test_a_read_begun_before_mark_stays_out_of_the_new_window():
+    """The trainer marks after an evaluation: a reading the sampler began during it (100 W) and
+    stored only after the mark (its thread preempted in between, here held by the test) is the
+    evaluation's, not the new window's. Before, it landed in training's window as its peak."""
+    began, release = threading.Event(), threading.Event()
+    calls = [0]
+
+    def read():
+        calls[0] += 1
+        if calls[0] == 2:  # the second read is in flight while the test marks
+            began.set()
+            assert release.wait(60)
+            return 100.0
+        return 5.0
+
+    sampler = PowerSampler(read, hz=1000.0).start()
+    try:
+        assert began.wait(60)
+        closed = sampler.mark()
+        release.set()
+        wait_for(lambda: sampler.window_stats().n_samples >= 3)
+        opened = sampler.window_stats()
+    finally:
+        sampler.stop()
+    assert (closed.n_samples, closed.peak_w) == (1, 5.0)
+    assert opened.peak_w == 5.0 and 100.0 not in sampler.samples()[1]
+
+
 def test_none_readings_and_errors_are_counted_not_fatal():
     seq = iter([1.0, None, ValueError("i2c read failed"), 3.0, None])
 

@@ -191,6 +191,7 @@ class PowerSampler:
         self._lock = threading.Lock()
         self._times = []  # type: List[float]
         self._watts = []  # type: List[float]
+        self._opened = float("-inf")  # when the open window began (its last mark())
         self.errors = 0
         self.none_readings = 0
         self.last_error = None  # type: Optional[BaseException]
@@ -255,7 +256,7 @@ class PowerSampler:
         with self._lock:
             if value is None:
                 self.none_readings += 1
-            else:
+            elif t0 >= self._opened:  # a read begun before mark() is the closed window's
                 self._times.append(t)
                 self._watts.append(float(value))
         if self.on_sample is not None:
@@ -268,10 +269,13 @@ class PowerSampler:
 
     # -- windows ----------------------------------------------------------------------------------
     def mark(self) -> WindowStats:
-        """Start a new window; return the stats of the window it closes."""
+        """Start a new window; return the stats of the window it closes. A reading begun before
+        this call and stored after it (the sampler's thread preempted in between) is left out of
+        the new window: the trainer marks after an evaluation, and its power is not training's."""
         with self._lock:
             times, watts = self._times, self._watts
             self._times, self._watts = [], []
+            self._opened = self._clock()
         return stats_from_samples(times, watts)
 
     def window_stats(self) -> WindowStats:
