@@ -57,10 +57,11 @@ def test_full_grid_profile_on_a_virtual_board(tmp_path, kind):
         expected = board.model_power_w(round(p.freq_mhz * 1e6), LOAD)
         assert p.peak_power_w == pytest.approx(expected, abs=0.003), p
         assert p.mean_power_w == pytest.approx(expected, abs=0.003), p
-    # over time: every clock was pinned at some point, the governor never changed, and the
-    # bounds came back to what they were
+    # over time: the pins the recorder saw are the table's (each clock's power above says it
+    # was pinned; whether a 0.15 s pin falls between two polls is the host's), the governor
+    # never changed, and the bounds came back to what they were
     pins = {c["min_freq"] for c in rec.seen if c["min_freq"] == c["max_freq"]}
-    assert pins == set(hz)
+    assert pins and pins <= set(hz)
     assert {c["governor"] for c in rec.seen} == {before["governor"]}
     assert after == before and rec.seen[-1]["min_freq"] == before["min_freq"]
     assert "source=virtual" in out.read_text()  # a virtual board says so: the host's times
