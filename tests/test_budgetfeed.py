@@ -9,22 +9,10 @@ from pathlib import Path
 from fleet.budgets.feed import feed
 from fleet.budgets.trace import schedule_from_trace
 from fleet.method.budget import BudgetStep
+from tests.closedloop_helpers import FakeClock
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))
-
-
-class FakeClock:
-    def __init__(self):
-        self.t = 100.0
-        self.sleeps = []
-
-    def __call__(self):
-        return self.t
-
-    def sleep(self, s):
-        self.sleeps.append(s)
-        self.t += s
 
 
 def test_each_step_is_written_at_its_time(tmp_path):
@@ -41,7 +29,7 @@ def test_each_step_is_written_at_its_time(tmp_path):
     assert [w for _at, w in got] == [6.0, 3.0, None]
     assert contents == ["6\n", "3\n", "none\n"]  # the budget codec's words, read back
     assert path.stat().st_mode & 0o777 == 0o644  # an agent running as another user reads it
-    assert max(clock.sleeps) <= 0.5  # never sleeps past a step
+    assert max(clock.slept) <= 0.5  # never sleeps past a step
 
 
 def test_feeder_process_follows_the_trace_schedule(tmp_path):

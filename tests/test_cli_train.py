@@ -227,3 +227,58 @@ def test_deadline_on_a_time_only_profile_is_one_line_exit_2(inputs, capsys):
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert "time-only" in err and str(prof) in err
+
+
+@pytest.mark.slow
+def test_a_clock_the_board_refuses_mid_run_is_one_line_exit_2_and_the_run_written(inputs):
+    """The replayed board's own table has no 400 MHz, which the LUT has. When the budget falls
+    to 4.2 W, b=32's fastest point there (400 MHz) bridges to the batch switch, and the board
+    refuses the lock: the run stops at its next step, exit 2, one line naming the clock and
+    the file, status ``error`` (never over its budget), and what ran is written."""
+    board = inputs["tmp"] / "board.csv"
+    with open(board, "w", newline="") as fh:
+        w = csv.DictWriter(fh, ["batch_size", "freq_mhz", "time_per_batch_s", "peak_power_w",
+                                "mean_power_w"])  # fmt: skip
+        w.writeheader()
+        w.writerows(r for r in lut_rows() if r["freq_mhz"] != 400.0)
+    out_dir = inputs["tmp"] / "run"
+    args = base_args(inputs)
+    args[args.index("--replay-profile") + 1] = str(board)
+    proc = run_cli(
+        args
+        + [
+            "--profile",
+            inputs["profile"],
+            "--budget-schedule",
+            "0:6,0.001:4.2",
+            "--max-samples",
+            "1536",
+            "--eval-every",
+            "512",
+            "--target-accuracy",
+            "1.0",
+            "--lr-ref-batch",
+            "16",
+            "--out",
+            str(out_dir),
+            "--json",
+            "--pace-to-profile",  # the first step lasts >= 14.8 ms: past the 1 ms step
+            "--no-drift",
+        ]  # fmt: skip
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    why = f"could not change the clock: 400.0 MHz is not in {board}; valid MHz: 200, 600, 800"
+    assert proc.stderr.splitlines()[-1] == "powerfleet train: " + why
+    out = json.loads(proc.stdout)
+    assert (out["status"], out["stop_reason"]) == ("error", why)
+    assert out["samples"] < 1536
+    # the clock never left 800 MHz (the refused lock changed nothing): whatever time 5.85 W
+    # then ran on under 4.2 W before the stop (readings the host's pace decides) is counted,
+    # and the status stays the error that caused it (tests/test_loop_parts.py)
+    assert [(s["batch_size"], s["freq_mhz"]) for s in out["segments"]] == [(32, 800.0)]
+    assert out["guard_events"] == []
+    over = [n for n in out["notes"] if n.startswith("over budget: ")]
+    assert over == [] if out["over_budget_s"] == 0 else over[0].endswith("ended: error")
+    saved = json.loads((out_dir / "run.json").read_text())
+    assert (saved["status"], saved["stop_reason"]) == ("error", why)

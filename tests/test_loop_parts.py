@@ -177,3 +177,32 @@ def test_the_segment_log_judges_the_budget_statistic_not_the_reading():
     # over for 0.05 s each (0.275 J), then 20 readings at 7 W stand 1 W over (1 J)
     assert this["over_budget_j"] == pytest.approx(1.275)
     assert this["over_budget_excursions"] == 1
+
+
+@pytest.mark.parametrize(
+    "was,seconds,status,said",
+    [
+        ("reached", 0.4, "over-budget", "training reached the target"),
+        ("not reached", 0.4, "over-budget", "training ended: not reached"),
+        ("error", 0.4, "error", "training ended: error"),  # the refusal is why: it stays
+        ("paused", 0.4, "paused", None),  # a segment: the round goes on, the record carries
+        ("reached", 0.0, "reached", None),
+    ],
+)
+def test_time_above_the_budget_makes_the_status_and_a_note(was, seconds, status, said):
+    from fleet.agent.loop.underbudget import over_budget
+
+    summary = {
+        "status": was, "notes": [], "over_budget_s": seconds, "over_budget_j": 1.2,
+        "over_budget_excursions": 1, "longest_over_budget_s": seconds, "power_window_s": 1.0,
+    }  # fmt: skip
+    over_budget(summary)
+    assert summary["status"] == status
+    if said is None:
+        assert summary["notes"] == []
+    else:
+        (note,) = summary["notes"]
+        assert note == (
+            "over budget: 0.4 s and 1.2 J above the budget in 1 excursion(s) (longest 0.4 s) "
+            "of the power averaged over 1 s; " + said
+        )

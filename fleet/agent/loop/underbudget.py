@@ -12,12 +12,13 @@ from typing import Any, Callable, Dict, Optional, Tuple
 from fleet.agent.devices.base import Backend
 from fleet.agent.learning.efficiency_belief import trust_for
 from fleet.agent.learning.efficiency_learner import EfficiencyLearner
-from fleet.agent.loop.closedloop import STATUS_OVER_BUDGET, ClosedLoop
+from fleet.agent.loop.closedloop import ClosedLoop
 from fleet.agent.loop.driftwatch import DriftWatch, rows_from_points
 from fleet.agent.loop.loop_plan import LoopHooks, LoopParts, LoopPlan
 from fleet.agent.loop.segments import finite
 from fleet.agent.measure.sampler import sensor_hz
 from fleet.agent.training.plan import TrainHooks, TrainPlan
+from fleet.method.agent_records import STATUS_ERROR, STATUS_OVER_BUDGET, STATUS_PAUSED
 
 
 def train_under_budget(
@@ -114,12 +115,15 @@ def over_budget(summary: Dict[str, Any]) -> None:
     """A run whose budget statistic spent any time above the budget is not a clean result: its
     status becomes ``over-budget`` (the target's verdict stays in ``samples_to_accuracy``) and a
     note says how long and how much (a paused segment keeps ``paused``: the round goes on, and
-    the record it carries is cumulative)."""
+    the record it carries is cumulative; a run the device stopped by refusing a setting keeps
+    ``error``: the clock it could not lower is why it ran over, and the note still says how
+    much)."""
     seconds = summary.get("over_budget_s") or 0.0
-    if not seconds > 0 or summary["status"] == "paused":
-        return
     was = summary["status"]
-    summary["status"] = STATUS_OVER_BUDGET
+    if not seconds > 0 or was == STATUS_PAUSED:
+        return
+    if was != STATUS_ERROR:
+        summary["status"] = STATUS_OVER_BUDGET
     summary["notes"].append(
         "over budget: {:.3g} s and {:.3g} J above the budget in {} excursion(s) (longest "
         "{:.3g} s) of the power averaged over {:.3g} s; training {}".format(
