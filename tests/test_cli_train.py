@@ -44,6 +44,18 @@ def base_args(inp):
     ]  # fmt: skip
 
 
+def schedule_args(inp, schedule, out_dir):
+    """A closed-loop run of 1,536 samples under ``schedule``, the LUT as its profile, JSON out.
+    Paced: 48 steps of >= 14.8 ms at b=32, so a step at 0.5 s (or 1 ms) falls inside on any
+    host. The drift watch is off: it times steps on the host's clock, and a loaded CI core would
+    make a replayed step "slower than its profile" (tests/test_drift.py covers drift)."""
+    return [
+        "--profile", inp["profile"], "--budget-schedule", schedule, "--max-samples", "1536",
+        "--eval-every", "512", "--target-accuracy", "1.0", "--lr-ref-batch", "16",
+        "--out", str(out_dir), "--json", "--pace-to-profile", "--no-drift",
+    ]  # fmt: skip
+
+
 def run_cli(args, timeout=240):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     return subprocess.run(
@@ -55,30 +67,7 @@ def run_cli(args, timeout=240):
 @pytest.mark.slow
 def test_train_json_contract_and_consistent_numbers(inputs):
     out_dir = inputs["tmp"] / "run"
-    proc = run_cli(
-        base_args(inputs)
-        + [
-            "--profile",
-            inputs["profile"],
-            "--budget-schedule",
-            "0:6,0.5:4.2",
-            "--max-samples",
-            "1536",
-            "--eval-every",
-            "512",
-            "--target-accuracy",
-            "1.0",
-            "--lr-ref-batch",
-            "16",
-            "--out",
-            str(out_dir),
-            "--json",
-            "--pace-to-profile",  # 48 steps of >= 14.8 ms at b=32: the 0.5 s step falls inside
-            # The drift watch times steps on the host's clock: a loaded CI core would make a
-            # replayed step "slower than its profile" (tests/test_drift.py covers drift).
-            "--no-drift",
-        ]  # fmt: skip
-    )
+    proc = run_cli(base_args(inputs) + schedule_args(inputs, "0:6,0.5:4.2", out_dir))
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     for key in ("status", "samples", "accuracy", "time_s", "energy_j", "peak_power_w",
@@ -244,28 +233,7 @@ def test_a_clock_the_board_refuses_mid_run_is_one_line_exit_2_and_the_run_writte
     out_dir = inputs["tmp"] / "run"
     args = base_args(inputs)
     args[args.index("--replay-profile") + 1] = str(board)
-    proc = run_cli(
-        args
-        + [
-            "--profile",
-            inputs["profile"],
-            "--budget-schedule",
-            "0:6,0.001:4.2",
-            "--max-samples",
-            "1536",
-            "--eval-every",
-            "512",
-            "--target-accuracy",
-            "1.0",
-            "--lr-ref-batch",
-            "16",
-            "--out",
-            str(out_dir),
-            "--json",
-            "--pace-to-profile",  # the first step lasts >= 14.8 ms: past the 1 ms step
-            "--no-drift",
-        ]  # fmt: skip
-    )
+    proc = run_cli(args + schedule_args(inputs, "0:6,0.001:4.2", out_dir))
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     why = f"could not change the clock: 400.0 MHz is not in {board}; valid MHz: 200, 600, 800"
