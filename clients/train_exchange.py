@@ -161,12 +161,10 @@ def fill_from_train(res: DeviceResult, out: dict[str, Any], target: float) -> No
     if status == "paused":
         res.status = "running"
         res.message = f"segment ended at {out.get('samples')} samples; resumes from the checkpoint"
-    elif status == "over-budget":  # stopped by the guard, or spent time above the budget
-        res.status = "over-budget"
-        res.message = str(reply.stop_reason or "")
-    elif status == "error":  # the board refused a setting mid-run (a clock it could not set)
-        res.status = "error"
-        res.message = str(reply.stop_reason or "")
+    elif status in ("over-budget", "error"):
+        # stopped by the guard or spent time above the budget; or the board refused a setting
+        # mid-run (a clock it could not set): the row says so, with the board's reason
+        res.status, res.message = status, str(reply.stop_reason or "")
     elif status == "reached":
         res.status, res.message = ("late" if late else "ok"), ""
     else:
