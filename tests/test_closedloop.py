@@ -362,6 +362,48 @@ def test_lowest_clock_still_over_stops_with_checkpoint_and_restores(tmp_path):
     assert summary2["segments"][len(key)]["reason"] == "resume"
 
 
+def test_a_refused_clock_is_the_trainers_status_too_and_its_checkpoint_resumes(tmp_path):
+    """The guard must lower the clock and the device refuses: the loop, the trainer's own
+    result and its checkpoint all say ``error`` (one stop, one meaning), and that checkpoint
+    resumes on a device that accepts the clock again."""
+    from fleet.agent.devices.base import DeviceError
+    from fleet.agent.training.checkpoint import torch_load_cpu
+
+    class RefusingBackend(FollowBackend):
+        refuse = False
+
+        def lock(self, freq_mhz):
+            if self.refuse:
+                raise DeviceError("cannot write max_freq: Permission denied")
+            super().lock(freq_mhz)
+
+    backend = RefusingBackend()
+    ckpt = str(tmp_path / "ckpt.pt")
+    steps = [0]
+
+    def drift_and_refuse_after_three_steps(x, gen):
+        steps[0] += 1
+        if steps[0] == 4:
+            backend.refuse, backend.drift_w = True, 2.0
+        return slow_step(x, gen)
+
+    result, summary = run_loop(
+        backend, FixedBudget(3.2), 100000, checkpoint=ckpt,
+        augment=drift_and_refuse_after_three_steps,
+    )  # fmt: skip
+    assert (result.status, summary["status"]) == ("error", "error")
+    assert summary["stop_reason"].startswith("could not change the clock: cannot write max_freq")
+    assert os.path.isfile(ckpt) and 0 < result.samples < 100000
+    assert backend.locked is None  # the exit restored it (restore is not refused)
+    assert torch_load_cpu(ckpt, "checkpoint")["counters"]["status"] == "error"
+    result2, _ = run_loop(
+        FollowBackend(), FixedBudget(3.2), result.samples + 256, checkpoint=ckpt,
+        augment=drift_and_refuse_after_three_steps,  # the run's own (its fourth step is past)
+    )  # fmt: skip
+    assert result2.resumed_from_samples == result.samples
+    assert result2.samples >= result.samples + 256
+
+
 def test_nothing_fits_the_first_budget_is_one_line_and_restores():
     from fleet.agent.loop.closedloop import ClosedLoopError
 

@@ -225,6 +225,8 @@ STATUS_ERROR = "error"
 TRAIN_STATUSES = (
     STATUS_REACHED, STATUS_NOT_REACHED, STATUS_OVER_BUDGET, STATUS_PAUSED, STATUS_ERROR,
 )  # fmt: skip
+# the statuses of a run the closed loop stopped mid-training (the trainer's, its checkpoint's)
+LOOP_STOPS = (STATUS_OVER_BUDGET, STATUS_ERROR)
 
 
 class TrainReply(Record):

@@ -21,6 +21,7 @@ from typing import Any
 from fleet.common.errors import InputError
 from fleet.config.fleetfile import DeviceSpec, RunSettings
 from fleet.core.efficiency import Efficiency
+from fleet.method.agent_records import STATUS_OVER_BUDGET, STATUS_REACHED
 from fleet.method.selection import scaled_lr
 from fleet.rounds.device_round import DeviceResult, Round, run_device
 from fleet.rounds.host_learning import LearnedBatch
@@ -105,9 +106,9 @@ class HostTraining:
         out = self._train(run, task, model, run.lr_ref_batch, run.lr_ref, control)
         control.fill(res)
         res.accuracy, res.accuracy_source = out.final_accuracy, "measured"
-        if out.status == "reached":
+        if out.status == STATUS_REACHED:
             res.status = "ok"
-        elif out.status == "over-budget":
+        elif out.status == STATUS_OVER_BUDGET:
             res.status = "infeasible"
             res.message = "the budget schedule left no feasible point before the target"
         else:

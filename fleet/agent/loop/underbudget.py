@@ -18,7 +18,12 @@ from fleet.agent.loop.loop_plan import LoopHooks, LoopParts, LoopPlan
 from fleet.agent.loop.segments import finite
 from fleet.agent.measure.sampler import sensor_hz
 from fleet.agent.training.plan import TrainHooks, TrainPlan
-from fleet.method.agent_records import STATUS_ERROR, STATUS_OVER_BUDGET, STATUS_PAUSED
+from fleet.method.agent_records import (
+    STATUS_ERROR,
+    STATUS_OVER_BUDGET,
+    STATUS_PAUSED,
+    STATUS_REACHED,
+)
 
 
 def train_under_budget(
@@ -92,21 +97,21 @@ def train_under_budget(
             device=device,
             checkpoint_path=checkpoint_path,
         )
-    if result.status == "reached":
+    if result.status == STATUS_REACHED:
         loop.reached()  # a learner knows the count at the running batch size now
     summary = loop.summary()
     counter_mj1 = counter() if callable(counter) else None
     if counter_mj0 is not None and counter_mj1 is not None:
         # Beside the sampled energy_j (this call's): the hardware counter over the same call.
         summary["counter_energy_j"] = (counter_mj1 - counter_mj0) / 1000.0
-    if summary["status"] is None or result.status == "reached":
+    if summary["status"] is None or result.status == STATUS_REACHED:
         summary["status"] = result.status
     over_budget(summary)
     summary["batch_size"] = loop.batch_size
     summary["freq_mhz"] = loop.freq_mhz
     summary["progress"] = run_progress(
         loop, result.samples, result.train_time_s, result.energy_j, result.final_accuracy,
-        result.sessions, result.status == "reached",
+        result.sessions, result.status == STATUS_REACHED,
     )  # fmt: skip
     return result, summary
 
@@ -129,7 +134,7 @@ def over_budget(summary: Dict[str, Any]) -> None:
         "{:.3g} s) of the power averaged over {:.3g} s; training {}".format(
             seconds, summary.get("over_budget_j") or 0.0, summary["over_budget_excursions"],
             summary["longest_over_budget_s"], summary["power_window_s"] or 0.0,
-            "reached the target" if was == "reached" else "ended: {}".format(was),
+            "reached the target" if was == STATUS_REACHED else "ended: {}".format(was),
         )
     )  # fmt: skip
 

@@ -19,7 +19,7 @@ import torch.nn as nn
 from fleet.agent.data import tensorfile
 from fleet.agent.training.fingerprint import fingerprint_diff
 from fleet.agent.training.train_state import (
-    STATUS_OVER_BUDGET,
+    LOOP_STOPS,
     STATUS_REACHED,
     RunState,
     TrainerError,
@@ -152,10 +152,11 @@ def counters_problem(counters: Any, fingerprint: Dict[str, Any]) -> Optional[str
     status = counters.get("status")
     if not isinstance(status, str):
         return "status {!r}".format(status)
-    # The one checkpoint not written at an evaluation: the closed loop's over-budget stop (a
-    # final evaluation would run over the budget too), at most one evaluation period later.
+    # The one checkpoint not written at an evaluation: the closed loop's stop (over the budget,
+    # or a setting the device refused; a final evaluation would run on at that point), at most
+    # one evaluation period later.
     k = fingerprint.get("eval_every_samples")
-    between = status == STATUS_OVER_BUDGET and isinstance(k, int) and last < samples < last + k
+    between = status in LOOP_STOPS and isinstance(k, int) and last < samples < last + k
     if last != samples and not between:
         return "{} samples but the last evaluation was at {}".format(samples, last)
     reached = counters.get("samples_to_accuracy")

@@ -12,21 +12,24 @@ import torch  # noqa: F401 - in type comments
 
 from fleet.agent.training.plan import TrainerError  # noqa: F401 - raised here, defined there
 from fleet.method.agent_records import (  # noqa: F401 - the statuses a train reply says
+    LOOP_STOPS,
+    STATUS_ERROR,
     STATUS_NOT_REACHED,
     STATUS_OVER_BUDGET,
     STATUS_PAUSED,
     STATUS_REACHED,
 )
 
-# STATUS_OVER_BUDGET is also the trainer's for any stop the closed loop asked for (the loop's own
-# summary says which); STATUS_PAUSED is never saved as a checkpoint's status (that says RUNNING).
+# A stop the closed loop asked for is the loop's own status (one of LOOP_STOPS: over-budget, or
+# error where the device refused a setting); STATUS_PAUSED is never saved as a checkpoint's
+# status (that says RUNNING).
 RUNNING = "running"
 
 
 _TrainResultBase = NamedTuple(
     "_TrainResultBase",
     [
-        ("status", str),  # "reached" | "not reached" | "over-budget" | "paused"
+        ("status", str),  # one of TRAIN_STATUSES (agent_records)
         ("samples_to_accuracy", Optional[int]),  # samples when the target was first met
         ("samples", int),  # samples processed in total (== samples_to_accuracy when reached)
         ("steps", int),
@@ -132,6 +135,14 @@ class RunState(object):
         self.cur_batch = saved.get("cur_batch")  # absent in checkpoints of fixed-batch runs
         history = saved.get("history")  # absent in checkpoints written before segmented runs
         self.history = dict(history) if isinstance(history, dict) else {}
+
+
+def loop_stop_status(controller: Any) -> str:
+    """The status of a run the controller stopped: the controller's own (``error`` where the
+    device refused a setting), so the trainer, its checkpoint and the loop say one thing;
+    ``over-budget`` for a controller that names none."""
+    said = getattr(controller, "status", None)
+    return said if said in LOOP_STOPS else STATUS_OVER_BUDGET
 
 
 def account_power(state: RunState, stats: Any, stretch_s: float) -> None:

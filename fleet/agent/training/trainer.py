@@ -40,7 +40,8 @@ Rules (documented because tests and the coordinator rely on them):
   size takes effect at that step; the position in the epoch's permutation carries over, so no
   sample is skipped or counted twice (an epoch ends when fewer than one batch of it is left). A
   stop ends the stretch, writes the checkpoint without evaluating (that would run over budget
-  too) and returns with status ``over-budget``; such a checkpoint resumes. The running batch
+  too) and returns with the controller's status (``over-budget``, or ``error`` where the device
+  refused a setting); such a checkpoint resumes. The running batch
   size is checkpointed: a resumed run goes on at it until the controller says otherwise, so
   resume is exact whenever the controller decides the same batch sizes at the same sample
   counts (a fixed budget, or no change); under a schedule or budget file the switch points
@@ -88,9 +89,9 @@ from fleet.agent.training.fingerprint import run_fingerprint
 from fleet.agent.training.indexed_data import IndexedData
 from fleet.agent.training.plan import OPTIMIZERS, TrainHooks, TrainPlan
 from fleet.agent.training.train_state import (
+    LOOP_STOPS,
     RUNNING,
     STATUS_NOT_REACHED,
-    STATUS_OVER_BUDGET,
     STATUS_PAUSED,
     STATUS_REACHED,
     RunState,
@@ -98,6 +99,7 @@ from fleet.agent.training.train_state import (
     TrainResult,
     account_power,
     build_result,
+    loop_stop_status,
 )
 from fleet.method.selection import scaled_lr
 
@@ -337,7 +339,7 @@ def _run(
             if controller is not None:
                 want, stop = controller.before_step()
                 if stop:
-                    state.status = STATUS_OVER_BUDGET
+                    state.status = loop_stop_status(controller)
                     break
                 if want != b or state.cur_batch is None:
                     b = switch_batch(int(want))
@@ -381,7 +383,7 @@ def _run(
         state.train_time_s += stretch
         if sampler is not None:
             account_power(state, sampler.mark(), stretch)
-        if state.status == STATUS_OVER_BUDGET:
+        if state.status in LOOP_STOPS:
             # Stop now: an evaluation would run on over budget. The checkpoint resumes.
             state.wall_time_s = wall_now()
             if checkpoint_path:
