@@ -151,7 +151,7 @@ def case_a(tmp: Path, guard_s: float, restart: bool) -> list[str]:
             c.lb.restart_node("slow-1")
             wait_until(lambda: c.lb.online() >= 4, 90.0, "the restarted node online", 0.5)
             back = f"node back online after {time.monotonic() - t0:.1f}s"
-        status, details, seen = c.lb.wait_run(rid, guard_s)
+        status, details, seen = c.lb.wait_run(rid, guard_s, max_poll_s=0.5)
         wall = time.monotonic() - t0
         mark = read_json(c.work("slow-1") / "hostile-agent.json") or {}
     what = "SuperNode SIGKILL mid-round" + (" + restart" if restart else "")
@@ -179,7 +179,7 @@ def case_c(tmp: Path, guard_s: float, database: bool) -> list[str]:
                 nodes += f"; resubmitted as a new run after {time.monotonic() - t0:.1f}s"
             except Exception as exc:  # noqa: BLE001 - a measurement: say it, go on
                 nodes += f"; resubmitting failed: {' '.join(str(exc).split())[:80]}"
-        status, details, seen = c.lb.wait_run(rid, min(guard_s, 120.0))
+        status, details, seen = c.lb.wait_run(rid, min(guard_s, 120.0), max_poll_s=0.5)
         wall = time.monotonic() - t0
         mark = read_json(c.work("slow-1") / "hostile-agent.json") or {}
     what = "SuperLink+ServerApp SIGKILL, restart " + ("--database" if database else "in memory")
@@ -209,7 +209,7 @@ def case_d(tmp: Path, guard_s: float, pause_s: float = 25.0) -> list[str]:
             time.sleep(pause_s)
         finally:
             c.lb.thaw_link()
-        status, details, seen = c.lb.wait_run(rid, guard_s)
+        status, details, seen = c.lb.wait_run(rid, guard_s, max_poll_s=0.5)
         wall = time.monotonic() - t0
     extra = f"paused {pause_s:g}s (slow reply due at ~10s, while frozen); {timeline(seen)}"
     return [line("d", "SuperLink SIGSTOP 25s then SIGCONT", status, c.run_dir, wall, extra)]
@@ -220,7 +220,7 @@ def case_e(tmp: Path, guard_s: float) -> list[str]:
         c = Case(procs, tmp, delay_s=0.0, hostile=HOSTILE, replay=1)
         t0 = time.monotonic()
         rid = c.submit(round_timeout_s=guard_s)
-        status, details, seen = c.lb.wait_run(rid, guard_s)
+        status, details, seen = c.lb.wait_run(rid, guard_s, max_poll_s=0.5)
         wall = time.monotonic() - t0
     rep = report_of(c.run_dir)
     fleet = rep.get("fleet", {}) if rep else {}
@@ -319,7 +319,7 @@ def case_f(tmp: Path, guard_s: float) -> list[str]:
             restored = f"originals back {time.monotonic() - t0:.1f}s after the kill"
         except HangGuard:
             restored = "originals not back within 60s of the kill"
-        status, details, seen = lb.wait_run(rid, guard_s)
+        status, details, seen = lb.wait_run(rid, guard_s, max_poll_s=0.5)
         wall = time.monotonic() - t0
         time.sleep(2.0)  # let anything that would restore do so
         after = board.bounds()

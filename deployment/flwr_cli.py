@@ -80,15 +80,26 @@ def online_nodes(flwr_home: str | Path) -> int:
     return sum(1 for n in data.get("nodes", []) if n.get("status") == "online")
 
 
+#: How often ``wait_for_nodes`` asks: every ``NODES_POLL_S`` while the count grows, 1.5x the last
+#: wait while it stands still, up to ``NODES_MAX_POLL_S``. Each ask is a `flwr` process (about
+#: a second of CPU on a small host) and a SuperNode takes seconds to start, so a fixed half-second
+#: poll spent a core on the CLI that the starting nodes needed.
+NODES_POLL_S = 0.5
+NODES_MAX_POLL_S = 3.0
+
+
 def wait_for_nodes(flwr_home: str | Path, expected: int, timeout_s: float = 60.0) -> None:
     deadline = time.monotonic() + timeout_s
+    wait, seen = NODES_POLL_S, -1
     while True:
         n = online_nodes(flwr_home)
         if n >= expected:
             return
         if time.monotonic() >= deadline:
             raise DeployError(f"only {n} of {expected} SuperNodes online after {timeout_s:g} s")
-        time.sleep(0.5)
+        wait = next_poll_s(wait, n > seen, NODES_POLL_S, NODES_MAX_POLL_S)
+        seen = max(seen, n)
+        time.sleep(min(wait, max(0.0, deadline - time.monotonic())))
 
 
 def submit_run(

@@ -46,18 +46,28 @@ class HangGuard(AssertionError):
 
 
 def wait_until(
-    predicate: Callable[[], Any], timeout_s: float, what: str, period_s: float = 0.2
+    predicate: Callable[[], Any],
+    timeout_s: float,
+    what: str,
+    period_s: float = 0.2,
+    max_period_s: float | None = None,
 ) -> Any:
     """Poll ``predicate`` until it returns something truthy (returned); HangGuard after
-    ``timeout_s`` (the machine's speed decides only how soon, never whether, a case passes)."""
+    ``timeout_s`` (the machine's speed decides only how soon, never whether, a case passes).
+    With ``max_period_s`` the period grows 1.5x after each miss up to it: for a predicate that
+    starts a process (a `flwr` command, about a second of CPU), which a tight poll would spend
+    the cores on while the thing waited for starts."""
     deadline = time.monotonic() + timeout_s
+    wait = period_s
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() >= deadline:
             raise HangGuard(f"{what}: not within {timeout_s:g} s")
-        time.sleep(period_s)
+        time.sleep(wait)
+        if max_period_s is not None:
+            wait = flwr_cli.next_poll_s(wait, False, period_s, max_period_s)
 
 
 def read_json(path: str | Path) -> Any:
@@ -265,7 +275,10 @@ class Loopback:
             return -1
 
     def wait_nodes(self, count: int, timeout_s: float = 90.0) -> None:
-        wait_until(lambda: self.online() >= count, timeout_s, f"{count} SuperNodes online", 0.5)
+        wait_until(
+            lambda: self.online() >= count, timeout_s, f"{count} SuperNodes online", 0.5,
+            max_period_s=flwr_cli.NODES_MAX_POLL_S,
+        )  # fmt: skip
 
     def submit(self, run_config: dict[str, object]) -> int:
         return flwr_cli.submit_run(self.cli, run_config)
@@ -281,22 +294,30 @@ class Loopback:
             return "unreachable", str(exc)
 
     def wait_run(
-        self, run_id: int, timeout_s: float, poll_s: float = 0.5
+        self, run_id: int, timeout_s: float, poll_s: float = 0.5, max_poll_s: float = 5.0
     ) -> tuple[str, str, list[tuple[float, str]]]:
         """Until the run is finished:* or ``timeout_s`` passed (then status "hang-guard"; the
         run is left as it is). Returns (status, details, [(seconds since the call, status)]
-        at every change seen)."""
+        at every change seen). Paced as the coordinator paces its own wait
+        (``flwr_cli.next_poll_s``): each `flwr ls` is a process, so polls slow down to
+        ``max_poll_s`` while nothing changes, and the run's ``state.json`` beside the database
+        (rewritten at every reply and at the end) brings the next one forward at once."""
+        progress = self.database.parent / "state.json" if self.database is not None else None
         t0 = time.monotonic()
         seen: list[tuple[float, str]] = []
+        wait, progressed = poll_s, False
         while True:
             status, details = self.run_status(run_id)
-            if not seen or seen[-1][1] != status:
+            changed = not seen or seen[-1][1] != status
+            if changed:
                 seen.append((round(time.monotonic() - t0, 1), status))
             if status.startswith("finished"):
                 return status, details, seen
-            if time.monotonic() - t0 >= timeout_s:
+            left = timeout_s - (time.monotonic() - t0)
+            if left <= 0:
                 return "hang-guard", f"not finished after {timeout_s:g} s ({status})", seen
-            time.sleep(poll_s)
+            wait = flwr_cli.next_poll_s(wait, changed or progressed, poll_s, max_poll_s)
+            progressed = flwr_cli.wait_for_progress(progress, min(wait, left))
 
 
 # ------------------------------------------------------------------------------ fleets

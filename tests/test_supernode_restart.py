@@ -15,29 +15,19 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from deployment import daemons, flwr_cli, processes, supernode
 from tests.deploy_helpers import HANG_GUARD_S, start_superlink, stopped_at_exit
+from tests.fault_helpers import wait_until
 from tests.test_flower_deploy import FLEET, ROOT
 
 
 def online_ids(cli_home: Path) -> set[int]:
     data = flwr_cli.flwr(["supernode", "list", flwr_cli.CONNECTION], cli_home)
     return {int(n["node-id"]) for n in data.get("nodes", []) if n.get("status") == "online"}
-
-
-def wait_until(what: str, check, guard_s: float = HANG_GUARD_S):
-    deadline = time.monotonic() + guard_s
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(0.5)
-    raise AssertionError(f"{what}: not within {guard_s:g} s")
 
 
 @pytest.mark.integration
@@ -68,21 +58,27 @@ def test_a_supernode_whose_connection_ended_is_started_again(tmp_path: Path) -> 
                 preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL),
             )  # fmt: skip
         procs.append(device)
-        first = wait_until("the device's node online", lambda: online_ids(cli_home))
+        first = wait_until(
+            lambda: online_ids(cli_home), HANG_GUARD_S, "the device's node online", 0.5,
+            max_period_s=flwr_cli.NODES_MAX_POLL_S,
+        )  # fmt: skip
 
         # the SuperLink's state locked past its 5 s busy timeout: its next pull is a 500
         lock = sqlite3.connect(db, timeout=30.0, isolation_level=None)
         try:
             lock.execute("BEGIN EXCLUSIVE")
             wait_until(
-                "the SuperNode's connection ended",
                 lambda: "connection to the SuperLink ended" in err.read_text(),
-            )
+                HANG_GUARD_S, "the SuperNode's connection ended", 0.5,
+            )  # fmt: skip
         finally:
             lock.execute("COMMIT")
             lock.close()
 
-        again = wait_until("a node online again", lambda: online_ids(cli_home) - first)
+        again = wait_until(
+            lambda: online_ids(cli_home) - first, HANG_GUARD_S, "a node online again", 0.5,
+            max_period_s=flwr_cli.NODES_MAX_POLL_S,
+        )  # fmt: skip
         assert len(again) == 1 and device.poll() is None
         text = err.read_text()
         assert "starting it again in 1 s" in text, text
