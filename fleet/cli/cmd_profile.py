@@ -135,7 +135,7 @@ def backend_options(args: argparse.Namespace) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     from fleet.agent.measure.profile_writer import write_profile
     from fleet.agent.measure.profiler import profile_grid, require_power
-    from fleet.agent.models import registry as models
+    from fleet.agent.models import inputs as models
     from fleet.agent.prediction.fit import PredictError
 
     batch_sizes = _numbers(args.batch_sizes, "--batch-sizes", int)

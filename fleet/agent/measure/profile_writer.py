@@ -67,10 +67,24 @@ def _utc_now() -> str:
 
 
 def _torch_version() -> Optional[str]:
+    """The torch that measured (or would measure) the profile. Read from the installed
+    package's metadata where torch is not imported yet: a replayed profile never imports it,
+    and importing it only to name it cost a second of CPU per profile (Python 3.6, as on a
+    JetPack 4 board, has no ``importlib.metadata``: there it is imported)."""
     mod = sys.modules.get("torch")
-    if mod is None:
+    if mod is not None:
+        return str(getattr(mod, "__version__", None))
+    try:
+        from importlib import metadata  # novm - guarded: 3.8+, the fallback below for 3.6
+    except ImportError:
+        metadata = None  # type: ignore[assignment]
+    if metadata is not None:
         try:
-            import torch as mod  # noqa: F811
-        except Exception:  # noqa: BLE001 - torch is optional for replayed profiles
+            return str(metadata.version("torch"))
+        except Exception:  # noqa: BLE001 - not installed: a replay-only host
             return None
+    try:
+        import torch as mod  # noqa: F811
+    except Exception:  # noqa: BLE001 - torch is optional for replayed profiles
+        return None
     return str(getattr(mod, "__version__", None))

@@ -306,17 +306,12 @@ def _fill_predicted(
 
 
 def _resolve_model(model_name: str, input_shape: Any) -> Tuple[str, Any]:
-    """Canonical model name and 'CxHxW'/'T' shape; a typo fails before any point is probed.
+    """Canonical model name and 'CxHxW'/'T' shape; a typo fails before any point is probed,
+    on a replay-only host too (``inputs`` needs no torch)."""
+    from fleet.agent.models import inputs
 
-    Needs torch (the registry lives with the models); without it, as on a replay-only host, the
-    names are passed through unchecked since nothing will be built from them.
-    """
-    try:
-        from fleet.agent.models import registry as models
-    except ImportError:
-        return model_name, input_shape
-    name = models.canonical_name(model_name)
-    return name, models.format_shape(models.input_spec(name, input_shape).shape)
+    name = inputs.canonical_name(model_name)
+    return name, inputs.format_shape(inputs.input_spec(name, input_shape).shape)
 
 
 def _check_batch_sizes(batch_sizes: Sequence[int]) -> List[int]:

@@ -14,7 +14,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-DEFAULT_VOCAB_SIZE = 96  # letters, digits, punctuation, space, newline (paper §5.1)
+from fleet.agent.models.inputs import DEFAULT_VOCAB_SIZE
 
 # --------------------------------------------------------------------------------------------
 # Character transformer

@@ -25,31 +25,28 @@ for a model by name and a batch of the right shape; the layers live in
 and ``fleet.agent.models.char_transformer``.
 """
 
-from typing import Any, Callable, Dict, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple, Union
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from fleet.agent.models.char_transformer import DEFAULT_VOCAB_SIZE, CharTransformer
+from fleet.agent.models.char_transformer import CharTransformer
 from fleet.agent.models.convnets import MobileNetV2, ResNet18, SmallCNN
+from fleet.agent.models.inputs import (  # noqa: F401 - re-exported: the registry's own names
+    DEFAULT_VOCAB_SIZE,
+    INPUTS,
+    InputSpec,
+    ShapeLike,
+    default_classes,
+    format_shape,
+    input_spec,
+    parse_shape,
+)
 from fleet.agent.models.names import MODEL_NAMES, canonical_name  # noqa: F401 - re-exported
 
-ShapeLike = Union[str, Sequence[int]]
-
-
 # --------------------------------------------------------------------------------------------
-# Registry, input shapes and dummy batches
-
-InputSpec = NamedTuple(
-    "InputSpec",
-    [
-        ("kind", str),  # "image" (float [b, C, H, W] + labels [b]) or "text" (ints [b, T])
-        ("shape", Tuple[int, ...]),  # per-sample input shape: (C, H, W) or (T,)
-        ("input_dtype", str),  # "float32" or "int64"
-        ("target_shape", Tuple[int, ...]),  # per-sample target shape: () or (T,)
-    ],
-)
+# Registry and dummy batches (what each model takes: ``inputs``)
 
 ModelInfo = NamedTuple(
     "ModelInfo",
@@ -90,65 +87,19 @@ def _build_small_cnn(classes: int, shape: Tuple[int, ...], **options: Any) -> nn
     return SmallCNN(num_classes=classes, in_channels=shape[0], **options)
 
 
-MODELS: Dict[str, ModelInfo] = {
-    "resnet18": ModelInfo(_build_resnet18, "image", (3, 32, 32), 10),
-    "mobilenetv2": ModelInfo(_build_mobilenetv2, "image", (3, 32, 32), 10),
-    "char_transformer": ModelInfo(_build_char_transformer, "text", (64,), DEFAULT_VOCAB_SIZE),
-    "char_transformer_small": ModelInfo(
-        _build_char_transformer_small, "text", (64,), DEFAULT_VOCAB_SIZE
-    ),
-    "small_cnn": ModelInfo(_build_small_cnn, "image", (3, 32, 32), 10),
+_BUILDERS = {
+    "resnet18": _build_resnet18,
+    "mobilenetv2": _build_mobilenetv2,
+    "char_transformer": _build_char_transformer,
+    "char_transformer_small": _build_char_transformer_small,
+    "small_cnn": _build_small_cnn,
 }
+MODELS: Dict[str, ModelInfo] = {
+    name: ModelInfo(build, *INPUTS[name]) for name, build in _BUILDERS.items()
+}
+assert sorted(MODELS) == sorted(INPUTS), "every model has its input (inputs.INPUTS)"
 
 # MODELS builds exactly MODEL_NAMES (fleet.agent.models.names): tests/test_agent_models.py
-
-
-def parse_shape(text: Optional[ShapeLike]) -> Tuple[int, ...]:
-    """'3x32x32' -> (3, 32, 32); '64' -> (64,). Also accepts 3,32,32 and lists of ints."""
-    if isinstance(text, (list, tuple)):
-        parts = list(text)
-    else:
-        raw = str(text).strip().lower().replace("\u00d7", "x").replace(",", "x")
-        parts = [p.strip() for p in raw.split("x")] if raw else []
-    try:
-        dims = tuple(int(p) for p in parts)
-    except (TypeError, ValueError):
-        dims = ()
-    if not dims or any(d < 1 for d in dims) or any(isinstance(p, float) for p in parts):
-        raise ValueError(
-            "bad input shape '{}': expected positive ints like 3x32x32 or 64".format(text)
-        )
-    return dims
-
-
-def input_spec(name: str, input_shape: Optional[ShapeLike] = None) -> InputSpec:
-    """How a dummy batch for this model looks; validates the shape against the model's kind."""
-    info = MODELS[canonical_name(name)]
-    shape = info.default_shape if input_shape is None else parse_shape(input_shape)
-    if info.kind == "image":
-        if len(shape) != 3:
-            raise ValueError(
-                "model {} takes images: input shape must be CxHxW, got {}".format(
-                    name, format_shape(shape)
-                )
-            )
-        return InputSpec("image", shape, "float32", ())
-    if len(shape) != 1:
-        raise ValueError(
-            "model {} takes token sequences: input shape must be T (e.g. 64), got {}".format(
-                name, format_shape(shape)
-            )
-        )
-    return InputSpec("text", shape, "int64", shape)
-
-
-def format_shape(shape: Sequence[int]) -> str:
-    return "x".join(str(int(d)) for d in shape)
-
-
-def default_classes(name: str) -> int:
-    """Classes for image models, vocabulary size for text models."""
-    return MODELS[canonical_name(name)].default_classes
 
 
 def build_model(
