@@ -65,16 +65,21 @@ def _smooth_curve(knobs: np.ndarray, known: Dict[int, float]) -> np.ndarray:
     if len(idx) < 3 or np.any(knobs <= 0):
         base_all = np.interp(knobs, kx, hk) if len(idx) >= 2 else np.full(len(knobs), hk[0])
         return base_all
+    # Every gamma's straight-line fit of hk on phi(k, gamma) at once, in closed form (centred
+    # sums: a line through two or more distinct x); the first gamma whose error is lowest by
+    # more than 1e-15 wins, as a scan in GAMMAS' order would choose.
+    x = np.array([_phi(kx, g) for g in GAMMAS])  # (gammas, probes)
+    xc = x - x.mean(axis=1)[:, None]
+    sxx = np.sum(xc * xc, axis=1)
+    ok = sxx > (np.finfo(float).eps * len(kx) * np.max(np.abs(x), axis=1)) ** 2
+    slope = np.where(ok, np.sum(xc * (hk - hk.mean()), axis=1) / np.where(ok, sxx, 1.0), 0.0)
+    icpt = hk.mean() - slope * x.mean(axis=1)
+    errs = np.sum((icpt[:, None] + slope[:, None] * x - hk) ** 2, axis=1)
     best = None
-    for gamma in GAMMAS:
-        x = _phi(kx, gamma)
-        design = np.vstack([np.ones_like(x), x]).T
-        coef, _res, rank, _sv = np.linalg.lstsq(design, hk, rcond=None)
-        if rank < 2:
-            continue
-        err = float(np.sum((design.dot(coef) - hk) ** 2))
+    for i in np.flatnonzero(ok):
+        err = float(errs[i])
         if best is None or err < best[0] - 1e-15:
-            best = (err, gamma, coef)
+            best = (err, float(GAMMAS[i]), (float(icpt[i]), float(slope[i])))
     if best is None:
         return np.interp(knobs, kx, hk)
     _err, gamma, coef = best
@@ -120,69 +125,80 @@ def fit_surface(
             rows_of[b] = mine
     j_lo, j_hi = kpos[lo], kpos[hi]
     observed_j = sorted(set(kpos[k] for k in probed_k))
+    # Every probe once, flat, in the rows' order: its row, its knob's index, y and weight 1/y^2
+    # (relative error). Sums over a row or over a knob are then one ``bincount`` each, so an
+    # iteration costs a handful of array operations, not a Python loop over the probes (this
+    # fit runs hundreds of times in one validated prediction, on the board too).
+    rows = list(rows_of.items())
+    rb = np.array([i for i, (_b, pts) in enumerate(rows) for _p in pts], dtype=int)
+    rj = np.array([j for _b, pts in rows for j, _y in pts], dtype=int)
+    ry = np.array([y for _b, pts in rows for _j, y in pts], dtype=float)
+    rw = 1.0 / ry**2
+    n_rows, n_k = len(rows), len(ks)
+    observed = np.array(observed_j, dtype=int)
     # Start from a straight line in the knob; alternating least squares does the rest.
     h = (kx - lo) / (hi - lo)
-    u = {}  # type: Dict[int, float]
-    v = {}  # type: Dict[int, float]
     prev = None
     for _ in range(int(iterations)):
-        for b, pts in rows_of.items():
-            ja = np.array([p[0] for p in pts])  # arrays of this batch size's probes
-            ya = np.array([p[1] for p in pts])
-            wa = 1.0 / ya**2
-            a = np.vstack([np.ones_like(ya), h[ja]]).T
-            ata = (a * wa[:, None]).T.dot(a)
-            if abs(np.linalg.det(ata)) < 1e-18 * max(1.0, float(np.trace(ata)) ** 2):
-                raise PredictError(
-                    "batch size {}: its probes do not separate the knob curve (probe two "
-                    "knob values further apart)".format(b)
-                )
-            sol = np.linalg.solve(ata, (a * wa[:, None]).T.dot(ya))
-            u[b], v[b] = float(sol[0]), float(sol[1])
-        known = {}  # type: Dict[int, float]
-        for jj in observed_j:
-            num = den = 0.0
-            for b, pts in rows_of.items():
-                for j, y in pts:
-                    if j == jj:
-                        w = 1.0 / y**2
-                        num += w * v[b] * (y - u[b])
-                        den += w * v[b] ** 2
-            if den > 1e-300:
-                known[jj] = num / den
+        u, v = _row_solve(h, rb, rj, ry, rw, n_rows, rows, check=True)
+        vb = v[rb]
+        num = np.bincount(rj, rw * vb * (ry - u[rb]), n_k)[observed]
+        den = np.bincount(rj, rw * vb * vb, n_k)[observed]
+        known = {int(jj): float(nn / dd) for jj, nn, dd in zip(observed, num, den) if dd > 1e-300}
         if j_lo not in known or j_hi not in known or abs(known[j_hi] - known[j_lo]) < 1e-300:
             raise PredictError("the probes do not determine the knob curve")
         # Gauge: h = 0 at the lowest probed knob, 1 at the highest (u, v absorb the rest).
         h0, h1 = known[j_lo], known[j_hi]
-        known = {jj: (val - h0) / (h1 - h0) for jj, val in known.items()}
         for jj, val in known.items():  # unprobed knobs do not enter the fit: fill them last
-            h[jj] = val
-        sse = 0.0
-        for b, pts in rows_of.items():
-            for j, y in pts:
-                sse += ((u[b] + v[b] * h[j] - y) / y) ** 2
+            h[jj] = (val - h0) / (h1 - h0)
+        sse = float(np.sum(((u[rb] + v[rb] * h[rj] - ry) / ry) ** 2))
         if prev is not None and abs(prev - sse) <= 1e-13 * max(prev, 1e-30):
             break
         prev = sse
     h = _smooth_curve(kx, {jj: float(h[jj]) for jj in observed_j})
     # Final row solve on the final curve so u, v match h exactly.
-    for b, pts in rows_of.items():
-        ja = np.array([p[0] for p in pts])
-        ya = np.array([p[1] for p in pts])
-        wa = 1.0 / ya**2
-        a = np.vstack([np.ones_like(ya), h[ja]]).T
-        sol = np.linalg.solve((a * wa[:, None]).T.dot(a), (a * wa[:, None]).T.dot(ya))
-        u[b], v[b] = float(sol[0]), float(sol[1])
-    n = sum(len(p) for p in rows_of.values())
-    sse = sum(((u[b] + v[b] * h[j] - y) / y) ** 2 for b, pts in rows_of.items() for j, y in pts)
+    u, v = _row_solve(h, rb, rj, ry, rw, n_rows, rows, check=False)
+    n = len(ry)
+    sse = float(np.sum(((u[rb] + v[rb] * h[rj] - ry) / ry) ** 2))
+    row_of = {b: i for i, (b, _pts) in enumerate(rows)}
     return Surface(
         bs,
         ks,
-        {b: u[b] for b in bs},
-        {b: v[b] for b in bs},
+        {b: float(u[row_of[b]]) for b in bs},
+        {b: float(v[row_of[b]]) for b in bs},
         {k: float(h[kpos[k]]) for k in ks},
         math.sqrt(sse / max(n, 1)),
     )
+
+
+def _row_solve(
+    h: np.ndarray,
+    rb: np.ndarray,
+    rj: np.ndarray,
+    ry: np.ndarray,
+    rw: np.ndarray,
+    n_rows: int,
+    rows: List[Tuple[int, List[Tuple[int, float]]]],
+    check: bool,
+) -> Tuple[np.ndarray, np.ndarray]:
+    """Every row's (u, v) at once: the weighted least squares of ``y = u + v h(k)`` over its
+    probes, by the 2x2 normal equations. With ``check``, a row whose probes cannot separate
+    the curve (a singular system) is named."""
+    hj = h[rj]
+    s0 = np.bincount(rb, rw, n_rows)
+    s1 = np.bincount(rb, rw * hj, n_rows)
+    s2 = np.bincount(rb, rw * hj * hj, n_rows)
+    t0 = np.bincount(rb, rw * ry, n_rows)
+    t1 = np.bincount(rb, rw * hj * ry, n_rows)
+    det = s0 * s2 - s1 * s1
+    if check:
+        bad = np.abs(det) < 1e-18 * np.maximum(1.0, (s0 + s2) ** 2)
+        if np.any(bad):
+            raise PredictError(
+                "batch size {}: its probes do not separate the knob curve (probe two "
+                "knob values further apart)".format(rows[int(np.argmax(bad))][0])
+            )
+    return (s2 * t0 - s1 * t1) / det, (s0 * t1 - s1 * t0) / det
 
 
 def check_rows(obs: Dict[Tuple[int, float], float], bs: Sequence[int]) -> None:
