@@ -127,13 +127,14 @@ def run_status(flwr_home: str | Path, run_id: int) -> tuple[str, str]:
     return str(runs[0].get("status", "")), str(runs[0].get("status-details", ""))
 
 
-#: How a waiting coordinator paces `flwr ls`: every ``poll_s`` at first and after any sign of
-#: life (a new status, a rewritten progress file), then half as often again after each quiet poll
+#: How a waiting coordinator paces `flwr ls`: every ``poll_s`` at first and after a change (a new
+#: status, the state file saying the round ended), then half as often again after each quiet poll
 #: up to ``max_poll_s``. Why: each `flwr ls` is a new Python process, about a second of CPU on a
 #: small host, so asking every second through a round of hours keeps a core busy beside the
 #: SuperLink and the ServerApp. The progress file (rewritten at every segment reply and at the
-#: round's end) is only stat'ed between polls, every ``PROGRESS_CHECK_S``, and brings the next
-#: poll forward at once: the end of a run is still seen within about a second.
+#: round's end) is only stat'ed between polls, every ``PROGRESS_CHECK_S``; when it says the round
+#: ended the next poll comes at once, so the end of a run is still seen within about a second.
+#: A reply mid-round asks nothing of Flower: it only restarts the timeout.
 MAX_POLL_S = 10.0
 PROGRESS_CHECK_S = 0.25
 
@@ -162,6 +163,30 @@ def wait_for_progress(path: str | Path | None, wait_s: float) -> bool:
             return True
 
 
+def wait_for_end(path: str | Path | None, wait_s: float) -> bool:
+    """Sleep ``wait_s``, or less when ``path`` is rewritten saying the round ended (True:
+    ``finished`` or ``interrupted`` in it). A rewrite mid-round (a segment's reply) only
+    proves life, which the timeout counts from: it is no reason to ask Flower again."""
+    end = time.monotonic() + wait_s
+    while True:
+        left = end - time.monotonic()
+        if left <= 0:
+            return False
+        if wait_for_progress(path, left) and says_ended(path):
+            return True
+
+
+def says_ended(path: str | Path | None) -> bool:
+    """Whether the run's state file says its round ended (a half-written file: not yet)."""
+    if path is None:
+        return False
+    try:
+        state = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(state, dict) and bool(state.get("finished") or state.get("interrupted"))
+
+
 def _stamp(path: str | Path) -> tuple[int, int] | None:
     try:
         st = Path(path).stat()
@@ -184,12 +209,13 @@ def wait_for_run(
     With ``progress_file`` (the run's ``state.json``, rewritten at every segment reply) the
     timeout counts from the last progress, not from the start: a round of hours that keeps
     reporting is never cut short, one that stops reporting for ``timeout_s`` is. Polls slow
-    down while nothing happens (``next_poll_s``); without a progress file to bring them
-    forward, they stay every ``poll_s``.
+    down while nothing changes (``next_poll_s``), and the state file saying the round ended
+    brings the next one forward (``wait_for_end``); without a progress file they stay every
+    ``poll_s``.
     """
     start = time.monotonic()
     last = ""
-    wait, progressed = poll_s, False
+    wait, ended = poll_s, False
     if progress_file is None:
         max_poll_s = poll_s
     while True:
@@ -206,8 +232,8 @@ def wait_for_run(
                 pass
             what = "made no progress for" if progress_file else "did not finish within"
             return "timeout", f"the run {what} {timeout_s:g} s and was stopped"
-        wait = next_poll_s(wait, changed or progressed, poll_s, max_poll_s)
-        progressed = wait_for_progress(progress_file, wait)
+        wait = next_poll_s(wait, changed or ended, poll_s, max_poll_s)
+        ended = wait_for_end(progress_file, wait)
 
 
 def _progress_age(path: str | Path | None, start: float) -> float:

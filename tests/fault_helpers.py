@@ -301,11 +301,11 @@ class Loopback:
         at every change seen). Paced as the coordinator paces its own wait
         (``flwr_cli.next_poll_s``): each `flwr ls` is a process, so polls slow down to
         ``max_poll_s`` while nothing changes, and the run's ``state.json`` beside the database
-        (rewritten at every reply and at the end) brings the next one forward at once."""
+        saying the round ended brings the next one forward at once."""
         progress = self.database.parent / "state.json" if self.database is not None else None
         t0 = time.monotonic()
         seen: list[tuple[float, str]] = []
-        wait, progressed = poll_s, False
+        wait, ended = poll_s, False
         while True:
             status, details = self.run_status(run_id)
             changed = not seen or seen[-1][1] != status
@@ -316,8 +316,8 @@ class Loopback:
             left = timeout_s - (time.monotonic() - t0)
             if left <= 0:
                 return "hang-guard", f"not finished after {timeout_s:g} s ({status})", seen
-            wait = flwr_cli.next_poll_s(wait, changed or progressed, poll_s, max_poll_s)
-            progressed = flwr_cli.wait_for_progress(progress, min(wait, left))
+            wait = flwr_cli.next_poll_s(wait, changed or ended, poll_s, max_poll_s)
+            ended = flwr_cli.wait_for_end(progress, min(wait, left))
 
 
 # ------------------------------------------------------------------------------ fleets

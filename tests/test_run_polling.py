@@ -10,7 +10,7 @@ import threading
 import time
 from pathlib import Path
 
-from deployment.flwr_cli import MAX_POLL_S, next_poll_s, wait_for_progress
+from deployment.flwr_cli import MAX_POLL_S, next_poll_s, says_ended, wait_for_end, wait_for_progress
 
 
 def test_quiet_polls_back_off_to_the_ceiling_and_a_sign_of_life_resets_them():
@@ -56,3 +56,57 @@ def test_an_unchanged_or_missing_file_waits_the_whole_time(tmp_path: Path):
     assert wait_for_progress(tmp_path / "absent.json", 0.3) is False
     assert wait_for_progress(None, 0.1) is False
     assert time.monotonic() - t0 >= 1.0  # a lower bound: sleeping never ends early
+
+
+def rewriting(state: Path, texts: list[str]) -> tuple[threading.Event, threading.Thread]:
+    """A thread that rewrites ``state`` with each text in turn every 50 ms (the last one
+    again and again, until told to stop), atomically as the round does."""
+    done = threading.Event()
+
+    def rewrite() -> None:
+        n = 0
+        while not done.wait(0.05):
+            tmp = state.with_suffix(".tmp")
+            tmp.write_text(texts[min(n, len(texts) - 1)])
+            os.replace(tmp, state)
+            n += 1
+
+    thread = threading.Thread(target=rewrite)
+    thread.start()
+    return done, thread
+
+
+def test_replies_mid_round_do_not_end_the_wait_the_round_s_end_does(tmp_path: Path):
+    """`flwr ls` is asked again at once only when the state file says the round ended: a
+    reply mid-round rewrites the file too, and that alone asks Flower nothing."""
+    state = tmp_path / "state.json"
+    state.write_text('{"finished": false}')
+    done, thread = rewriting(state, ['{"finished": false, "segments": 1}'])
+    t0 = time.monotonic()
+    try:
+        assert wait_for_end(state, 0.6) is False  # rewritten a dozen times, still waited
+    finally:
+        done.set()
+        thread.join()
+    assert time.monotonic() - t0 >= 0.6  # a lower bound: the whole wait
+    done, thread = rewriting(state, ['{"finished": false}'] * 3 + ['{"finished": true}'])
+    try:
+        assert wait_for_end(state, 300.0) is True  # the end, long before 300 s
+    finally:
+        done.set()
+        thread.join()
+    assert says_ended(state)
+
+
+def test_what_says_a_round_ended(tmp_path: Path):
+    state = tmp_path / "state.json"
+    for text, ended in [
+        ('{"finished": true}', True),
+        ('{"finished": false, "interrupted": {"why": "SIGTERM"}}', True),
+        ('{"finished": false}', False),
+        ('{"finished": tr', False),  # half-written: not yet
+        ("[1, 2]", False),
+    ]:
+        state.write_text(text)
+        assert says_ended(state) is ended, text
+    assert says_ended(tmp_path / "absent.json") is False and says_ended(None) is False
