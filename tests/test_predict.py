@@ -96,6 +96,26 @@ def test_surface_is_exact_on_a_rank_one_plus_offset_table():
     assert surf.h[500.0] == pytest.approx(1.0, abs=1e-12)
 
 
+def test_a_knob_that_only_a_flat_row_saw_is_left_to_the_curve_not_guessed():
+    """A power-limit frame: the smallest batch draws 3.5 W under every limit (probed at each,
+    flat: it says nothing of the knob's curve), the others sit at both end limits, the largest
+    pinned to each. The interior limits are then known only through the flat row; the fit
+    must leave them to the curve between the ends (a line through two points), so the pinned
+    row is predicted at its limit. Dividing there by a weight that is rounding noise made the
+    curve anything (6.70 W at the 4.466 W limit here; -14 or +1.2 for h on a like table of
+    the benchmark's, depending on the solver's rounding)."""
+    lo, hi = 4.022, 7.571
+    interior = [4.466, 4.909, 5.353, 5.797, 6.24, 6.684, 7.128]
+    obs = {(4, k): 3.50716 for k in [lo, *interior, hi]}
+    obs.update({(128, lo): lo, (128, hi): hi, (8, lo): lo, (8, hi): 4.09938})
+    obs.update({(32, lo): lo, (32, hi): 5.94309})
+    surf = fit_surface(obs, [4, 8, 32, 128], interior)
+    for k in interior:
+        assert surface_value(surf, 128, k) == pytest.approx(k, rel=1e-9)
+        assert surf.h[k] == pytest.approx((k - lo) / (hi - lo), abs=1e-9)
+        assert surface_value(surf, 4, k) == pytest.approx(3.50716, rel=1e-9)
+
+
 def test_too_few_probes_fail_clearly():
     one_knob = rows_at([(b, NANO[0]) for b in BATCHES], physical)
     with pytest.raises(PredictError, match="at least 2 per batch size|2 or more knob"):

@@ -144,7 +144,8 @@ def fit_surface(
         vb = v[rb]
         num = np.bincount(rj, rw * vb * (ry - u[rb]), n_k)[observed]
         den = np.bincount(rj, rw * vb * vb, n_k)[observed]
-        known = {int(jj): float(nn / dd) for jj, nn, dd in zip(observed, num, den) if dd > 1e-300}
+        floor = max(1e-300, 1e-12 * float(np.max(den)))  # a knob only flat rows saw: unknown
+        known = {int(jj): float(nn / dd) for jj, nn, dd in zip(observed, num, den) if dd > floor}
         if j_lo not in known or j_hi not in known or abs(known[j_hi] - known[j_lo]) < 1e-300:
             raise PredictError("the probes do not determine the knob curve")
         # Gauge: h = 0 at the lowest probed knob, 1 at the highest (u, v absorb the rest).
