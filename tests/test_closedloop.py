@@ -55,6 +55,22 @@ def slow_step(x, gen):
     return x
 
 
+def slow_step_with(at_step, act):
+    """``slow_step`` that runs ``act()`` as step ``at_step`` begins: an injection paced by
+    training, not the wall clock (a drift 0.6 s after the first lock could come before the
+    first step on a loaded machine, and the run then stopped at 0 samples). The run's own
+    augment: a resumed run passes the same one (its checkpoint names it)."""
+    steps = [0]
+
+    def act_at_step(x, gen):
+        steps[0] += 1
+        if steps[0] == at_step:
+            act()
+        return slow_step(x, gen)
+
+    return act_at_step
+
+
 def run_loop(backend, source, max_samples, checkpoint=None, augment=slow_step, **kw):
     model = build_model("small_cnn", num_classes=2, input_shape="1x8x8", seed=0, width=4)
     return under_budget(
@@ -326,16 +342,7 @@ def test_on_the_loops_clock_a_schedule_step_and_the_guard_act_at_the_first_readi
 def test_lowest_clock_still_over_stops_with_checkpoint_and_restores(tmp_path):
     backend = FollowBackend()
     ckpt = str(tmp_path / "ckpt.pt")
-    steps = [0]
-
-    def drift_after_three_steps(x, gen):
-        # paced by training, not the wall clock: a drift 0.6 s after the first lock could
-        # come before the first step on a loaded machine, and the run then stopped at 0 samples
-        steps[0] += 1
-        if steps[0] == 4:
-            backend.drift_w = 2.0
-        return slow_step(x, gen)
-
+    drift_after_three_steps = slow_step_with(4, lambda: setattr(backend, "drift_w", 2.0))
     result, summary = run_loop(
         backend, FixedBudget(3.2), 100000, checkpoint=ckpt, augment=drift_after_three_steps
     )
@@ -379,14 +386,11 @@ def test_a_refused_clock_is_the_trainers_status_too_and_its_checkpoint_resumes(t
 
     backend = RefusingBackend()
     ckpt = str(tmp_path / "ckpt.pt")
-    steps = [0]
 
-    def drift_and_refuse_after_three_steps(x, gen):
-        steps[0] += 1
-        if steps[0] == 4:
-            backend.refuse, backend.drift_w = True, 2.0
-        return slow_step(x, gen)
+    def drift_and_refuse() -> None:
+        backend.refuse, backend.drift_w = True, 2.0
 
+    drift_and_refuse_after_three_steps = slow_step_with(4, drift_and_refuse)
     result, summary = run_loop(
         backend, FixedBudget(3.2), 100000, checkpoint=ckpt,
         augment=drift_and_refuse_after_three_steps,
