@@ -1,5 +1,5 @@
 """The models the paper trains, in plain PyTorch (torchvision does not import beside the CPU
 torch): ResNet-18 and MobileNetV2 with a CIFAR stem (`convnets`), the character transformer
-(`char_transformer`), and the registry that builds them by name with their input shapes and a
-batch of the right shape (`registry`).
+(`char_transformer`), what each takes as input, without torch (`inputs`), and the registry
+that builds them by name with a batch of the right shape (`registry`).
 """

@@ -1,5 +1,5 @@
-"""The model registry: the models the paper trains by name, their input shapes, and how to
-feed them a dummy batch.
+"""The model registry: the models the paper trains by name (their input shapes live in
+``inputs``, without torch), and how to feed them a dummy batch.
 
 Why plain PyTorch: torchvision cannot be imported next to the CPU torch used off-device, and
 JetPack 4.6 pins torch 1.10 on the boards, so everything here sticks to APIs that exist in 1.10
