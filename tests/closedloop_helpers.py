@@ -118,3 +118,25 @@ def under_budget(backend, model, train_set, test_set, points, efficiency, source
     return train_under_budget(
         backend, model, train_set, test_set, plan, loop_plan, hooks=hooks, **call
     )
+
+
+def slow_step(x, gen):
+    """A board-like step as an ``augment`` hook (15 ms; the LUT says 5-15 ms)."""
+    time.sleep(0.015)
+    return x
+
+
+def at_step(n, action):
+    """An ``augment`` hook (each step slept as ``slow_step``) that runs ``action`` once, at
+    the ``n``-th step: paced by training, not by a timer thread, which a loaded host may wake
+    after the run has ended (or before its first step). The run's own augment: a resumed run
+    passes the same one (its checkpoint names it)."""
+    count = [0]
+
+    def augment(x, gen):
+        count[0] += 1
+        if count[0] == n:
+            action()
+        return slow_step(x, gen)
+
+    return augment

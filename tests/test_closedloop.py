@@ -31,12 +31,12 @@ from tests.closedloop_helpers import (
     FREQS,
     FakeClock,
     FollowBackend,
+    at_step,
     lut_rows,
     model_power,
+    slow_step,
     under_budget,
 )
-
-STEP_S = 0.015
 
 
 def make_data(n, seed):
@@ -48,27 +48,6 @@ def make_data(n, seed):
 
 
 TRAIN, TEST = make_data(512, 1), make_data(128, 2)
-
-
-def slow_step(x, gen):
-    time.sleep(STEP_S)
-    return x
-
-
-def slow_step_with(at_step, act):
-    """``slow_step`` that runs ``act()`` as step ``at_step`` begins: an injection paced by
-    training, not the wall clock (a drift 0.6 s after the first lock could come before the
-    first step on a loaded machine, and the run then stopped at 0 samples). The run's own
-    augment: a resumed run passes the same one (its checkpoint names it)."""
-    steps = [0]
-
-    def act_at_step(x, gen):
-        steps[0] += 1
-        if steps[0] == at_step:
-            act()
-        return slow_step(x, gen)
-
-    return act_at_step
 
 
 def run_loop(backend, source, max_samples, checkpoint=None, augment=slow_step, **kw):
@@ -342,7 +321,7 @@ def test_on_the_loops_clock_a_schedule_step_and_the_guard_act_at_the_first_readi
 def test_lowest_clock_still_over_stops_with_checkpoint_and_restores(tmp_path):
     backend = FollowBackend()
     ckpt = str(tmp_path / "ckpt.pt")
-    drift_after_three_steps = slow_step_with(4, lambda: setattr(backend, "drift_w", 2.0))
+    drift_after_three_steps = at_step(4, lambda: setattr(backend, "drift_w", 2.0))
     result, summary = run_loop(
         backend, FixedBudget(3.2), 100000, checkpoint=ckpt, augment=drift_after_three_steps
     )
@@ -390,7 +369,7 @@ def test_a_refused_clock_is_the_trainers_status_too_and_its_checkpoint_resumes(t
     def drift_and_refuse() -> None:
         backend.refuse, backend.drift_w = True, 2.0
 
-    drift_and_refuse_after_three_steps = slow_step_with(4, drift_and_refuse)
+    drift_and_refuse_after_three_steps = at_step(4, drift_and_refuse)
     result, summary = run_loop(
         backend, FixedBudget(3.2), 100000, checkpoint=ckpt,
         augment=drift_and_refuse_after_three_steps,

@@ -23,23 +23,8 @@ from fleet.method.budget import BudgetStep, FileBudget, FixedBudget
 from fleet.method.deadline import choose_deadline
 from fleet.method.point import Point
 from fleet.method.selection import choose, lut_from_rows
-from tests.closedloop_helpers import FakeClock, FollowBackend, lut_rows, under_budget
-
-
-def at_step(n, action):
-    """An ``augment`` hook (each step slept as ``slow``) that runs ``action`` once, at the
-    ``n``-th step: paced by training, not by a timer thread, which a loaded host may wake after
-    the run has ended."""
-    count = [0]
-
-    def augment(x, gen):
-        count[0] += 1
-        if count[0] == n:
-            action()
-        return slow(x, gen)
-
-    return augment
-
+from tests.closedloop_helpers import FakeClock, FollowBackend, at_step, lut_rows, under_budget
+from tests.closedloop_helpers import slow_step as slow
 
 BATCHES = (4, 8, 16, 32)
 FREQS = (307.2, 460.8, 614.4, 921.6)
@@ -253,12 +238,6 @@ def test_a_time_only_profile_cannot_serve_the_deadline():
 
 
 EFF = {8: 4000.0, 16: 4000.0, 32: 4400.0}
-
-
-def slow(x, gen):
-    """A board-like step (15 ms; the LUT says 5-15 ms)."""
-    time.sleep(0.015)
-    return x
 
 
 def train_deadline(board, source, deadline_s, max_samples=4000, **kw):
