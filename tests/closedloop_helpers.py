@@ -14,6 +14,7 @@ FREQS = [200.0, 400.0, 600.0, 800.0]
 BATCHES = [8, 16, 32]
 IDLE_W = 1.0
 K_W_PER_MHZ = 0.004
+STEP_S = 0.015  # a board-like training step; the LUT says 5-15 ms
 EFF = {8: 4000.0, 16: 4000.0, 32: 4400.0}  # samples to the target: b=32 wins where its clock fits
 
 
@@ -121,8 +122,8 @@ def under_budget(backend, model, train_set, test_set, points, efficiency, source
 
 
 def slow_step(x, gen):
-    """A board-like step as an ``augment`` hook (15 ms; the LUT says 5-15 ms)."""
-    time.sleep(0.015)
+    """A board-like step (``STEP_S``) as an ``augment`` hook."""
+    time.sleep(STEP_S)
     return x
 
 

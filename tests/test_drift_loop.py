@@ -15,8 +15,15 @@ from fleet.agent.measure.drift import read_profile
 from fleet.agent.models.registry import build_model
 from fleet.method.budget import BudgetSource
 from fleet.method.selection import choose, lut_from_rows
-from tests.closedloop_helpers import FollowBackend, lut_rows, model_power, under_budget
-from tests.test_closedloop import EFF, STEP_S, TEST, TRAIN
+from tests.closedloop_helpers import (
+    EFF,
+    STEP_S,
+    FollowBackend,
+    lut_rows,
+    model_power,
+    under_budget,
+)
+from tests.test_closedloop import TEST, TRAIN
 
 DRIFT_W = 0.6  # 32 @ 800 MHz: 5.8 -> 6.4 W, +9.4 % over the LUT's 5.85 W; under 7 W
 # 120 steps of >= 15 ms between: the drift watch's window (>= 1 s and 20 steps) fits however
