@@ -17,6 +17,7 @@ import csv
 import io
 import math
 import os
+import stat
 import tempfile
 from typing import (
     IO,
@@ -246,8 +247,10 @@ def atomic_write(path: str, write: Callable[[IO], object], mode: Optional[int] =
 
     A reader sees the old file or the new one, never half of one; on any failure the temp file
     is removed and the old file stays. Text files, profiles and torch checkpoints all go
-    through here. The file is private (0600, as ``mkstemp`` makes it) unless ``mode`` says
-    otherwise, set before the rename so no reader ever meets it closed.
+    through here. The file gets ``mode`` where given, else the mode it had, else what ``open``
+    would give a new file (0666 less the umask): ``mkstemp``'s 0600 made every profile, report
+    and plot unreadable to the next user or service account whatever the umask said. Set before
+    the rename, so no reader ever meets the file closed.
     """
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
@@ -257,13 +260,37 @@ def atomic_write(path: str, write: Callable[[IO], object], mode: Optional[int] =
             write(fh)
             fh.flush()
             os.fsync(fh.fileno())
-            if mode is not None:
-                os.fchmod(fh.fileno(), mode)
+            os.fchmod(fh.fileno(), mode if mode is not None else _mode_for(path))
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _mode_for(path):
+    # type: (str) -> int
+    """The mode a rewritten ``path`` keeps, or a new file's under this process's umask."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        return 0o666 & ~_umask()
+
+
+def _umask():
+    # type: () -> int
+    """The process umask, read without changing it where Linux says it (``/proc``, 4.7+): the
+    set-and-restore of ``os.umask`` would race with another thread creating a file."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
 
 
 def cell_number(value: Any) -> Optional[float]:

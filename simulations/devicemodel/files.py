@@ -7,10 +7,10 @@ its JSON through :func:`atomic_write`), so the two file kinds stay byte-stable i
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+
+from fleet.method.profile_io import atomic_write_text
 
 #: Bumped whenever a constant or formula changes; written into every generated file so a profile
 #: can always be traced back to the model that produced it.
@@ -28,21 +28,9 @@ def format_number(x: float) -> str:
 
 
 def atomic_write(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temp file in the same folder and ``os.replace``.
-
-    Readers (a running simulation, another engineer's test) never see a half-written CSV.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", newline="") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; these are shared data files
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Write ``text`` to ``path`` atomically (``fleet.method.profile_io.atomic_write_text``):
+    readers (a running simulation, another engineer's test) never see a half-written CSV."""
+    atomic_write_text(str(path), text)
 
 
 def csv_text(comments: Iterable[str], header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
