@@ -198,14 +198,23 @@ def _replay_rounds(
     return report
 
 
-def refuse_unfinished(run_dir: Path) -> None:
+def refuse_unfinished(run_dir: Path, fleet: Fleet) -> None:
     """The direct engine starts every run afresh (it has no checkpoints to resume from, and
-    reruns a fleet in seconds): a run directory holding an unfinished run is refused in one
-    line rather than overwritten."""
+    reruns a fleet in seconds): a run directory holding an unfinished run, or another fleet
+    file's finished one, is refused in one line rather than overwritten. A finished run of
+    this fleet file (edited or not: a researcher iterating on it) is rerun in place."""
     if not (run_dir / roundstate.STATE_FILE).is_file():
         return
     state, _ = roundstate.read_run(run_dir)
     status = statuses.run_status(state)
+    before = str(state.get("fleet_file") or "")
+    same = _same_file(before, fleet.path)  # a relative path was the cwd's: the bytes say too
+    same = same or state.get("fleet_sha256") == roundstate.fleet_sha256(fleet.path)
+    if status == "finished" and not same:
+        raise InputError(
+            f"{run_dir}: holds the finished run of another fleet file ({before}); use another "
+            "--run-dir"
+        )
     if status == "running":
         w = state.get("writer") or {}
         raise InputError(
@@ -218,6 +227,13 @@ def refuse_unfinished(run_dir: Path) -> None:
             "direct engine does not resume: use a new --run-dir (the flower engine and "
             "powerfleet coordinator resume theirs)"
         )
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return Path(a).resolve() == Path(b).resolve()
+    except (OSError, RuntimeError):
+        return a == b
 
 
 def with_deadline_comparison(
@@ -268,7 +284,7 @@ def simulate(
     out = Path(run_dir) if run_dir else default_run_dir(fleet)
     t0 = time.perf_counter()
     if engine == "direct":
-        refuse_unfinished(out)
+        refuse_unfinished(out, fleet)
         report = run_direct(fleet, out, progress, segment_s)
     elif engine == "flower":
         from simulations.flower_engine import run_flower

@@ -81,9 +81,16 @@ def test_parse_range():
     assert parse_range("3:4:0.5") == [3.0, 3.5, 4.0]
     assert parse_range("3:10:0.5")[-1] == 10.0 and len(parse_range("3:10:0.5")) == 15
     assert parse_range("4.5,7") == [4.5, 7.0]
-    for bad in ("3:1:0.5", "3:4:0", "a:b:c", "3:4", "-1,2", ""):
+    # watts in the one budget grammar, as every other command reads them; factors plain
+    assert parse_range("4.5W, 7 W") == [4.5, 7.0] == parse_range("4.5w:7W:2.5")
+    assert parse_range("0.5,1.5", scale=True) == [0.5, 1.5]
+    for bad in ("3:1:0.5", "3:4:0", "a:b:c", "3:4", "-1,2", "", "4.5W,nan"):
         with pytest.raises(InputError, match="--budgets"):
             parse_range(bad)
+    with pytest.raises(InputError, match="'none' is no step of a sweep; expected watts"):
+        parse_range("4.5,none")
+    with pytest.raises(InputError, match="--budgets"):
+        parse_range("1.5W", scale=True)  # a factor has no unit
 
 
 @pytest.mark.slow

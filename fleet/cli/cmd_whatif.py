@@ -7,10 +7,10 @@ import argparse
 import dataclasses
 
 from fleet.cli import checks
-from fleet.cli.common import console, emit_json, table
+from fleet.cli.common import console, emit_json, note, table
 from fleet.config.fleetfile import load_fleet
 from fleet.core.objectives import OBJECTIVES
-from fleet.planning.whatif import pareto_front, parse_range, sweep
+from fleet.planning.whatif import check_devices, pareto_front, parse_range, sweep
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -39,7 +39,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     fleet = load_fleet(args.fleet)
-    values = parse_range(args.budgets)
+    values = parse_range(args.budgets, args.scale)
+    warnings = check_devices(fleet)  # a device that cannot run stops the sweep here
+    for line in warnings:
+        note("whatif", "warning: " + line)
     steps = sweep(fleet, values, args.scale, args.objective)
     front = pareto_front(steps)
     if args.plot:
@@ -57,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
                 "steps": [dataclasses.asdict(s) for s in steps],
                 "front": [s.value for s in front],
                 "plot": args.plot,
+                "warnings": warnings,
             }
         )
         return 0

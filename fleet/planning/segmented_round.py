@@ -14,6 +14,7 @@ plan: the deadline and every revision with its reason and the device-clock time 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 
 from fleet.config.fleetfile import DeviceSpec, RunSettings
@@ -66,12 +67,15 @@ def expand(
 
 def renamed(row: dict[str, object], name: str) -> dict[str, object]:
     """A kind's row under the name of another device of that kind: the name is all that
-    differs, in ``device`` and wherever ``message`` says it (a copy; the row itself when the
-    name is its own). The Flower engine's replay ClientApp copies its kinds' rows the same way
+    differs, in ``device`` and wherever ``message`` says "device NAME" (a copy; the row itself
+    when the name is its own). Only that phrase: a bare replace of the name turned device "a"'s
+    "the run trains 'small_cnn'" into device "b"'s "the run trbins 'smbll_cnn'". The Flower
+    engine's replay ClientApp copies its kinds' rows the same way
     (``clients.segments.kind_segment``)."""
     first = str(row["device"])
     if first == name:
         return row
     out = {**row, "device": name}
-    out["message"] = str(row.get("message") or "").replace(first, name)
+    said = re.compile(r"\bdevice " + re.escape(first) + r"(?![\w.-])")
+    out["message"] = said.sub(lambda _m: f"device {name}", str(row.get("message") or ""))
     return out

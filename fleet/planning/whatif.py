@@ -26,7 +26,7 @@ from fleet.config.fleetfile import DeviceSpec, Fleet, RunSettings
 from fleet.core.choice import align
 from fleet.core.deadline import RateTable, rates
 from fleet.core.efficiency import Efficiency
-from fleet.method.budget import BudgetStep
+from fleet.method.budget import BudgetStep, parse_budget
 from fleet.method.deadline import check_deadline_s
 from fleet.planning.deadline_plan import (
     fastest_finish_rates,
@@ -36,7 +36,7 @@ from fleet.planning.deadline_plan import (
 from fleet.planning.round_logic import SEGMENT_S, new_plan
 from fleet.planning.roundenergy import round_energy, round_totals
 from fleet.planning.segmented_round import expand, run_segmented
-from fleet.rounds.device_round import TRAINED
+from fleet.rounds.device_round import TRAINED, check_device_type, model_note
 from fleet.rounds.virtual_clock import cached_efficiency, cached_profile, simulate_device
 
 Progress = Callable[[int, int, str], None]  # (done, total, device name)
@@ -258,12 +258,26 @@ def _saved_pct(ref: object, got: object) -> float | None:
 # ------------------------------------------------------------------------------------- what-if
 
 
-def parse_range(raw: str) -> list[float]:
-    """'3:10:0.5' -> 3, 3.5, ..., 10 (inclusive); '4.5,7,10' -> those values."""
+def parse_range(raw: str, scale: bool = False) -> list[float]:
+    """'3:10:0.5' -> 3, 3.5, ..., 10 (inclusive); '4.5,7,10' -> those values. Watts are read
+    by the one budget grammar (``4.5 W`` as every command takes it; no-limit words are not a
+    step of a sweep); ``scale`` factors are plain numbers."""
     where = f"--budgets {raw!r}"
+
+    def number(text: str) -> float:
+        if scale:
+            return float(text)
+        try:
+            value = parse_budget(text, where)
+        except InputError:
+            raise ValueError(text) from None
+        if value is None:
+            raise InputError(f"{where}: {text.strip()!r} is no step of a sweep; expected watts")
+        return value
+
     try:
         if ":" in raw:
-            parts = [float(x) for x in raw.split(":")]
+            parts = [number(x) for x in raw.split(":")]
             if len(parts) != 3:
                 raise ValueError
             lo, hi, step = parts
@@ -274,7 +288,9 @@ def parse_range(raw: str) -> list[float]:
             n = int(math.floor((hi - lo) / step + 1e-9)) + 1
             values = [round(lo + i * step, 10) for i in range(n)]
         else:
-            values = [float(x) for x in raw.split(",") if x.strip()]
+            values = [number(x) for x in raw.split(",") if x.strip()]
+    except InputError:  # said already, in words
+        raise
     except ValueError:
         raise InputError(f"{where}: expected START:STOP:STEP or a comma list of numbers") from None
     if not values or any(not math.isfinite(v) or v <= 0 for v in values):
@@ -346,6 +362,38 @@ def sweep(
         if progress:
             progress(k, len(values), f"{v:g}")
     return out
+
+
+def check_devices(fleet: Fleet) -> list[str]:
+    """Every device's inputs, before the first step: its profile and trace read, of its type,
+    sharing batch sizes with the shipped efficiency. Returned: a line where the efficiency, and
+    one per device where its profile, was recorded for another model than ``[run] model``
+    (said, not refused: ``device_round.model_note``). Why up front: a round keeps going
+    without a device that cannot serve it (its row says ``error``), but a sweep that counted
+    it among the devices that did not train would answer another fleet's question, at every
+    step, and say so only in a count."""
+    shipped = cached_efficiency(fleet.run.efficiency)
+    seen: set[tuple] = set()
+    notes = [model_note(shipped.source, shipped.metadata, fleet.run.model, "efficiency")]
+    for spec in fleet.devices:
+        key = (spec.profile, spec.data, spec.device_type)
+        if key in seen:
+            continue
+        seen.add(key)
+        who = f"device {spec.name}: "
+        try:
+            profile, _ = cached_profile(spec.profile)
+            if spec.data is not None:
+                cached_efficiency(spec.data)
+            check_device_type(spec, profile)
+            align(profile, shipped)
+        except InputError as exc:
+            why = str(exc)
+            raise InputError(why if why.startswith(who) else who + why) from None
+        said = model_note(profile.source, profile.metadata, fleet.run.model)
+        if said:
+            notes.append(who + said)
+    return [n for n in notes if n]
 
 
 def pareto_front(steps: Sequence[WhatIfStep]) -> list[WhatIfStep]:

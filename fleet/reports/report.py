@@ -27,6 +27,7 @@ from fleet.common.errors import InputError
 from fleet.core.baselines import BASELINES, speedup_column
 from fleet.method.profile_io import atomic_write_text
 from fleet.planning.roundenergy import round_energy, round_totals
+from fleet.rounds import statuses
 from fleet.rounds.device_round import TRAINED, row_columns
 
 #: What write_report adds to every row (after the device's own columns).
@@ -156,7 +157,31 @@ def read_report(run_dir: str | Path, token: str | None = None) -> dict[str, obje
             raise InputError(f"{path}: missing '{key}' (expected a powerfleet round report)")
     if token is not None and report.get("run_token") != token:
         raise InputError(f"{path} is from another run: this run did not finish its report")
+    check_shape(path, report)
     return report
+
+
+def check_shape(path: Path, report: dict[str, object]) -> None:
+    """The fields every reader of a report relies on: ``devices`` a list of objects, each
+    naming its device and one of ``statuses.FINAL``; ``fleet`` an object. Why here: a report
+    edited by hand or cut short must be one line naming the field, not a traceback deep in
+    the table code (or a table that says ``status None``)."""
+    devices, fleet = report["devices"], report["fleet"]
+    if not isinstance(fleet, dict):
+        raise InputError(f"{path}: 'fleet' must be an object of fleet totals")
+    if not isinstance(devices, list):
+        raise InputError(f"{path}: 'devices' must be a list of device rows")
+    for i, row in enumerate(devices):
+        where = f"{path}: devices[{i}]"
+        if not isinstance(row, dict):
+            raise InputError(f"{where}: expected an object (a device's row)")
+        if not isinstance(row.get("device"), str) or not row["device"]:
+            raise InputError(f"{where}: 'device' must be the device's name")
+        if row.get("status") not in statuses.FINAL:
+            raise InputError(
+                f"{where} ({row['device']}): 'status' {row.get('status')!r} is not one of "
+                + ", ".join(statuses.FINAL)
+            )
 
 
 # ------------------------------------------------------------------------- the device table

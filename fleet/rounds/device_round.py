@@ -32,6 +32,7 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
+from fleet.agent.models.names import model_mismatch
 from fleet.common.errors import InfeasibleError, InputError
 from fleet.config.device_types import type_mismatch
 from fleet.config.fleetfile import DeviceSpec, RunSettings
@@ -243,6 +244,19 @@ def check_device_type(spec: DeviceSpec, profile: Profile) -> None:
         )
 
 
+def model_note(source: str, metadata: dict[str, str], model: str, what: str = "profile") -> str:
+    """What is said when a file (a device's profile; the run's efficiency) was recorded for
+    another model than the run trains (empty when they agree or the file names none). Said,
+    not refused: a round may replay one model's profile while it trains a small one on purpose
+    (a rehearsal of the hardware path on a CPU); a reader of the report must see whose numbers
+    are whose. A row says it of its profile only: the shipped efficiency crosses the wire
+    without its columns, and the fleet's is one file (``whatif`` says it once)."""
+    recorded = metadata.get("model", "")
+    if not model_mismatch(recorded, model):
+        return ""
+    return f"the run trains {model!r} but its {what} {source} was recorded for {recorded!r}"
+
+
 def run_device(
     spec: DeviceSpec,
     profile: Profile,
@@ -269,6 +283,7 @@ def run_device(
         res.learning = runner.learning
     try:
         check_device_type(spec, profile)
+        other_model = model_note(profile.source, profile.metadata, run.model)
         aligned, shipped_a, _ = align(profile, shipped)
         if index is None or aligned.points != profile.points:
             index = SelectionIndex(aligned)
@@ -294,7 +309,7 @@ def run_device(
             if first is None:
                 why = f"{checked.note}; nothing fits the budget after checking"
         if first is None:
-            res.status, res.message = "infeasible", why
+            res.status, res.message = "infeasible", "; ".join(m for m in (other_model, why) if m)
             return res
         res.take(first)
         res.status = "ok"
@@ -308,6 +323,7 @@ def run_device(
             res.message = f"{checked.note}; {res.message}" if res.message else checked.note
         if runner.truth is not None:
             res.baseline_time_s = baseline_times(rnd, runner.truth)
+        res.message = "; ".join(m for m in (other_model, res.message) if m)
     except InputError as exc:
         res.status, res.message = "error", str(exc)
     return res

@@ -25,3 +25,27 @@ def canonical_name(name):
     if key not in MODEL_NAMES:
         raise ValueError("unknown model '{}' (known: {})".format(name, ", ".join(MODEL_NAMES)))
     return key
+
+
+# Names a recorded file may use for a registry model: the paper calls its 6-layer character
+# transformer "transformer", and the reference profiles and efficiency files say so.
+RECORDED_ALIASES = {"transformer": "char_transformer"}
+
+
+def model_key(name):
+    # type: (str) -> str
+    """A model name as files and fleets are compared by: case, hyphens and the paper's names
+    do not make two models (a name the registry does not know compares as written)."""
+    key = str(name).strip().lower().replace("-", "_")
+    return RECORDED_ALIASES.get(key, key)
+
+
+def model_mismatch(recorded, wanted):
+    # type: (str, str) -> bool
+    """Whether a file recorded for model ``recorded`` must not serve a run of ``wanted``. Why
+    it matters: a profile's times and powers, and an efficiency's samples-to-target, are the
+    recorded model's; another model's run would take them as its own, silently. A file that
+    names no model (an empty ``recorded``) is not judged."""
+    if not str(recorded or "").strip() or not str(wanted or "").strip():
+        return False
+    return model_key(recorded) != model_key(wanted)
