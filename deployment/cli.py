@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from clients.segment_wire import PACE_RANGE
 from deployment import daemons, deploy, processes, security, supernode
 from fleet.agent.devices import (
     DeviceError,
@@ -66,7 +67,9 @@ def register_coordinator(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--fleet", required=True, help="fleet TOML")
     p.add_argument("--host", default="127.0.0.1", help="address to serve on (default loopback)")
-    p.add_argument("--port", type=int, default=DEFAULT_PORT, help="SuperLink port (all APIs)")
+    p.add_argument(
+        "--port", type=checks.tcp_port(), default=DEFAULT_PORT, help="SuperLink port (all APIs)"
+    )
     p.add_argument(
         "--run-dir",
         type=checks.output_dir("run directory"),
@@ -256,7 +259,12 @@ def register_device(sub: argparse._SubParsersAction) -> None:
         default=f"127.0.0.1:{DEFAULT_PORT}",
         help="the coordinator's HOST:PORT",
     )
-    p.add_argument("--port", type=int, default=0, help="local Runtime API port (0: a free one)")
+    p.add_argument(
+        "--port",
+        type=checks.tcp_port(free_ok=True),
+        default=0,
+        help="local Runtime API port (0: a free one)",
+    )
     p.add_argument(
         "--client",
         choices=("replay", "hardware"),
@@ -317,6 +325,15 @@ def cmd_device(args: argparse.Namespace) -> int:
         raise InputError(
             "--backend, --budget-file and the agent's options apply to --client hardware"
         )
+    if args.pace is not None:  # the node's own check, said before its SuperNode starts
+        if args.client != "replay":
+            raise InputError("--pace applies to --client replay (a board runs at its own pace)")
+        lo, hi = PACE_RANGE
+        if not (args.pace == 0 or lo <= args.pace <= hi):
+            raise InputError(
+                f"--pace: expected 0 (no wait) or device seconds per wall second in "
+                f"[{lo:g}, {hi:g}], got {args.pace}"
+            )
     # this device's own directory: measured profiles and weight files (hardware client), logs,
     # and one fresh 0700 Flower directory per run
     safe = re.sub(r"[^A-Za-z0-9._-]", "_", spec.name)
@@ -329,7 +346,7 @@ def cmd_device(args: argparse.Namespace) -> int:
         agent_timeout_s=args.agent_timeout_s,
         budget_file=str(Path(args.budget_file).resolve()) if args.budget_file else None,
         work_dir=str(work),  # the agent's, and a replay device's segment checkpoints
-        pace=args.pace if args.client == "replay" else None,
+        pace=args.pace,
         **{public.replace("-", "_"): value for public, value in agent_options.items()},
     )
     port = args.port or processes.free_port()

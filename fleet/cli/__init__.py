@@ -139,6 +139,7 @@ def build_parser(argv: Optional[Sequence[str]] = None) -> argparse.ArgumentParse
         prog="powerfleet",
     )
     sub.required = True
+    parser.set_defaults(cli_commands=sub)
     builtin = _builtin()
     chosen = _command_in(argv)
     if chosen in builtin:
@@ -185,9 +186,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(argv)
     try:
-        args = parser.parse_args(argv)
+        args, extras = parser.parse_known_args(argv)
+        if extras:  # said by the command's own parser: "powerfleet select: error: ..."
+            command = args.cli_commands.choices[args.command]
+            command.error(f"unrecognized arguments: {' '.join(extras)}")
     except SystemExit as exc:  # --help, --version, or a bad command line (one line said)
         return exc.code if isinstance(exc.code, int) else 2
+    del args.cli_commands
     try:
         code = args.func(args)
     except InfeasibleError as exc:

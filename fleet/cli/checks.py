@@ -1,4 +1,5 @@
-"""Paths checked when the command line is read, before any sweep, training or round starts.
+"""Paths (and ports) checked when the command line is read, before any sweep, training or round
+starts.
 
 Why at parse time: a profile sweep that ends in ``[Errno 21] Is a directory`` has wasted its
 minutes; the same check made as argparse reads ``--out`` costs nothing and fails in one line
@@ -85,3 +86,22 @@ def run_dir_to_watch(path: str) -> str:
     if os.path.exists(path) and not os.path.isdir(path):
         raise argparse.ArgumentTypeError(f"{path}: not a directory (expected a run directory)")
     return path
+
+
+def tcp_port(free_ok: bool = False) -> Callable[[str], int]:
+    """A TCP port (1-65535; 0 too where ``free_ok``: the system picks a free one). Why here: a
+    port out of range was said by the SuperLink's own parser, in its log, after the
+    coordinator had started it."""
+    lo = 0 if free_ok else 1
+
+    def check(text: str) -> int:
+        try:
+            port = int(text)
+        except ValueError:
+            port = -1
+        if not lo <= port <= 65535:
+            what = "0 (a free port) or " if free_ok else ""
+            raise argparse.ArgumentTypeError(f"expected {what}a port in 1-65535, got {text!r}")
+        return port
+
+    return check

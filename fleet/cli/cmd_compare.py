@@ -19,6 +19,7 @@ from fleet.cli.common import (
     parse_caps,
     table,
 )
+from fleet.common.errors import InputError
 from fleet.core.baselines import BASELINES, speedup_column
 from fleet.core.choice import align
 from fleet.core.compare import compare
@@ -53,11 +54,19 @@ def run(args: argparse.Namespace) -> int:
         note("compare", msg)
     truth = load_efficiency(args.truth) if args.truth else None
     cap_profiles = [profile] + [load_profile(p) for p in args.cap_profile]
+    for extra in cap_profiles[1:]:  # a cap safe for a model is one its powers were read for
+        if not extra.has_power:
+            raise InputError(f"--cap-profile: {extra.source} has no power column (time-only)")
     budgets = parse_budgets(args.budgets)
+    caps = parse_caps(args.caps)
+    stray = [b for b in caps if b not in budgets]
+    if stray:
+        raise InputError(
+            f"--caps: {', '.join(budget_label(b) for b in stray)} is not among --budgets "
+            f"({', '.join(budget_label(b) for b in budgets)}); a cap belongs to a budget compared"
+        )
     # plain data for JSON and the table (compare's rows: each key holds its column's type)
-    rows: list[dict[str, Any]] = compare(
-        profile, proxy, budgets, truth, parse_caps(args.caps), cap_profiles
-    )
+    rows: list[dict[str, Any]] = compare(profile, proxy, budgets, truth, caps, cap_profiles)
     if args.json:
         emit_json(
             {

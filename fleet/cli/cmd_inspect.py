@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections import Counter
 from typing import Any
 
 from fleet.cli.common import budget_label, console, emit_json, mhz, parse_budgets, table
@@ -37,7 +38,8 @@ def summarise(profile: Profile, budgets: list[float | None]) -> dict[str, Any]:
     low = profile.lowest_peak() if powered else None
     return {
         "profile": profile.source,
-        "metadata": profile.metadata,
+        "metadata": profile.metadata,  # the file's cells, as text
+        "idle_power_w": profile.idle_power_w,  # the one of them that is a number, as one
         "points": len(profile.points),
         "batch_sizes": profile.batch_sizes,
         "freqs_mhz": profile.freqs_mhz,
@@ -73,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         f"{s['points']} points; batch sizes {s['batch_sizes']}; "
         f"{len(s['freqs_mhz'])} frequencies {s['freqs_mhz'][0]:g}..{s['freqs_mhz'][-1]:g} MHz; "
         f"{s['missing_points']} grid points not measured; "
-        f"{len(s['failed_points'])} failed (e.g. out of memory)",
+        f"{len(s['failed_points'])} failed{_statuses(s['failed_points'])}",
         highlight=False,
     )
     if s["time_only"]:
@@ -104,3 +106,11 @@ def run(args: argparse.Namespace) -> int:
             )
         )
     return 0
+
+
+def _statuses(failed: list[dict[str, Any]]) -> str:
+    """How many points each ``status`` marks as not run (a typo'd status is seen here)."""
+    if not failed:
+        return ""
+    counts = Counter(str(p["status"]) for p in failed)
+    return " (" + ", ".join(f"status={k}: {n}" for k, n in sorted(counts.items())) + ")"

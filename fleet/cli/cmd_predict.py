@@ -72,6 +72,8 @@ def _numbers(raw: str, flag: str, integer: bool) -> list[float]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.budgets and not args.next:  # a flag that would change nothing is refused, not lost
+        raise InputError("--budgets is for --next N (the budgets the next probes are chosen at)")
     load_profile(args.profile)  # validates the file: one line naming file/line/field
     coverage = read_coverage(args.profile)
     if args.batch_sizes:

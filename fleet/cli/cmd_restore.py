@@ -99,6 +99,8 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--wait-s: expected seconds >= 0, got {args.wait_s:g}")
     if args.backend == "nvml":
         return _restore_nvml(args)
+    if not os.path.isdir(args.sysfs_root):  # a typo, not a machine with nothing to restore
+        raise InputError(f"--sysfs-root {args.sysfs_root}: not a directory (expected a sysfs root)")
     waited_s = wait_for_nodes(args)
     if waited_s is None:
         # Nothing saved: a machine with no GPU devfreq node (a PC, a board whose node comes

@@ -100,6 +100,8 @@ def objective_context(args: argparse.Namespace) -> dict[str, float]:
     """The keywords the objective needs (``Objective.context``) from their flags, checked."""
     wanted = OBJECTIVES[args.objective].context
     if "deadline_s" not in wanted:
+        if args.deadline_s is not None:  # a flag that would change nothing is refused, not lost
+            raise InputError(f"--deadline-s is for --objective deadline, not {args.objective}")
         return {}
     if args.deadline_s is None:
         raise InputError(f"--objective {args.objective} needs --deadline-s SECONDS")

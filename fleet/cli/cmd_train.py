@@ -23,6 +23,7 @@ from fleet.agent.devices import DeviceError, open_backend
 from fleet.agent.devices.board_identity import run_origin
 from fleet.agent.devices.guard import install_restore_handlers
 from fleet.agent.measure import sweep_plan
+from fleet.agent.models.names import model_mismatch
 from fleet.cli import checks
 from fleet.cli.cmd_profile import add_backend_flags, backend_options
 from fleet.cli.common import emit_json, model_help, note
@@ -107,7 +108,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--lr-ref-batch", type=int, default=128, help="batch size --lr-ref is for (lr scales)"
     )
     p.add_argument("--seed", type=int, default=0, help="initialisation and order seed")
-    p.add_argument("--batch-sizes", default=DEFAULT_BATCH_SIZES, help="to profile (no --profile)")
+    p.add_argument(
+        "--batch-sizes", help=f"to profile (no --profile; default {DEFAULT_BATCH_SIZES})"
+    )
     p.add_argument("--guard-window", type=float, default=0.2, help="seconds over budget to act")
     p.add_argument("--sampler-hz", type=float, default=20.0, help="power sampling rate (>= 20)")
     p.add_argument(
@@ -163,21 +166,34 @@ def _budget_source(args: argparse.Namespace) -> Any:
     )  # fmt: skip
 
 
-def _efficiency(path: str) -> tuple[dict[int, float], dict[str, Any]]:
+def _same_model(flag: str, path: str, recorded: str, model: str) -> None:
+    """A file recorded for another model than ``--model`` is said, in one line: its numbers
+    are that model's. Not refused, as a fleet's device round does not refuse it
+    (``device_round.model_note``): a rehearsal may train a small model on a big one's table."""
+    if model_mismatch(recorded, model):
+        note(
+            COMMAND, f"warning: {flag} {path} was recorded for {recorded!r}, not --model {model!r}"
+        )
+
+
+def _efficiency(path: str, model: str) -> tuple[dict[int, float], dict[str, Any]]:
     """The shipped vector and what the learner needs of it (its spread, its origin)."""
     from fleet.core.efficiency import load_efficiency
 
     eff = load_efficiency(path)
+    _same_model("--efficiency", path, eff.metadata.get("model", ""), model)
     if not eff.reached:
         raise InputError(f"{path}: no batch size reached the target accuracy")
     rel = {b: eff.std[b] / n for b, n in eff.reached.items() if b in eff.std and n > 0}
     return dict(eff.reached), {"rel_std": rel, "source": eff.metadata.get("source")}
 
 
-def _lut_from_profile(path: str) -> list[Any]:
+def _lut_from_profile(path: str, model: str) -> list[Any]:
     from fleet.core.profile import load_profile
 
-    return list(load_profile(path).points)
+    profile = load_profile(path)
+    _same_model("--profile", path, profile.metadata.get("model", ""), model)
+    return list(profile.points)
 
 
 def _numbers(raw: str, flag: str) -> list[int]:
@@ -221,6 +237,11 @@ def _check_args(args: argparse.Namespace) -> None:
             )
     elif args.deadline_s is not None:
         raise InputError("--deadline-s is only for --objective deadline")
+    if args.batch_sizes is not None:
+        _numbers(args.batch_sizes, "--batch-sizes")  # refused before torch, not after
+        if args.profile:  # a flag that changes nothing is said, not lost
+            note(COMMAND, "warning: --batch-sizes is for profiling first; the run chooses "
+                 "among --profile's batch sizes")  # fmt: skip
     for flag, path in (("--efficiency", args.efficiency), ("--profile", args.profile),
                        ("--weights", args.weights)):  # fmt: skip
         if path is not None and not os.path.isfile(path):
@@ -246,7 +267,7 @@ def _torch_device(args: argparse.Namespace) -> str:
 def run(args: argparse.Namespace) -> int:
     _check_args(args)  # bad input is refused before torch is even imported
     source = _budget_source(args)
-    efficiency, efficiency_meta = _efficiency(args.efficiency)
+    efficiency, efficiency_meta = _efficiency(args.efficiency, args.model)
 
     from fleet.agent.loop.closedloop import ClosedLoopError
     from fleet.agent.loop.loop_plan import LoopPlan
@@ -256,7 +277,7 @@ def run(args: argparse.Namespace) -> int:
     from fleet.agent.training.train_state import TrainerError
     from fleet.training.task import build_for, load_task
 
-    points = _lut_from_profile(args.profile) if args.profile else None
+    points = _lut_from_profile(args.profile, args.model) if args.profile else None
     if points is not None and args.objective == "deadline":
         check_power(points, args.profile)
     options = backend_options(args)
@@ -380,7 +401,8 @@ def _profile_first(args, backend, task, model, source, device) -> list[Any]:
     try:
         plan = sweep_plan.SweepPlan(
             args.model, input_shape=task.input_shape,
-            batch_sizes=_numbers(args.batch_sizes, "--batch-sizes"), budget_w=highest,
+            batch_sizes=_numbers(args.batch_sizes or DEFAULT_BATCH_SIZES, "--batch-sizes"),
+            budget_w=highest,
             sampler_hz=args.sampler_hz, num_classes=task.classes,
         )  # fmt: skip
         result = profile_grid(backend, plan, device=device, model=model)

@@ -64,9 +64,12 @@ def parse_caps(raw: str | None) -> dict[float | None, float]:
             raise InputError(f"--caps: {item!r} is not BUDGET=MHZ (e.g. 4.5=307.2)")
         budget, mhz = item.split("=", 1)
         try:
-            caps[parse_budget(budget, "--caps")] = float(mhz)
+            cap = float(mhz)
         except ValueError:
-            raise InputError(f"--caps: {mhz!r} is not a frequency in MHz") from None
+            cap = math.nan
+        if not (math.isfinite(cap) and cap > 0):
+            raise InputError(f"--caps: {mhz!r} is not a frequency in MHz (a number > 0)")
+        caps[parse_budget(budget, "--caps")] = cap
     return caps
 
 

@@ -278,7 +278,10 @@ def load_fleet(path: str | Path) -> Fleet:
                 f"{', '.join(DEVICE_TYPES)}"
             )
         if not {"budget_w", "budget_schedule", "budget_trace"} & set(d):
-            raise InputError(f"{w}: missing field 'budget_w' (watts, or \"none\" for no limit)")
+            raise InputError(
+                f"{w}: no budget: expected 'budget_w' (watts, or \"none\" for no limit), "
+                "'budget_schedule' or 'budget_trace'"
+            )
         schedule_raw: object = d.get("budget_schedule")
         if "budget_trace" in d:  # a power trace becomes the schedule: fleet.budgets.trace
             if schedule_raw is not None:

@@ -8,6 +8,7 @@ caches key on its content hash.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from fleet.common.errors import InputError
@@ -36,8 +37,9 @@ def pretrain(
     from fleet.agent.training.train_state import TrainerError
     from fleet.agent.training.trainer import train_to_target
 
-    if epochs <= 0 or batch_size <= 0 or lr <= 0:
-        raise InputError("pretrain: --epochs, --batch-size and --lr must all be > 0")
+    for flag, value in (("--epochs", epochs), ("--batch-size", batch_size), ("--lr", lr)):
+        if not (math.isfinite(value) and value > 0):  # NaN fails both; inf is no count
+            raise InputError(f"pretrain: {flag} must be a finite number > 0, got {value}")
     task = load_task(dataset, data_dir, subset, seed)
     model = build_for(task, model_name, seed)
     n = int(task.train[0].shape[0])

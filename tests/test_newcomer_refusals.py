@@ -1,0 +1,336 @@
+"""What a newcomer's mistakes get: one line naming the flag, file or field, exit 2, before work.
+
+Each case is a mistake a first session with the command line made (a damaged report, a NaN
+epoch count, a fleet whose profile is another model's, a port out of range, a flag that would
+have changed nothing) and what it used to get instead: a traceback, a silent exit 0, numbers
+of the wrong model, or the error in a daemon's log. Commands run in process
+(``fleet.cli.main``), as the entry point runs them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from fleet.agent.models.names import model_mismatch
+from fleet.cli import main
+from fleet.method.profile_io import atomic_write_text
+from fleet.planning.segmented_round import renamed
+from tests.conftest import ROOT
+
+PROFILES = ROOT / "simulations" / "profiles"
+EFFICIENCY = ROOT / "simulations" / "efficiency"
+RESNET_PROFILE = PROFILES / "nano_resnet18.csv"
+RESNET_PROXY = EFFICIENCY / "resnet18_cifar10-proxy.csv"
+
+
+def one_line(capsys, argv: list[str], *needles: str) -> str:
+    """Run ``powerfleet ARGV``: exit 2 and one stderr line holding every needle."""
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+def fleet_file(tmp: Path, model: str = "resnet18", profiles: tuple[str, ...] = ()) -> Path:
+    """A fleet of Nanos (one per profile path given; two on the reference profile by default)
+    replaying the resnet18 traces."""
+    profiles = profiles or (str(RESNET_PROFILE), str(RESNET_PROFILE))
+    text = f'[run]\nmodel = "{model}"\nefficiency = "{RESNET_PROXY}"\ntarget_accuracy = 0.8\n'
+    for i, profile in enumerate(profiles):
+        name = "ab"[i] if i < 2 else f"d{i}"
+        text += (
+            f'\n[[devices]]\nname = "{name}"\ntype = "jetson-nano"\nbudget_w = 5\n'
+            f'profile = "{profile}"\ndata = "{EFFICIENCY / "resnet18_cinic.csv"}"\n'
+        )
+    path = tmp / f"fleet-{model}-{len(profiles)}.toml"
+    path.write_text(text)
+    return path
+
+
+# ------------------------------------------------------------------- the command line itself
+
+
+def test_an_unknown_flag_is_said_by_the_command_it_was_given_to(capsys):
+    line = one_line(
+        capsys,
+        [
+            "select",
+            "--profile",
+            str(RESNET_PROFILE),
+            "--efficiency",
+            str(RESNET_PROXY),
+            "--budget-w",
+            "5",
+            "--bogus",
+            "1",
+        ],  # fmt: skip
+        "unrecognized arguments: --bogus 1",
+    )
+    assert line.startswith("powerfleet select: error:"), line
+
+
+@pytest.mark.parametrize("argv, needles", [
+    (["select", "--profile", str(RESNET_PROFILE), "--efficiency", str(RESNET_PROXY),
+      "--budget-w", "5", "--deadline-s", "100"], ["--deadline-s is for --objective deadline"]),
+    (["predict", "--profile", str(RESNET_PROFILE), "--budgets", "5", "--out", "/tmp/x.csv"],
+     ["--budgets is for --next"]),
+    (["train", "--backend", "cpu", "--model", "resnet18", "--dataset", "mnist-5k",
+      "--efficiency", str(RESNET_PROXY), "--budget-w", "5", "--batch-sizes", "0"],
+     ["--batch-sizes: expected positive integers, got '0'"]),
+])  # fmt: skip
+def test_a_flag_that_would_change_nothing_or_is_no_number_is_refused(capsys, argv, needles):
+    one_line(capsys, argv, *needles)
+
+
+@pytest.mark.parametrize("epochs", ["nan", "inf", "-1"])
+def test_pretrain_refuses_an_epoch_count_that_is_no_number(capsys, tmp_path, epochs):
+    one_line(
+        capsys,
+        [
+            "pretrain",
+            "--model",
+            "small_cnn",
+            "--dataset",
+            "fashion-mnist",
+            "--epochs",
+            epochs,
+            "--out",
+            str(tmp_path / "w.pt"),
+        ],  # fmt: skip
+        "--epochs must be a finite number > 0",
+    )
+    assert not (tmp_path / "w.pt").exists()
+
+
+def test_train_says_when_its_efficiency_or_profile_is_another_models(capsys, tmp_path):
+    """Said, not refused (a rehearsal may train a small model on a big one's table), and said
+    before the work: here the dataset that is not there stops it right after."""
+    code = main(
+        ["train", "--backend", "cpu", "--dataset", str(tmp_path / "none"), "--budget-w", "5",
+         "--model", "char_transformer", "--profile", str(RESNET_PROFILE),
+         "--efficiency", str(RESNET_PROXY), "--batch-sizes", "8,16"]
+    )  # fmt: skip
+    err = capsys.readouterr().err.splitlines()
+    assert code == 2
+    assert err[:3] == [
+        "powerfleet train: note: warning: --batch-sizes is for profiling first; the run "
+        "chooses among --profile's batch sizes",
+        f"powerfleet train: note: warning: --efficiency {RESNET_PROXY} was recorded for "
+        "'resnet18', not --model 'char_transformer'",
+        f"powerfleet train: note: warning: --profile {RESNET_PROFILE} was recorded for "
+        "'resnet18', not --model 'char_transformer'",
+    ]
+    assert err[3].startswith(f"powerfleet train: error: {tmp_path / 'none'}: no such file")
+
+
+def test_model_names_compare_as_files_write_them():
+    assert not model_mismatch("transformer", "char_transformer")  # the paper's name
+    assert not model_mismatch("ResNet18", "resnet-18".replace("-", ""))
+    assert not model_mismatch("", "small_cnn")  # a file that names no model is not judged
+    assert model_mismatch("resnet18", "small_cnn")
+    assert model_mismatch("transformer", "char_transformer_small")
+
+
+@pytest.mark.parametrize("port", ["99999", "0", "x"])
+def test_coordinator_refuses_a_port_before_its_superlink_starts(capsys, tmp_path, port):
+    one_line(
+        capsys,
+        [
+            "coordinator",
+            "--fleet",
+            str(fleet_file(tmp_path)),
+            "--insecure",
+            "--port",
+            port,
+            "--work-dir",
+            str(tmp_path / "w"),
+            "--run-dir",
+            str(tmp_path / "run"),
+        ],  # fmt: skip
+        "argument --port: expected a port in 1-65535",
+    )
+    assert not (tmp_path / "run").exists() and not (tmp_path / "w").exists()
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--pace", "-1"], "--pace: expected 0 (no wait) or device seconds per wall second"),
+    (["--pace", "nan"], "--pace: expected 0 (no wait)"),
+    (["--pace", "60", "--client", "hardware"], "--pace applies to --client replay"),
+    (["--port", "70000"], "argument --port: expected 0 (a free port) or a port in 1-65535"),
+])  # fmt: skip
+def test_device_refuses_its_pace_and_port_before_its_supernode_starts(
+    capsys, tmp_path, extra, needle
+):
+    one_line(
+        capsys,
+        [
+            "device",
+            "--fleet",
+            str(fleet_file(tmp_path)),
+            "--name",
+            "a",
+            "--insecure",
+            "--work-dir",
+            str(tmp_path / "w"),
+            *extra,
+        ],  # fmt: skip
+        needle,
+    )
+    assert not (tmp_path / "w").exists()  # nothing started, nothing written
+
+
+# ------------------------------------------------------------------------------ fleets
+
+
+def test_whatif_refuses_a_device_it_cannot_run_instead_of_counting_it(capsys, tmp_path):
+    bad = tmp_path / "nanpeak.csv"
+    lines = RESNET_PROFILE.read_text().splitlines(keepends=True)
+    first = next(i for i, ln in enumerate(lines) if ln[:1].isdigit())
+    cells = lines[first].split(",")
+    cells[3] = "nan"  # peak_power_w
+    lines[first] = ",".join(cells)
+    bad.write_text("".join(lines))
+    fleet = fleet_file(tmp_path, profiles=(str(RESNET_PROFILE), str(bad)))
+    one_line(
+        capsys,
+        ["whatif", "--fleet", str(fleet), "--budgets", "4.5,7"],
+        f"device b: {bad}: line {first + 1}: peak_power_w='nan' must be a finite number",
+    )
+    other_model = fleet_file(tmp_path, model="small_cnn")
+    assert main(["whatif", "--fleet", str(other_model), "--budgets", "4.5 W,7W", "--json"]) == 0
+    out, err = capsys.readouterr()
+    said = [
+        f"the run trains 'small_cnn' but its efficiency {RESNET_PROXY} was recorded for 'resnet18'",
+        f"device a: the run trains 'small_cnn' but its profile {RESNET_PROFILE} was recorded "
+        "for 'resnet18'",  # once per kind of device: b is a's kind
+    ]
+    assert err.splitlines() == [f"powerfleet whatif: note: warning: {s}" for s in said]
+    assert json.loads(out)["warnings"] == said
+
+
+def test_a_simulated_round_says_whose_numbers_each_row_holds(capsys, tmp_path):
+    """A fleet that trains small_cnn on resnet18's files runs (a rehearsal may), and every row
+    says so; the rows of a kind are copies, and only "device NAME" is renamed in them."""
+    fleet = fleet_file(tmp_path, model="small_cnn")
+    assert main(["simulate", "--fleet", str(fleet), "--engine", "direct", "--json",
+                 "--run-dir", str(tmp_path / "run")]) == 0  # fmt: skip
+    capsys.readouterr()
+    rows = json.loads((tmp_path / "run" / "report.json").read_text())["devices"]
+    assert [(r["device"], r["status"]) for r in rows] == [("a", "ok"), ("b", "ok")]
+    for r in rows:
+        assert r["message"].startswith(
+            f"the run trains 'small_cnn' but its profile {RESNET_PROFILE} was recorded for "
+            "'resnet18'; "  # then what the row says of its own run
+        ), r["message"]
+
+
+def test_a_kinds_row_renamed_changes_the_device_phrase_only():
+    row = {"device": "a", "message": "device a: a path /data/a/x.csv and 'small_cnn'"}
+    assert renamed(row, "b")["message"] == "device b: a path /data/a/x.csv and 'small_cnn'"
+    assert renamed({"device": "a", "message": "device ab: other"}, "c")["message"] == (
+        "device ab: other"
+    )
+
+
+def test_the_direct_engine_keeps_another_fleets_finished_run(capsys, tmp_path):
+    run_dir = tmp_path / "run"
+    first, second = fleet_file(tmp_path), fleet_file(tmp_path, profiles=(str(RESNET_PROFILE),))
+    argv = ["simulate", "--engine", "direct", "--json", "--run-dir", str(run_dir), "--fleet"]
+    assert main([*argv, str(first)]) == 0
+    capsys.readouterr()
+    before = (run_dir / "report.json").read_text()
+    one_line(capsys, [*argv, str(second)], f"{run_dir}: holds the finished run of another fleet")
+    assert (run_dir / "report.json").read_text() == before
+    assert main([*argv, str(first)]) == 0  # its own fleet file reruns in place
+    assert len(json.loads((run_dir / "report.json").read_text())["devices"]) == 2
+
+
+# ---------------------------------------------------------------------- files and reports
+
+
+@pytest.mark.parametrize("edit, needle", [
+    (lambda r: r.update(devices="nope"), "'devices' must be a list of device rows"),
+    (lambda r: r.update(fleet="x"), "'fleet' must be an object of fleet totals"),
+    (lambda r: r["devices"].__setitem__(0, 1), "devices[0]: expected an object"),
+    (lambda r: r["devices"][0].pop("status"), "devices[0] (a): 'status' None is not one of"),
+    (lambda r: r["devices"][0].update(device=""), "devices[0]: 'device' must be the device"),
+])  # fmt: skip
+def test_report_refuses_a_damaged_report_json_in_one_line(capsys, tmp_path, edit, needle):
+    run_dir = tmp_path / "run"
+    assert main(["simulate", "--fleet", str(fleet_file(tmp_path)), "--engine", "direct",
+                 "--json", "--run-dir", str(run_dir)]) == 0  # fmt: skip
+    capsys.readouterr()
+    (run_dir / "state.json").unlink()  # the report alone, as a copied run shows it
+    report = json.loads((run_dir / "report.json").read_text())
+    edit(report)
+    (run_dir / "report.json").write_text(json.dumps(report))
+    one_line(capsys, ["report", str(run_dir)], f"{run_dir / 'report.json'}: ", needle)
+    assert not (run_dir / "report.md").exists()
+
+
+@pytest.mark.parametrize("caps, needle", [
+    ("4.5=-3", "--caps: '-3' is not a frequency in MHz"),
+    ("4.5=nan", "--caps: 'nan' is not a frequency in MHz"),
+    ("8=307.2", "--caps: 8 W is not among --budgets (4.5 W, 7 W, none)"),
+])  # fmt: skip
+def test_compare_refuses_caps_it_would_misuse(capsys, caps, needle):
+    one_line(
+        capsys,
+        [
+            "compare",
+            "--profile",
+            str(RESNET_PROFILE),
+            "--efficiency",
+            str(RESNET_PROXY),
+            "--caps",
+            caps,
+        ],  # fmt: skip
+        needle,
+    )
+
+
+def test_restore_refuses_a_sysfs_root_that_is_not_there(capsys, tmp_path):
+    one_line(
+        capsys,
+        ["restore", "--sysfs-root", str(tmp_path / "nope"), "--json"],
+        f"--sysfs-root {tmp_path / 'nope'}: not a directory",
+    )
+
+
+def test_inspect_counts_failed_points_by_status_and_gives_idle_power_as_a_number(capsys, tmp_path):
+    rows = [ln for ln in RESNET_PROFILE.read_text().splitlines() if not ln.startswith("#")][:5]
+    rows = [rows[0] + ",status"] + [r + ",ok" for r in rows[1:]]
+    rows[2] = rows[2][: -len(",ok")] + ",weird"
+    path = tmp_path / "p.csv"
+    path.write_text("\n".join(rows) + "\n")
+    assert main(["inspect", str(path)]) == 0
+    assert "1 failed (status=weird: 1)" in capsys.readouterr().out
+    assert main(["inspect", str(path), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["idle_power_w"] == 1.25 and summary["metadata"]["idle_power_w"] == "1.25"
+
+
+def test_written_files_follow_the_umask_and_keep_their_mode(tmp_path):
+    old = os.umask(0o022)
+    try:
+        atomic_write_text(str(tmp_path / "new.csv"), "x\n")
+        assert os.stat(tmp_path / "new.csv").st_mode & 0o777 == 0o644
+        os.umask(0o077)
+        atomic_write_text(str(tmp_path / "private.csv"), "x\n")
+        assert os.stat(tmp_path / "private.csv").st_mode & 0o777 == 0o600
+        os.umask(0o022)
+        os.chmod(tmp_path / "private.csv", 0o640)
+        atomic_write_text(str(tmp_path / "private.csv"), "y\n")  # a rewrite keeps its mode
+        assert os.stat(tmp_path / "private.csv").st_mode & 0o777 == 0o640
+        atomic_write_text(str(tmp_path / "given.csv"), "z\n", mode=0o600)
+        assert os.stat(tmp_path / "given.csv").st_mode & 0o777 == 0o600
+    finally:
+        os.umask(old)  # the umask is the process's: restored for the next test
