@@ -79,7 +79,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--devices", default="nano,tx2nx", help="board types (paper)")
     p.add_argument("--data-dir", help="prepared data (analogue; default $POWERFLEET_DATA)")
-    p.add_argument("--workers", type=int, help="parallel training runs (analogue)")
+    p.add_argument("--workers", type=checks.at_least(1), help="parallel training runs (analogue)")
     p.add_argument(
         "--task",
         choices=["image", "text"],
@@ -100,11 +100,19 @@ def run(args: argparse.Namespace) -> int:
     if args.seeds < 1:
         raise InputError(f"--seeds must be >= 1, got {args.seeds}")
     out = Path(args.out)
+    models = tuple(m.strip() for m in args.models.split(",") if m.strip())
+    devices = tuple(d.strip() for d in args.devices.split(",") if d.strip())
+    for flag, names, raw in (
+        ("--models", models, args.models),
+        ("--devices", devices, args.devices),
+    ):
+        if not names:
+            raise InputError(f"{flag}: expected a comma list of names, got {raw!r}")
     grid = Grid(
         Path(args.profile_dir),
         Path(args.efficiency_dir),
-        models=tuple(m for m in args.models.split(",") if m),
-        devices=tuple(d for d in args.devices.split(",") if d),
+        models=models,
+        devices=devices,
         seeds=args.seeds,
     )
     with progress_bar("experiment", elapsed=False) as bar:

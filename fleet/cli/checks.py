@@ -33,12 +33,21 @@ def _writable_home(path: str) -> None:
 
 
 def output_file(what: str) -> Callable[[str], str]:
-    """A file the command writes: not a directory, in a folder it can write."""
+    """A file the command writes: a path, not a directory nor a device, FIFO or socket (the
+    write replaces the file whole: ``/dev/null`` would become a regular file), in a folder it
+    can write. A symbolic link is written through (``atomic_write``)."""
 
     def check(path: str) -> str:
+        if not path.strip():
+            raise argparse.ArgumentTypeError(f"expected the path of the {what} file to write")
         if os.path.isdir(path):
             raise argparse.ArgumentTypeError(
                 f"{path}: is a directory; expected the {what} file to write"
+            )
+        if os.path.exists(path) and not os.path.isfile(path):
+            raise argparse.ArgumentTypeError(
+                f"{path}: not a regular file (a device, FIFO or socket); expected the {what} "
+                "file to write"
             )
         _writable_home(path)
         return path
@@ -105,3 +114,31 @@ def tcp_port(free_ok: bool = False) -> Callable[[str], int]:
         return port
 
     return check
+
+
+def at_least(low: int) -> Callable[[str], int]:
+    """An integer count of at least ``low`` (``--workers 0`` used to run with none)."""
+
+    def check(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1
+        if value < low:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {text!r:.80}")
+        return value
+
+    return check
+
+
+def ray_address(text: str) -> str:
+    """A Ray cluster as ``ray.init`` takes it: ``auto``, ``host:port`` or ``ray://host:port``
+    (checked here: Ray's own refusal was a traceback, and only once the work began)."""
+    from fleet.config.schema import ray_address_ok
+
+    bare = text[len("ray://") :] if text.startswith("ray://") else text
+    if not ray_address_ok(bare) or (bare == "auto" and bare != text):
+        raise argparse.ArgumentTypeError(
+            f"expected auto, host:port or ray://host:port, got {text!r:.80}"
+        )
+    return text

@@ -36,9 +36,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--eval-every", type=int, help="samples between evaluations")
     p.add_argument("--max-samples", type=int, help="stop a run here if the target is not met")
     p.add_argument("--data-dir", help="prepared-data directory (default: $POWERFLEET_DATA)")
-    p.add_argument("--workers", type=int, help="parallel runs (default: one per core)")
     p.add_argument(
-        "--ray-address", help="fan out onto an existing Ray cluster (e.g. ray://h:10001)"
+        "--workers", type=checks.at_least(1), help="parallel runs (default: one per core)"
+    )
+    p.add_argument(
+        "--ray-address",
+        type=checks.ray_address,
+        help="fan out onto an existing Ray cluster (e.g. ray://h:10001)",
     )
     p.add_argument("--cache-dir", help="where results are cached (default ~/.cache/powerfleet)")
     p.add_argument(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import socket
 import sys
 from typing import Any
@@ -23,12 +24,14 @@ from fleet.agent.devices import (
 )
 from fleet.agent.devices.guard import install_restore_handlers
 from fleet.agent.measure import sweep_plan
+from fleet.agent.models.names import model_mismatch
 from fleet.cli import checks
-from fleet.cli.common import console, emit_json, model_help, parse_budgets, table
+from fleet.cli.common import console, emit_json, model_help, note, parse_budgets, table
 from fleet.common.errors import InputError
 from fleet.method.budget import parse_budget
 
 DEFAULT_BATCH_SIZES = ",".join(str(b) for b in sweep_plan.DEFAULT_BATCH_SIZES)
+MAX_CLASSES = 1_000_000  # a classifier head beyond this is a typo (3e9 tried to allocate 6 TB)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -152,8 +155,8 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--warmup must be >= 0, got {args.warmup}")
     if not (math.isfinite(args.sampler_hz) and args.sampler_hz > 0):
         raise InputError(f"--sampler-hz must be > 0, got {args.sampler_hz}")
-    if args.num_classes is not None and args.num_classes < 2:
-        raise InputError(f"--num-classes must be >= 2, got {args.num_classes}")
+    if args.num_classes is not None and not 2 <= args.num_classes <= MAX_CLASSES:
+        raise InputError(f"--num-classes must be in [2, {MAX_CLASSES:,}], got {args.num_classes}")
     if args.min_point_s is not None and not (
         math.isfinite(args.min_point_s) and args.min_point_s >= 0
     ):
@@ -172,6 +175,7 @@ def run(args: argparse.Namespace) -> int:
         require_power(backend)  # a board without a power sensor: one line, before any note
     except DeviceError as exc:
         raise InputError(str(exc)) from None
+    shape = _replayed_shape(args, backend, model, shape)
     device = args.device
     if device == "auto":
         device = preferred_torch_device(args.backend)
@@ -298,3 +302,29 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+def _replayed_shape(args: argparse.Namespace, backend: Any, model: str, shape: str) -> str:
+    """A replayed file's numbers are of the model and input shape it recorded: its shape is the
+    profile's unless ``--input-shape`` says otherwise, another model is said (not refused, as
+    ``train`` says it), and writing over the replayed file itself is refused."""
+    from fleet.agent.models import inputs as models
+
+    recorded = getattr(backend, "recorded", None)
+    if recorded is None:
+        return shape
+    if args.out and os.path.exists(args.out) and os.path.samefile(args.out, backend.profile_csv):
+        raise InputError(f"--out {args.out} is the replayed --profile-csv; write another file")
+    if model_mismatch(recorded.get("model", ""), model):
+        note(
+            "profile",
+            f"warning: --profile-csv {backend.profile_csv} was recorded for "
+            f"{recorded['model']!r}, not --model {model!r}",
+        )
+    if args.input_shape is None and recorded.get("input_shape"):
+        try:
+            spec = models.input_spec(model, recorded["input_shape"])
+        except ValueError:
+            return shape  # a shape this model cannot take: the model's own, as before
+        return models.format_shape(spec.shape)
+    return shape

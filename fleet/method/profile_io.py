@@ -14,6 +14,7 @@ same on every row; what the device draws while it waits for a round to end).
 """
 
 import csv
+import errno
 import io
 import math
 import os
@@ -252,7 +253,10 @@ def atomic_write(path: str, write: Callable[[IO], object], mode: Optional[int] =
     and plot unreadable to the next user or service account whatever the umask said. Set before
     the rename, so no reader ever meets the file closed.
     """
-    directory = os.path.dirname(os.path.abspath(path))
+    path = os.path.realpath(path)  # through a symbolic link: the link stays, its file changes
+    if os.path.exists(path) and not os.path.isfile(path):
+        raise OSError(errno.EINVAL, "not a regular file (a device, FIFO or socket)", path)
+    directory = os.path.dirname(path)
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=temp_prefix(path), suffix=".part", dir=directory)
     try:

@@ -55,7 +55,12 @@ def build_for(task: Task, model_name: str, seed: int = 0, weights: Any = None):
     except ValueError as exc:
         raise InputError(str(exc)) from None
     kw = {"vocab_size": task.classes} if task.kind == "char" else {"num_classes": task.classes}
-    model = build_model(name, input_shape=task.input_shape, seed=seed, **kw)
+    try:  # a text model on images (or the reverse) is the user's pairing, said in one line
+        model = build_model(name, input_shape=task.input_shape, seed=seed, **kw)
+    except ValueError as exc:
+        data = "text" if task.kind == "char" else "images"
+        raise InputError(f"model {name} does not fit this dataset ({data}, {task.input_shape}): "
+                         f"{exc}") from None  # fmt: skip
     if weights is not None:
         state = read_weights(weights) if isinstance(weights, str) else weights
         try:

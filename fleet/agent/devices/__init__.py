@@ -16,6 +16,7 @@ Python 3.6 compatible, stdlib only.
 
 import argparse
 import importlib
+import math
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from fleet.agent.devices.base import Backend, BackendSpec, Capabilities, DeviceError, Option
@@ -134,11 +135,20 @@ def convert(opt: Option, value: object, where: str) -> object:
             return False
         raise DeviceError("{}: {}={!r}, expected true or false".format(where, opt.public, value))
     try:
-        return opt.type(value)
+        out = opt.type(value)
     except (TypeError, ValueError):
         raise DeviceError(
             "{}: {}={!r}, expected {}".format(where, opt.public, value, opt.type.__name__)
         ) from None
+    # Every number a backend takes is a count (>= 0) or a positive amount: seconds, watts. A
+    # NaN wait never elapses (``elapsed >= nan`` is never true): a lock that hangs forever.
+    if opt.type is float and not (math.isfinite(out) and out > 0):
+        raise DeviceError(
+            "{}: {}={!r}, expected a finite number > 0".format(where, opt.public, value)
+        )
+    if opt.type is int and out < 0:
+        raise DeviceError("{}: {}={!r}, expected an integer >= 0".format(where, opt.public, value))
+    return out
 
 
 def add_backend_arguments(parser: Any, with_backend: bool = True, default: str = "") -> None:

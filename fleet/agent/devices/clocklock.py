@@ -271,7 +271,10 @@ class DevfreqClockLock(object):
         return record
 
     def _apply(self, node: DevfreqNode, new_min: int, new_max: int, governor: Any) -> None:
-        self._bounds_to(node, new_min, new_max)
+        # Bounds already as saved are left unwritten: a lock that failed at its first write
+        # left them so, and a node that refuses writes must not fail the restore of nothing.
+        if self._read_pair(node) != (new_min, new_max):
+            self._bounds_to(node, new_min, new_max)
         if governor and self._governor(node) != governor:
             self._write_to(node, "governor", governor)
 

@@ -9,15 +9,25 @@ the staircase plan a ready-made measuring function.
 Python 3.6 compatible, stdlib only.
 """
 
+import math
 from typing import Dict, List, Optional, Tuple
 
 from fleet.agent.devices.base import Backend, BackendSpec, Capabilities, DeviceError, Option
-from fleet.method.profile_io import REQUIRED_COLUMNS, Measurement, ProfileFormatError, read_rows
+from fleet.method.profile_io import (
+    REQUIRED_COLUMNS,
+    Measurement,
+    ProfileFormatError,
+    cell_number,
+    read_rows,
+)
 
 
 def _num(
-    path: str, lineno: int, row: Dict[str, str], field: str, required: bool
+    path: str, lineno: int, row: Dict[str, str], field: str, required: bool, zero_ok: bool = False
 ) -> Optional[float]:
+    """The cell as a finite number > 0 (>= 0 where ``zero_ok``: a power), or None where it is
+    empty and not ``required``. Why so strict: a replayed board answers with these numbers as
+    if measured, and a profile written from them must be one ``inspect`` accepts."""
     cell = row.get(field, "")
     if cell == "":
         if required:
@@ -26,11 +36,16 @@ def _num(
             )
         return None
     try:
-        return float(cell)
+        value = float(cell)
     except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and (value >= 0 if zero_ok else value > 0)):
         raise DeviceError(
-            "{}: line {}: {} = {!r}, expected a number".format(path, lineno, field, cell)
-        ) from None
+            "{}: line {}: {} = {!r}, expected a finite number {} 0".format(
+                path, lineno, field, cell, ">=" if zero_ok else ">"
+            )
+        )
+    return value
 
 
 class ReplayBackend(Backend):
@@ -55,23 +70,45 @@ class ReplayBackend(Backend):
         self._points: Dict[Tuple[int, float], Optional[Measurement]] = {}
         freqs = set()
         self._device = ""
+        self.recorded = {}  # type: Dict[str, str]
         # the recorded board's idle power (a profile's idle_power_w), passed on by the profiler
         self.idle_power_w = None  # type: Optional[float]
         for lineno, row in rows:
             batch = _num(profile_csv, lineno, row, "batch_size", True)
             freq = _num(profile_csv, lineno, row, "freq_mhz", True)
             assert batch is not None and freq is not None
+            if batch != int(batch):
+                raise DeviceError(
+                    "{}: line {}: batch_size = {!r}, expected an integer".format(
+                        profile_csv, lineno, row["batch_size"]
+                    )
+                )
+            if (int(batch), freq) in self._points:
+                raise DeviceError(
+                    "{}: line {}: duplicate point batch_size={}, freq_mhz={:g}; expected one "
+                    "row per operating point".format(profile_csv, lineno, int(batch), freq)
+                )
             freqs.add(freq)
             self._device = self._device or row.get("device", "")
-            if self.idle_power_w is None:
-                self.idle_power_w = _num(profile_csv, lineno, row, "idle_power_w", False)
+            for key in ("model", "input_shape"):  # what the recorded numbers are of
+                self.recorded.setdefault(key, row.get(key, "").strip())
+            if self.idle_power_w is None and row.get("idle_power_w", "") != "":
+                # any number: a non-positive one is not passed on (the profiler's choice)
+                idle = cell_number(row["idle_power_w"])
+                if idle is None:
+                    raise DeviceError(
+                        "{}: line {}: idle_power_w = {!r}, expected a number".format(
+                            profile_csv, lineno, row["idle_power_w"]
+                        )
+                    )
+                self.idle_power_w = idle
             status = (row.get("status") or "ok").strip().lower()
             if status != "ok":
                 self._points[(int(batch), freq)] = None
                 continue
             t = _num(profile_csv, lineno, row, "time_per_batch_s", True)
-            peak = _num(profile_csv, lineno, row, "peak_power_w", True)
-            mean = _num(profile_csv, lineno, row, "mean_power_w", False)
+            peak = _num(profile_csv, lineno, row, "peak_power_w", True, zero_ok=True)
+            mean = _num(profile_csv, lineno, row, "mean_power_w", False, zero_ok=True)
             assert t is not None and peak is not None
             self._points[(int(batch), freq)] = Measurement(t, peak, mean)
         if not self._points:

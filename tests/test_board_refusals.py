@@ -1,0 +1,154 @@
+"""A board-side newcomer's mistakes: one line, exit 2, nothing written where it must not be.
+
+Each case was found by trying the board's commands with bad input: ``--out /dev/full`` made
+the device node a regular file, a NaN settle timeout waited forever, a replayed file with
+negative times was written back as measured, another model's replayed numbers were relabelled,
+a huge class count was a torch traceback, and a restore after a lock that failed at its first
+write failed on a node it had nothing to write to.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fleet.agent.devices import DeviceError, options_for
+from fleet.agent.devices.replay import ReplayBackend
+from fleet.cli import main
+from fleet.common.errors import InputError
+from fleet.method.profile_io import atomic_write_text
+from fleet.training.task import Task, build_for
+from tests.conftest import ROOT
+from tests.test_clocks_boards import board_tree
+
+SMALL_CNN = ROOT / "simulations" / "profiles" / "nano_small_cnn.csv"
+REPLAY = ["profile", "--backend", "replay", "--profile-csv", str(SMALL_CNN), "--batch-sizes", "4"]
+
+
+def refused(capsys, argv: list[str], needle: str) -> None:
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1 and needle in err, err
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/null"), reason="no /dev/null here")
+def test_out_refuses_a_device_node_and_writes_through_a_link(capsys, tmp_path):
+    refused(capsys, [*REPLAY, "--model", "small_cnn", "--out", "/dev/null"],
+            "/dev/null: not a regular file")  # fmt: skip
+    assert not Path("/dev/null").is_file()  # still the device
+    refused(capsys, [*REPLAY, "--model", "small_cnn", "--out", ""], "expected the path of")
+    target = tmp_path / "target.csv"
+    target.write_text("old\n")
+    (tmp_path / "link.csv").symlink_to("target.csv")
+    atomic_write_text(str(tmp_path / "link.csv"), "new\n")
+    assert (tmp_path / "link.csv").is_symlink() and target.read_text() == "new\n"
+    with pytest.raises(OSError, match="not a regular file"):
+        atomic_write_text("/dev/null", "x")
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "0", "-1"])
+def test_a_backend_number_that_is_no_amount_is_refused(value):
+    with pytest.raises(DeviceError, match=f"settle-timeout-s='{value}', expected a finite"):
+        options_for("jetson", {"settle-timeout-s": value})
+    with pytest.raises(DeviceError, match="gpu-index='-1', expected an integer >= 0"):
+        options_for("nvml", {"gpu-index": "-1"})
+
+
+@pytest.mark.parametrize("row, needle", [
+    ("4,200,-0.1,5,4", "line 3: time_per_batch_s = '-0.1', expected a finite number > 0"),
+    ("8,100,0.1,-5,-4", "line 3: peak_power_w = '-5', expected a finite number >= 0"),
+    ("8,100,0.1,inf,4", "line 3: peak_power_w = 'inf', expected a finite number >= 0"),
+    ("4,100,0.2,5,4", "line 3: duplicate point batch_size=4, freq_mhz=100"),
+    ("4.5,100,0.2,5,4", "line 3: batch_size = '4.5', expected an integer"),
+])  # fmt: skip
+def test_replay_refuses_rows_inspect_refuses(tmp_path, row, needle):
+    path = tmp_path / "p.csv"
+    header = "batch_size,freq_mhz,time_per_batch_s,peak_power_w,mean_power_w"
+    path.write_text(f"{header}\n4,100,0.1,5,4\n{row}\n")
+    with pytest.raises(DeviceError, match=needle.replace("(", r"\(")):
+        ReplayBackend(str(path))
+
+
+def test_replay_keeps_the_recorded_shape_says_another_model_and_spares_its_file(capsys, tmp_path):
+    out = tmp_path / "o.csv"
+    assert main([*REPLAY, "--model", "resnet18", "--out", str(out), "--json"]) == 0
+    err = capsys.readouterr().err
+    assert (
+        f"powerfleet profile: note: warning: --profile-csv {SMALL_CNN} was recorded for "
+        "'small_cnn', not --model 'resnet18'"
+    ) in err
+    rows = [ln.split(",") for ln in out.read_text().splitlines() if not ln.startswith("#")]
+    shape = rows[0].index("input_shape")
+    assert {r[shape] for r in rows[1:]} == {"1x28x28"}  # the replayed file's, not 3x32x32
+    copy = tmp_path / "copy.csv"
+    copy.write_text(SMALL_CNN.read_text())
+    before = copy.read_text()
+    argv = ["profile", "--backend", "replay", "--profile-csv", str(copy), "--model", "small_cnn"]
+    refused(capsys, [*argv, "--out", str(copy)], "is the replayed --profile-csv")
+    assert copy.read_text() == before
+
+
+def test_profile_refuses_a_class_count_no_head_could_hold(capsys, tmp_path):
+    refused(capsys, ["profile", "--backend", "cpu", "--model", "small_cnn", "--num-classes",
+                     "3000000000", "--out", str(tmp_path / "o.csv")],
+            "--num-classes must be in [2, 1,000,000]")  # fmt: skip
+
+
+def test_a_model_that_does_not_take_the_datasets_inputs_is_one_line():
+    text = Task(train=(None, None), test=(None, None), kind="char", classes=96, input_shape="64")
+    with pytest.raises(InputError, match=r"model small_cnn does not fit this dataset \(text, 64\)"):
+        build_for(text, "small_cnn")
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["estimate", "--model", "small_cnn", "--dataset", "mnist-5k", "--target-accuracy", "0.5",
+      "--workers", "0"], "argument --workers: expected an integer >= 1, got '0'"),
+    (["estimate", "--model", "small_cnn", "--dataset", "mnist-5k", "--target-accuracy", "0.5",
+      "--ray-address", "bogus"], "expected auto, host:port or ray://host:port, got 'bogus'"),
+    (["experiment", "paper", "--models", ","], "--models: expected a comma list of names"),
+    (["experiment", "paper", "--devices", " , "], "--devices: expected a comma list of names"),
+])  # fmt: skip
+def test_counts_and_lists_are_refused_before_the_runs(capsys, tmp_path, argv, needle):
+    refused(capsys, [*argv, "--out", str(tmp_path / "out")], needle)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_restore_after_a_lock_that_failed_at_its_first_write_writes_nothing(capsys, tmp_path):
+    """The saved bounds are in place already (the lock never changed them): restore must not
+    write a node it has nothing to write to (one that refuses writes would fail it), and must
+    remove the state file."""
+    root = board_tree(tmp_path / "root", "jetson-orin-nano", 7)
+    node = root / "sys/class/devfreq/17000000.gpu"
+    before = {f: (node / f).read_text() for f in ("min_freq", "max_freq")}
+    state = tmp_path / "state"
+    repo = str(Path(__file__).resolve().parents[1])
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; sys.path.insert(0, sys.argv[3]);"
+            "from fleet.agent.devices.clocklock import DevfreqClocks;"
+            "c = DevfreqClocks(sys.argv[1], state_dir=sys.argv[2]);"
+            "c.lock(c.frequencies()[1]); import os; os._exit(0)",
+            str(root),
+            str(state),
+            repo,
+        ],
+        check=True,
+    )  # fmt: skip  (killed while locked: the state file saved, the clocks left locked)
+    assert (state / "jetson-clocks.json").exists()
+    # ...as a lock that failed at its first write left them; spelled with a trailing blank no
+    # write of ours makes, so a write, however fast, would show
+    marked = {name: text.strip() + " \n" for name, text in before.items()}
+    for name, text in marked.items():
+        (node / name).write_text(text)
+    assert main(["restore", "--sysfs-root", str(root), "--state-dir", str(state), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["restored"] is True
+    assert {f: (node / f).read_text() for f in before} == marked  # nothing written
+    assert not (state / "jetson-clocks.json").exists()
