@@ -152,3 +152,25 @@ def test_a_restore_after_a_lock_that_failed_at_its_first_write_writes_nothing(ca
     assert json.loads(capsys.readouterr().out)["restored"] is True
     assert {f: (node / f).read_text() for f in before} == marked  # nothing written
     assert not (state / "jetson-clocks.json").exists()
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--budget-dwell-s", "-1"], "--budget-dwell-s: expected seconds >= 0, got -1.0"),
+    (["--start-s", "nan"], "--start-s: expected a second of the trace, got nan"),
+])  # fmt: skip
+def test_budget_feed_names_its_own_flags(capsys, tmp_path, extra, needle):
+    trace = ROOT / "simulations" / "traces" / "clear_day_10w.csv"
+    argv = ["budget-feed", "--budget-trace", str(trace), "--budget-file", str(tmp_path / "b")]
+    refused(capsys, [*argv, *extra], needle)
+    assert not (tmp_path / "b").exists()
+
+
+def test_a_power_trace_reads_watts_as_budgets_are_written(tmp_path):
+    from fleet.budgets.trace import load_trace
+
+    path = tmp_path / "panel.csv"
+    path.write_text("time_s,available_w\n0,4.5 W\n60,3W\n120,0\n")
+    assert load_trace(path) == [(0.0, 4.5), (60.0, 3.0), (120.0, 0.0)]
+    path.write_text("time_s,available_w\n0 W,4.5\n")  # a time is no wattage
+    with pytest.raises(InputError, match=r"line 2: time_s='0 W' is not a number"):
+        load_trace(path)

@@ -334,3 +334,15 @@ def test_written_files_follow_the_umask_and_keep_their_mode(tmp_path):
         assert os.stat(tmp_path / "given.csv").st_mode & 0o777 == 0o600
     finally:
         os.umask(old)  # the umask is the process's: restored for the next test
+
+
+def test_a_cache_folder_that_is_a_file_and_a_prior_that_is_not_there_are_refused(capsys, tmp_path):
+    a_file = tmp_path / "f.csv"
+    a_file.write_text("x\n")
+    one_line(capsys, ["data", "list", "--data-dir", str(a_file)], "not a directory")
+    one_line(
+        capsys,
+        ["efficiencies", str(tmp_path), "--efficiency", str(tmp_path / "none.csv")],
+        "argument --efficiency:",
+        "efficiency CSV not found",
+    )

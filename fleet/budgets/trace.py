@@ -59,8 +59,9 @@ def load_trace(path: str | Path) -> list[tuple[float, float]]:
         vals = []
         for col, i in (("time_s", ti), ("available_w", wi)):
             raw = cells[i].strip() if i < len(cells) else ""
-            try:
-                v = float(raw)
+            number = raw[:-1].rstrip() if col == "available_w" and raw[-1:] in ("W", "w") else raw
+            try:  # watts as every budget is written ("4.5 W" too); 0 W is a reading here
+                v = float(number)
             except ValueError:
                 raise InputError(f"{path}: line {n}: {col}={raw!r} is not a number") from None
             if not math.isfinite(v) or v < 0:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import signal
 import sys
 import types
@@ -10,6 +11,7 @@ import types
 from fleet.budgets.trace import DEFAULT_DWELL_S, schedule_from_trace
 from fleet.cli import checks
 from fleet.cli.names import deprecated
+from fleet.common.errors import InputError
 from fleet.method.budget import format_budget
 
 
@@ -40,6 +42,10 @@ def run(args: argparse.Namespace) -> int:
     from fleet.budgets.feed import check_speed, feed
 
     check_speed(args.speed)
+    if not (math.isfinite(args.budget_dwell_s) and args.budget_dwell_s >= 0):
+        raise InputError(f"--budget-dwell-s: expected seconds >= 0, got {args.budget_dwell_s}")
+    if args.start_s is not None and not math.isfinite(args.start_s):
+        raise InputError(f"--start-s: expected a second of the trace, got {args.start_s}")
     steps = schedule_from_trace(
         args.budget_trace, args.budget_dwell_s, "--budget-trace", args.start_s
     )

@@ -18,6 +18,7 @@ from rich.table import Table
 
 from fleet.agent.data.dataerror import DatasetError
 from fleet.agent.data.datasets import KNOWN_DATASETS
+from fleet.cli import checks
 from fleet.cli.common import console, emit_json
 from fleet.common.errors import InputError
 from fleet.data.cache import resolve_data_dir
@@ -38,7 +39,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     prep.add_argument("names", nargs="*", metavar="DATASET", help="datasets (default: all)")
     prep.add_argument(
-        "--data-dir", help="cache folder (default: $POWERFLEET_DATA or ~/.cache/powerfleet/data)"
+        "--data-dir",
+        type=checks.output_dir("cache folder"),
+        help="cache folder (default: $POWERFLEET_DATA or ~/.cache/powerfleet/data)",
     )
     prep.add_argument("--force", action="store_true", help="rebuild even if already prepared")
     prep.add_argument("--json", action="store_true", help="one JSON object on stdout")
@@ -46,7 +49,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     lst = data_sub.add_parser("list", help="show which datasets are prepared, sizes and counts")
     lst.add_argument(
-        "--data-dir", help="cache folder (default: $POWERFLEET_DATA or ~/.cache/powerfleet/data)"
+        "--data-dir",
+        type=checks.output_dir("cache folder"),
+        help="cache folder (default: $POWERFLEET_DATA or ~/.cache/powerfleet/data)",
     )
     lst.add_argument("--json", action="store_true", help="one JSON object on stdout")
     lst.set_defaults(func=run_list)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from fleet.cli import checks
 from fleet.cli.common import console, emit_json, note, table
 from fleet.common.errors import InputError
 from fleet.core.efficiency import load_efficiency
@@ -25,7 +26,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "store", metavar="STORE", help="efficiency store directory (a run's efficiency-store)"
     )
-    p.add_argument("--efficiency", help="the fleet's shipped efficiency CSV (the prior)")
+    p.add_argument(
+        "--efficiency",
+        type=checks.input_file("efficiency CSV"),
+        help="the fleet's shipped efficiency CSV (the prior)",
+    )
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.set_defaults(func=run)
 
