@@ -174,3 +174,13 @@ def test_a_power_trace_reads_watts_as_budgets_are_written(tmp_path):
     path.write_text("time_s,available_w\n0 W,4.5\n")  # a time is no wattage
     with pytest.raises(InputError, match=r"line 2: time_s='0 W' is not a number"):
         load_trace(path)
+
+
+def test_doctor_says_a_missing_bound_file_is_missing_not_unwritable(capsys, tmp_path):
+    root = board_tree(tmp_path / "root", "jetson-orin-nano", 7)
+    (root / "sys/class/devfreq/17000000.gpu/min_freq").unlink()
+    assert main(["doctor", "--sysfs-root", str(root)]) == 0  # the survey ran
+    out = capsys.readouterr().out
+    assert "17000000.gpu: min - max 918" in out and "min_freq missing" in out
+    assert "NOT writable" not in out
+    assert "profile no: 17000000.gpu has no min_freq" in out

@@ -72,7 +72,11 @@ def show(report: dict[str, Any]) -> None:
         out.print(
             f"  {n['name']}: min {mhz(n.get('min_mhz'))} max {mhz(n.get('max_mhz'))} "
             f"cur {mhz(n.get('cur_mhz'))} MHz, governor {n.get('governor') or '-'}, "
-            f"{'writable' if n.get('writable') else 'NOT writable'}"
+            + (
+                f"{'/'.join(n['missing'])} missing"
+                if n.get("missing")
+                else ("writable" if n.get("writable") else "NOT writable")
+            )
             + (", max below the table's top" if n.get("below_table_top") else "")
         )
         out.print(f"    clocks (MHz): {' '.join(mhz(f) for f in table) or '-'}")

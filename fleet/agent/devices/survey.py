@@ -104,6 +104,10 @@ def _node(node: DevfreqNode) -> Dict[str, Any]:
         a for a in ("min_freq", "max_freq") if os.access(os.path.join(node.path, a), os.W_OK)
     ]
     info["writable"] = len(writable) == 2
+    # a bound file that is not there is no permission matter: said as missing
+    info["missing"] = [
+        a for a in ("min_freq", "max_freq") if not os.path.exists(os.path.join(node.path, a))
+    ]
     top = table[-1] / 1e6 if table else None
     if top is not None and info["max_mhz"] is not None and info["max_mhz"] < top:
         # a power-mode cap, a thermal clamp (JetPack 5+ reads the effective bound) or a user
@@ -181,6 +185,14 @@ def _ready(gp: Dict[str, Any], power: Dict[str, Any], state: Dict[str, Any]) -> 
     clocks = []  # type: List[str]
     if not gp.get("nodes"):
         clocks.append(gp.get("error") or "no GPU devfreq node")
+    elif any(n.get("missing") for n in gp["nodes"]):
+        clocks.append(
+            "; ".join(
+                "{} has no {}".format(n["name"], "/".join(n["missing"]))
+                for n in gp["nodes"]
+                if n.get("missing")
+            )
+        )
     elif not all(n.get("writable") for n in gp["nodes"]):
         clocks.append(
             "cannot write min_freq/max_freq of {}: run as root or grant write access".format(
