@@ -184,3 +184,18 @@ def test_doctor_says_a_missing_bound_file_is_missing_not_unwritable(capsys, tmp_
     assert "17000000.gpu: min - max 918" in out and "min_freq missing" in out
     assert "NOT writable" not in out
     assert "profile no: 17000000.gpu has no min_freq" in out
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["estimate", "--eval-every", "0"], "argument --eval-every: expected an integer >= 1"),
+    (["estimate", "--subset", "0"], "argument --subset: expected an integer >= 1"),
+    (["estimate", "--lr-ref", "inf"], "argument --lr-ref: expected a finite number > 0"),
+    (["noise-scale", "--small", "0"], "argument --small: expected an integer >= 1"),
+    (["pretrain", "--batch-size", "0"], "argument --batch-size: expected an integer >= 1"),
+])  # fmt: skip
+def test_a_flag_is_named_as_typed_not_as_the_field_deep_in_the_run(capsys, tmp_path, argv, needle):
+    """Each used to be said by a function of the run, under its own field's name
+    (``eval_every_samples must be a positive integer``, ``train_set is empty``)."""
+    common = ["--model", "small_cnn", "--dataset", "mnist-5k"]
+    extra = {"estimate": ["--target-accuracy", "0.5"], "pretrain": ["--out", str(tmp_path / "w")]}
+    refused(capsys, [argv[0], *common, *extra.get(argv[0], []), *argv[1:]], needle)

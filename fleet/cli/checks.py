@@ -142,3 +142,15 @@ def ray_address(text: str) -> str:
             f"expected auto, host:port or ray://host:port, got {text!r:.80}"
         )
     return text
+
+
+def positive_number(text: str) -> float:
+    """A finite number > 0 (a learning rate, seconds): said at parse time under the flag's own
+    name, not as the field a function deep in the run calls it."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (value > 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r:.80}")
+    return value

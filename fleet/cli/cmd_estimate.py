@@ -28,13 +28,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--optimizer", default="adam", choices=["adam", "adamw", "sgd"], help="optimizer"
     )
-    p.add_argument("--lr-ref", type=float, default=5e-4, help="learning rate at --lr-ref-batch")
     p.add_argument(
-        "--lr-ref-batch", type=int, default=128, help="batch size --lr-ref is for (lr scales)"
+        "--lr-ref",
+        type=checks.positive_number,
+        default=5e-4,
+        help="learning rate at --lr-ref-batch",
     )
-    p.add_argument("--subset", type=int, help="proxy samples to use (deterministic)")
-    p.add_argument("--eval-every", type=int, help="samples between evaluations")
-    p.add_argument("--max-samples", type=int, help="stop a run here if the target is not met")
+    p.add_argument(
+        "--lr-ref-batch",
+        type=checks.at_least(1),
+        default=128,
+        help="batch size --lr-ref is for (lr scales)",
+    )
+    p.add_argument("--subset", type=checks.at_least(1), help="proxy samples to use (deterministic)")
+    p.add_argument("--eval-every", type=checks.at_least(1), help="samples between evaluations")
+    p.add_argument(
+        "--max-samples", type=checks.at_least(1), help="stop a run here if the target is not met"
+    )
     p.add_argument("--data-dir", help="prepared-data directory (default: $POWERFLEET_DATA)")
     p.add_argument(
         "--workers", type=checks.at_least(1), help="parallel runs (default: one per core)"

@@ -32,9 +32,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--data-dir", help="prepared-data directory (default: $POWERFLEET_DATA)")
     p.add_argument("--batch-sizes", default="4,8,16,32,64,128", help="for the law's shape")
-    p.add_argument("--small", type=int, default=8, help="micro-batch size")
-    p.add_argument("--big", type=int, default=128, help="batch whose micro-batches are averaged")
-    p.add_argument("--batches", type=int, default=8, help="big batches to average over")
+    p.add_argument("--small", type=checks.at_least(1), default=8, help="micro-batch size")
+    p.add_argument(
+        "--big", type=checks.at_least(1), default=128, help="batch whose micro-batches are averaged"
+    )
+    p.add_argument(
+        "--batches", type=checks.at_least(1), default=8, help="big batches to average over"
+    )
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.set_defaults(func=run)

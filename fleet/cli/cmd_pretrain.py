@@ -20,9 +20,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="weights file to write (.pt)",
     )
     p.add_argument("--data-dir", help="prepared-data directory (default: $POWERFLEET_DATA)")
-    p.add_argument("--subset", type=int, help="samples to use (deterministic)")
+    p.add_argument("--subset", type=checks.at_least(1), help="samples to use (deterministic)")
     p.add_argument("--epochs", type=float, default=1.0, help="passes over the data")
-    p.add_argument("--batch-size", type=int, default=64, help="samples per step")
+    p.add_argument("--batch-size", type=checks.at_least(1), default=64, help="samples per step")
     p.add_argument("--lr", type=float, default=1e-3, help="learning rate")
     p.add_argument("--seed", type=int, default=0, help="initialisation and order seed")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
