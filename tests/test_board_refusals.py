@@ -199,3 +199,24 @@ def test_a_flag_is_named_as_typed_not_as_the_field_deep_in_the_run(capsys, tmp_p
     common = ["--model", "small_cnn", "--dataset", "mnist-5k"]
     extra = {"estimate": ["--target-accuracy", "0.5"], "pretrain": ["--out", str(tmp_path / "w")]}
     refused(capsys, [argv[0], *common, *extra.get(argv[0], []), *argv[1:]], needle)
+
+
+def test_replay_refuses_a_batch_size_its_file_never_recorded_when_asked_for_it(capsys, tmp_path):
+    refused(
+        capsys,
+        [
+            "profile",
+            "--backend",
+            "replay",
+            "--profile-csv",
+            str(SMALL_CNN),
+            "--model",
+            "small_cnn",
+            "--batch-sizes",
+            "4,5",
+            "--out",
+            str(tmp_path / "o.csv"),
+        ],
+        f"--batch-sizes: 5 not in --profile-csv {SMALL_CNN} (it holds 4, 8, 16, 32, 64, 128)",
+    )
+    assert not (tmp_path / "o.csv").exists()  # fmt: skip

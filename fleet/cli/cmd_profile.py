@@ -44,7 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--input-shape", help="per-sample input shape, e.g. 3x32x32 or 64 (default: model's)"
     )
-    p.add_argument("--batch-sizes", default=DEFAULT_BATCH_SIZES, help="comma-separated")
+    p.add_argument("--batch-sizes", help=f"comma-separated (default {DEFAULT_BATCH_SIZES})")
     p.add_argument("--freqs", help="comma-separated MHz to probe (default: all the device offers)")
     p.add_argument("--budget-w", help="power budget in watts: probe only the staircase under it")
     p.add_argument(
@@ -141,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
     from fleet.agent.models import inputs as models
     from fleet.agent.prediction.fit import PredictError
 
-    batch_sizes = _numbers(args.batch_sizes, "--batch-sizes", int)
+    batch_sizes = _numbers(args.batch_sizes or DEFAULT_BATCH_SIZES, "--batch-sizes", int)
     freqs = _numbers(args.freqs, "--freqs", float) if args.freqs else None
     budget = parse_budget(args.budget_w, "--budget-w") if args.budget_w is not None else None
     if args.predict and budget is not None:
@@ -175,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
         require_power(backend)  # a board without a power sensor: one line, before any note
     except DeviceError as exc:
         raise InputError(str(exc)) from None
-    shape = _replayed_shape(args, backend, model, shape)
+    shape = _replayed(args, backend, model, shape, batch_sizes)
     device = args.device
     if device == "auto":
         device = preferred_torch_device(args.backend)
@@ -304,15 +304,25 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _replayed_shape(args: argparse.Namespace, backend: Any, model: str, shape: str) -> str:
+def _replayed(
+    args: argparse.Namespace, backend: Any, model: str, shape: str, batch_sizes: list[int]
+) -> str:
     """A replayed file's numbers are of the model and input shape it recorded: its shape is the
     profile's unless ``--input-shape`` says otherwise, another model is said (not refused, as
-    ``train`` says it), and writing over the replayed file itself is refused."""
+    ``train`` says it), and writing over the replayed file itself is refused. A batch size the
+    file never recorded is refused, as a clock it never recorded is (it came back as rows
+    ``unavailable``, said nowhere with ``--json``)."""
     from fleet.agent.models import inputs as models
 
     recorded = getattr(backend, "recorded", None)
     if recorded is None:
         return shape
+    unknown = sorted(set(batch_sizes) - set(backend.batch_sizes()))
+    if unknown and args.batch_sizes is not None:  # the default list asks for no particular one
+        raise InputError(
+            f"--batch-sizes: {', '.join(map(str, unknown))} not in --profile-csv "
+            f"{backend.profile_csv} (it holds {', '.join(map(str, backend.batch_sizes()))})"
+        )
     if args.out and os.path.exists(args.out) and os.path.samefile(args.out, backend.profile_csv):
         raise InputError(f"--out {args.out} is the replayed --profile-csv; write another file")
     if model_mismatch(recorded.get("model", ""), model):
