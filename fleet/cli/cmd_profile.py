@@ -24,9 +24,15 @@ from fleet.agent.devices import (
 )
 from fleet.agent.devices.guard import install_restore_handlers
 from fleet.agent.measure import sweep_plan
-from fleet.agent.models.names import model_mismatch
 from fleet.cli import checks
-from fleet.cli.common import console, emit_json, model_help, note, parse_budgets, table
+from fleet.cli.common import (
+    console,
+    emit_json,
+    model_help,
+    parse_budgets,
+    table,
+    warn_other_model,
+)
 from fleet.common.errors import InputError
 from fleet.method.budget import parse_budget
 
@@ -325,12 +331,8 @@ def _replayed(
         )
     if args.out and os.path.exists(args.out) and os.path.samefile(args.out, backend.profile_csv):
         raise InputError(f"--out {args.out} is the replayed --profile-csv; write another file")
-    if model_mismatch(recorded.get("model", ""), model):
-        note(
-            "profile",
-            f"warning: --profile-csv {backend.profile_csv} was recorded for "
-            f"{recorded['model']!r}, not --model {model!r}",
-        )
+    was = recorded.get("model", "")
+    warn_other_model("profile", "--profile-csv", backend.profile_csv, was, model)
     if args.input_shape is None and recorded.get("input_shape"):
         try:
             spec = models.input_spec(model, recorded["input_shape"])

@@ -23,10 +23,9 @@ from fleet.agent.devices import DeviceError, open_backend
 from fleet.agent.devices.board_identity import run_origin
 from fleet.agent.devices.guard import install_restore_handlers
 from fleet.agent.measure import sweep_plan
-from fleet.agent.models.names import model_mismatch
 from fleet.cli import checks
 from fleet.cli.cmd_profile import add_backend_flags, backend_options
-from fleet.cli.common import emit_json, model_help, note
+from fleet.cli.common import emit_json, model_help, note, warn_other_model
 from fleet.cli.train_output import forecast_notes, print_human, train_report
 from fleet.common.errors import InputError
 from fleet.method.agent_records import STATUS_ERROR
@@ -166,22 +165,12 @@ def _budget_source(args: argparse.Namespace) -> Any:
     )  # fmt: skip
 
 
-def _same_model(flag: str, path: str, recorded: str, model: str) -> None:
-    """A file recorded for another model than ``--model`` is said, in one line: its numbers
-    are that model's. Not refused, as a fleet's device round does not refuse it
-    (``device_round.model_note``): a rehearsal may train a small model on a big one's table."""
-    if model_mismatch(recorded, model):
-        note(
-            COMMAND, f"warning: {flag} {path} was recorded for {recorded!r}, not --model {model!r}"
-        )
-
-
 def _efficiency(path: str, model: str) -> tuple[dict[int, float], dict[str, Any]]:
     """The shipped vector and what the learner needs of it (its spread, its origin)."""
     from fleet.core.efficiency import load_efficiency
 
     eff = load_efficiency(path)
-    _same_model("--efficiency", path, eff.metadata.get("model", ""), model)
+    warn_other_model(COMMAND, "--efficiency", path, eff.metadata.get("model", ""), model)
     if not eff.reached:
         raise InputError(f"{path}: no batch size reached the target accuracy")
     rel = {b: eff.std[b] / n for b, n in eff.reached.items() if b in eff.std and n > 0}
@@ -192,7 +181,7 @@ def _lut_from_profile(path: str, model: str) -> list[Any]:
     from fleet.core.profile import load_profile
 
     profile = load_profile(path)
-    _same_model("--profile", path, profile.metadata.get("model", ""), model)
+    warn_other_model(COMMAND, "--profile", path, profile.metadata.get("model", ""), model)
     return list(profile.points)
 
 

@@ -7,6 +7,7 @@ import math
 import sys
 from typing import TYPE_CHECKING, Any
 
+from fleet.agent.models.names import model_mismatch
 from fleet.common.errors import InputError
 from fleet.method.budget import parse_budget
 from fleet.reports.report import json_safe
@@ -47,6 +48,16 @@ console: Any = _LazyConsole()
 def note(command: str, message: str) -> None:
     """A one-line remark on stderr (stdout stays clean for --json)."""
     print(f"powerfleet {command}: note: {message}", file=sys.stderr)
+
+
+def warn_other_model(command: str, flag: str, path: str, recorded: str, model: str) -> None:
+    """One line where a file given to ``flag`` was recorded for another model than ``--model``:
+    its numbers are that model's. Said, not refused, as a fleet's device round says it
+    (``device_round.model_note``): a rehearsal may train a small model on a big one's table."""
+    if model_mismatch(recorded, model):
+        note(
+            command, f"warning: {flag} {path} was recorded for {recorded!r}, not --model {model!r}"
+        )
 
 
 def parse_budgets(raw: str, flag: str = "--budgets") -> list[float | None]:
