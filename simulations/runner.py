@@ -208,9 +208,7 @@ def refuse_unfinished(run_dir: Path, fleet: Fleet) -> None:
     state, _ = roundstate.read_run(run_dir)
     status = statuses.run_status(state)
     before = str(state.get("fleet_file") or "")
-    same = _same_file(before, fleet.path)  # a relative path was the cwd's: the bytes say too
-    same = same or state.get("fleet_sha256") == roundstate.fleet_sha256(fleet.path)
-    if status == "finished" and not same:
+    if status == "finished" and not _same_fleet(state, before, fleet.path):
         raise InputError(
             f"{run_dir}: holds the finished run of another fleet file ({before}); use another "
             "--run-dir"
@@ -229,11 +227,15 @@ def refuse_unfinished(run_dir: Path, fleet: Fleet) -> None:
         )
 
 
-def _same_file(a: str, b: str) -> bool:
+def _same_fleet(state: dict, before: str, path: str) -> bool:
+    """Whether the run in ``state`` is of the fleet file at ``path``: the same file, or (a
+    relative path is its cwd's) the same bytes."""
     try:
-        return Path(a).resolve() == Path(b).resolve()
+        if Path(before).resolve() == Path(path).resolve():
+            return True
     except (OSError, RuntimeError):
-        return a == b
+        pass
+    return state.get("fleet_sha256") == roundstate.fleet_sha256(path)
 
 
 def with_deadline_comparison(
