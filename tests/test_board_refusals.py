@@ -220,3 +220,64 @@ def test_replay_refuses_a_batch_size_its_file_never_recorded_when_asked_for_it(c
         f"--batch-sizes: 5 not in --profile-csv {SMALL_CNN} (it holds 4, 8, 16, 32, 64, 128)",
     )
     assert not (tmp_path / "o.csv").exists()  # fmt: skip
+
+
+def test_doctor_refuses_a_rail_the_board_does_not_have_as_profile_does(capsys, tmp_path):
+    root = board_tree(tmp_path / "root", "jetson-orin-nano", 7)
+    needle = "--rail BOGUS: rail 'BOGUS' not found; rails found: VDD_IN, VDD_CPU_GPU_CV, VDD_SOC"
+    refused(capsys, ["doctor", "--sysfs-root", str(root), "--rail", "VDD_IN+BOGUS"], "'BOGUS'")
+    refused(capsys, ["doctor", "--sysfs-root", str(root), "--rail", "BOGUS"], needle)
+    assert main(["doctor", "--sysfs-root", str(root), "--rail", "vdd_soc", "--json"]) == 0
+    power = json.loads(capsys.readouterr().out)["power"]
+    assert power["power_total"] == "named with --rail" and power["power_rails"] == ["VDD_SOC"]
+
+
+@pytest.mark.parametrize("flag, value", [
+    ("--steps", "50"), ("--warmup", "0"), ("--sampler-hz", "100"), ("--min-point-s", "1"),
+    ("--min-power-samples", "5"),
+])  # fmt: skip
+def test_replay_refuses_a_flag_that_sizes_a_measurement(capsys, tmp_path, flag, value):
+    """A replay returns the recorded numbers: ``--steps 50`` used to change nothing, silently."""
+    out = tmp_path / "o.csv"
+    argv = [*REPLAY, "--model", "small_cnn", "--out", str(out)]
+    refused(capsys, [*argv, flag, value], f"{flag}: a replay measures nothing")
+    assert not out.exists()
+    assert main([*argv, "--json"]) == 0  # the same replay without it writes its rows
+    assert json.loads(capsys.readouterr().out)["rows"] == 12  # b=4 at the Nano's 12 clocks
+    assert out.read_text().count("\n4,") == 12
+
+
+@pytest.mark.parametrize("command", ["profile", "train"])
+def test_profile_and_train_sample_power_no_slower_than_one_floor(capsys, tmp_path, command):
+    """The budget statistic of a sensor without a stated window is one sampling period, so a
+    profile sampled slower than its run's guard would bound another statistic."""
+    argv = {
+        "profile": [*REPLAY, "--model", "small_cnn", "--out", str(tmp_path / "o.csv")],
+        "train": ["train", "--backend", "replay", "--profile-csv", str(SMALL_CNN),
+                  "--model", "small_cnn", "--dataset", "mnist-5k", "--budget-w", "5",
+                  "--efficiency", str(ROOT / "simulations/efficiency/resnet18_cifar10-proxy.csv")],
+    }[command]  # fmt: skip
+    refused(capsys, [*argv, "--sampler-hz", "0.5"], "--sampler-hz must be >= 20")
+    assert not (tmp_path / "o.csv").exists()
+
+
+@pytest.mark.parametrize("command", ["profile", "train", "predict", "estimate", "noise-scale"])
+@pytest.mark.parametrize("sizes, needle", [
+    ("4,8,4", "argument --batch-sizes: 4 is named twice in '4,8,4'"),
+    ("4,x", "argument --batch-sizes: expected integers > 0, got 'x'"),
+    ("4,2.5", "argument --batch-sizes: expected integers > 0, got '2.5'"),
+    (" , ", "argument --batch-sizes: expected a comma-separated list"),
+])  # fmt: skip
+def test_every_command_reads_a_batch_size_list_alike(capsys, command, sizes, needle):
+    """Duplicates were deduplicated by four commands and refused by ``estimate``."""
+    refused(capsys, [command, "--batch-sizes", sizes], needle)
+
+
+def test_a_list_of_clocks_is_sorted_and_refuses_what_is_no_clock():
+    from fleet.cli.checks import number_list
+
+    assert number_list(False)("918, 306.5,612") == [306.5, 612.0, 918.0]
+    assert number_list(True)("64,4,16") == [4, 16, 64]
+    for bad in ("0", "-3", "nan", "inf", "1e400"):
+        with pytest.raises(Exception, match="expected numbers > 0"):
+            number_list(False)(bad)

@@ -84,7 +84,7 @@ def test_an_unknown_flag_is_said_by_the_command_it_was_given_to(capsys):
      ["--budgets is for --next"]),
     (["train", "--backend", "cpu", "--model", "resnet18", "--dataset", "mnist-5k",
       "--efficiency", str(RESNET_PROXY), "--budget-w", "5", "--batch-sizes", "0"],
-     ["--batch-sizes: expected positive integers, got '0'"]),
+     ["argument --batch-sizes: expected integers > 0, got '0'"]),
 ])  # fmt: skip
 def test_a_flag_that_would_change_nothing_or_is_no_number_is_refused(capsys, argv, needles):
     one_line(capsys, argv, *needles)

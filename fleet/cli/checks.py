@@ -154,3 +154,31 @@ def positive_number(text: str) -> float:
     if not (value > 0 and value != float("inf")):
         raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r:.80}")
     return value
+
+
+def number_list(integer: bool) -> Callable[[str], list]:
+    """A comma-separated list of distinct finite numbers > 0 (integers where ``integer``),
+    sorted: batch sizes, clocks. One parser for every command's lists, so a value named twice
+    is refused alike everywhere (it was deduplicated by some commands and refused by another)
+    and ``4,8,x`` says which item is wrong."""
+
+    def check(text: str) -> list:
+        items = [x.strip() for x in str(text).split(",") if x.strip()]
+        if not items:
+            raise argparse.ArgumentTypeError(f"expected a comma-separated list, got {text!r:.80}")
+        kind = "integers" if integer else "numbers"
+        out: list = []
+        for item in items:
+            try:
+                value = float(item)
+            except ValueError:
+                value = float("nan")
+            if not (0 < value < float("inf")) or (integer and value != int(value)):
+                raise argparse.ArgumentTypeError(f"expected {kind} > 0, got {item!r:.40}")
+            number = int(value) if integer else value
+            if number in out:
+                raise argparse.ArgumentTypeError(f"{item} is named twice in {text!r:.80}")
+            out.append(number)
+        return sorted(out)
+
+    return check

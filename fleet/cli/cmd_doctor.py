@@ -5,7 +5,8 @@ sysfs (a GPU node under another name, a sensor that is not there, clocks not wri
 file left by a crash). ``doctor`` says all of it in one place, read-only (``survey.py``), as a
 table for people and one JSON object (``--json``) to paste into a bug report. It runs on a board
 or on a copied tree (``--sysfs-root``). Exit 0 when the survey ran, whatever it found; 2 when
-the root is not a sysfs tree.
+the root is not a sysfs tree or ``--rail`` names a rail that is not there (a wrong argument, said
+as ``profile`` and ``train`` say it, not a finding about the board).
 
 On a machine that is not a Jetson (a PC, a VM) the Jetson survey can only say "no"; doctor then
 says what the machine is (an NVIDIA GPU or not, RAPL counters or not: ``machine.py``) and what
@@ -39,6 +40,9 @@ def run(args: argparse.Namespace) -> int:
     if not exists(args.sysfs_root):
         raise InputError(f"--sysfs-root {args.sysfs_root}: no sys/ directory there to survey")
     report = survey(args.sysfs_root, args.state_dir, args.rail)
+    power = report.get("power") or {}
+    if args.rail and power.get("error") and "rails" not in power:
+        raise InputError(f"--rail {args.rail}: {power['error']}")
     if args.json:
         emit_json(report)
     else:

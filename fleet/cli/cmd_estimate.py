@@ -8,7 +8,6 @@ import math
 from fleet.cli import checks
 from fleet.cli.common import console, emit_json, model_help, progress_bar, table
 from fleet.cli.names import deprecated
-from fleet.common.errors import InputError
 from fleet.training.estimate import EstimateSpec, estimate, write_outputs
 
 
@@ -17,7 +16,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", required=True, help=model_help())
     p.add_argument("--dataset", required=True, help="the proxy: a prepared dataset name or a path")
     deprecated(p, "--proxy", "dataset")
-    p.add_argument("--batch-sizes", default="4,8,16,32,64,128", help="comma-separated")
+    p.add_argument(
+        "--batch-sizes", type=checks.number_list(True), default="4,8,16,32,64,128",
+        help="comma-separated",
+    )  # fmt: skip
     p.add_argument("--target-accuracy", type=float, required=True, help="accuracy to reach (0-1)")
     p.add_argument("--seeds", type=int, default=3, help="runs per batch size")
     p.add_argument(
@@ -65,23 +67,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _batches(raw: str) -> tuple[int, ...]:
-    try:
-        out = tuple(int(x) for x in raw.split(",") if x.strip())
-    except ValueError:
-        raise InputError(f"--batch-sizes: {raw!r} is not a comma list of integers") from None
-    if not out or any(b <= 0 for b in out) or len(set(out)) != len(out):
-        raise InputError(f"--batch-sizes: need distinct positive integers, got {raw!r}")
-    return tuple(sorted(out))
-
-
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     spec = EstimateSpec(
         model=args.model,
         proxy=args.dataset,
-        batch_sizes=_batches(args.batch_sizes),
+        batch_sizes=tuple(args.batch_sizes),
         target_accuracy=args.target_accuracy,
         seeds=args.seeds,
         weights=args.weights,

@@ -31,7 +31,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="the shipped weights (default: a fresh model)",
     )
     p.add_argument("--data-dir", help="prepared-data directory (default: $POWERFLEET_DATA)")
-    p.add_argument("--batch-sizes", default="4,8,16,32,64,128", help="for the law's shape")
+    p.add_argument(
+        "--batch-sizes", type=checks.number_list(True), default="4,8,16,32,64,128",
+        help="for the law's shape",
+    )  # fmt: skip
     p.add_argument("--small", type=checks.at_least(1), default=8, help="micro-batch size")
     p.add_argument(
         "--big", type=checks.at_least(1), default=128, help="batch whose micro-batches are averaged"
@@ -49,12 +52,7 @@ def run(args: argparse.Namespace) -> int:
     from fleet.agent.learning.noise_scale import NoiseScaleError, noise_scale
     from fleet.training.task import build_for, load_task
 
-    try:
-        bs = sorted({int(x) for x in args.batch_sizes.split(",") if x.strip()})
-    except ValueError:
-        raise InputError(f"--batch-sizes: {args.batch_sizes!r} is not a comma list") from None
-    if not bs or bs[0] <= 0:
-        raise InputError(f"--batch-sizes: need positive integers, got {args.batch_sizes!r}")
+    bs = args.batch_sizes
     task = load_task(args.dataset, args.data_dir, seed=0)
     model = build_for(task, args.model, args.seed, args.weights)
     try:

@@ -9,7 +9,6 @@ the requested grid gets a row with ``source=predicted``, and ``#`` lines say how
 from __future__ import annotations
 
 import argparse
-import math
 
 from fleet.agent.prediction.fit import PredictError
 from fleet.agent.prediction.predict import describe, predict_profile
@@ -28,10 +27,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--profile", required=True, help="sparse profile CSV (the probed points)")
     p.add_argument(
-        "--batch-sizes", help="comma-separated grid batch sizes (default: the profile's grid)"
+        "--batch-sizes",
+        type=checks.number_list(True),
+        help="comma-separated grid batch sizes (default: the profile's grid)",
     )
     p.add_argument(
-        "--freqs", help="comma-separated grid knob values, MHz or W (default: the profile's grid)"
+        "--freqs",
+        type=checks.number_list(False),
+        help="comma-separated grid knob values, MHz or W (default: the profile's grid)",
     )
     p.add_argument(
         "--out",
@@ -53,34 +56,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _numbers(raw: str, flag: str, integer: bool) -> list[float]:
-    out = []
-    for item in (x.strip() for x in raw.split(",")):
-        if not item:
-            continue
-        try:
-            value = float(item)
-        except ValueError:
-            raise InputError(f"{flag}: {item!r} is not a number") from None
-        if not math.isfinite(value) or value <= 0 or (integer and value != int(value)):
-            kind = "positive integers" if integer else "positive numbers"
-            raise InputError(f"{flag}: expected {kind}, got {item}")
-        out.append(int(value) if integer else value)
-    if not out:
-        raise InputError(f"{flag}: expected a comma-separated list, got {raw!r}")
-    return sorted(set(out))
-
-
 def run(args: argparse.Namespace) -> int:
     if args.budgets and not args.next:  # a flag that would change nothing is refused, not lost
         raise InputError("--budgets is for --next N (the budgets the next probes are chosen at)")
     load_profile(args.profile)  # validates the file: one line naming file/line/field
     coverage = read_coverage(args.profile)
     if args.batch_sizes:
-        batch_sizes = [int(b) for b in _numbers(args.batch_sizes, "--batch-sizes", True)]
+        batch_sizes = args.batch_sizes
     else:
         batch_sizes = coverage.batch_sizes
-    knobs = _numbers(args.freqs, "--freqs", False) if args.freqs else coverage.knobs
+    knobs = args.freqs or coverage.knobs
     _header, numbered, comments = read_rows(args.profile)
     rows = [row for _lineno, row in numbered]
     try:

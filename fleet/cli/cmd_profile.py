@@ -35,6 +35,7 @@ from fleet.cli.common import (
 )
 from fleet.common.errors import InputError
 from fleet.method.budget import parse_budget
+from fleet.method.power_window import MIN_SAMPLER_HZ
 
 DEFAULT_BATCH_SIZES = ",".join(str(b) for b in sweep_plan.DEFAULT_BATCH_SIZES)
 MAX_CLASSES = 1_000_000  # a classifier head beyond this is a typo (3e9 tried to allocate 6 TB)
@@ -50,8 +51,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--input-shape", help="per-sample input shape, e.g. 3x32x32 or 64 (default: model's)"
     )
-    p.add_argument("--batch-sizes", help=f"comma-separated (default {DEFAULT_BATCH_SIZES})")
-    p.add_argument("--freqs", help="comma-separated MHz to probe (default: all the device offers)")
+    p.add_argument(
+        "--batch-sizes", type=checks.number_list(True),
+        help=f"comma-separated (default {DEFAULT_BATCH_SIZES})",
+    )  # fmt: skip
+    p.add_argument(
+        "--freqs", type=checks.number_list(False),
+        help="comma-separated MHz to probe (default: all the device offers)",
+    )  # fmt: skip
     p.add_argument("--budget-w", help="power budget in watts: probe only the staircase under it")
     p.add_argument(
         "--predict", action="store_true",
@@ -71,9 +78,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=checks.input_file("efficiency CSV"),
         help="with --adapt-budgets: efficiency CSV the choice is made with",
     )
-    p.add_argument("--steps", type=int, default=5, help="timed training steps per point")
-    p.add_argument("--warmup", type=int, default=2, help="untimed warm-up steps per point")
-    p.add_argument("--sampler-hz", type=float, default=20.0, help="power sampling rate")
+    p.add_argument("--steps", type=int, help="timed training steps per point (default 5)")
+    p.add_argument("--warmup", type=int, help="untimed warm-up steps per point (default 2)")
+    p.add_argument(
+        "--sampler-hz", type=float, help=f"power sampling rate (>= {MIN_SAMPLER_HZ:g}, the default)"
+    )
     p.add_argument(
         "--min-point-s", type=float,
         help="each point runs at least this long (default 2 s, or twice the power statistic's "
@@ -93,22 +102,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.set_defaults(func=run)
-
-
-def _numbers(raw: str, flag: str, kind: type) -> list[Any]:
-    items = [x.strip() for x in raw.split(",") if x.strip()]
-    if not items:
-        raise InputError(f"{flag}: expected a comma-separated list, got {raw!r}")
-    out = []
-    for item in items:
-        try:
-            value = kind(item)
-        except ValueError:
-            raise InputError(f"{flag}: {item!r} is not a valid {kind.__name__}") from None
-        if not (isinstance(value, int) or math.isfinite(value)) or value <= 0:
-            raise InputError(f"{flag}: values must be > 0, got {item}")
-        out.append(value)
-    return out
 
 
 def _adapt_args(args: argparse.Namespace) -> tuple[list[float | None] | None, dict | None]:
@@ -147,20 +140,27 @@ def run(args: argparse.Namespace) -> int:
     from fleet.agent.models import inputs as models
     from fleet.agent.prediction.fit import PredictError
 
-    batch_sizes = _numbers(args.batch_sizes or DEFAULT_BATCH_SIZES, "--batch-sizes", int)
-    freqs = _numbers(args.freqs, "--freqs", float) if args.freqs else None
+    batch_sizes = args.batch_sizes or list(sweep_plan.DEFAULT_BATCH_SIZES)
+    freqs = args.freqs
     budget = parse_budget(args.budget_w, "--budget-w") if args.budget_w is not None else None
     if args.predict and budget is not None:
         raise InputError("--predict fills the whole grid; it does not combine with --budget-w")
     if args.max_probes is not None and not args.predict:
         raise InputError("--max-probes applies to --predict")
     adapt_budgets, adapt_eff = _adapt_args(args)
+    measuring = _measuring_flags(args)  # before the defaults fill them in
+    args.steps = 5 if args.steps is None else args.steps
+    args.warmup = 2 if args.warmup is None else args.warmup
+    args.sampler_hz = MIN_SAMPLER_HZ if args.sampler_hz is None else args.sampler_hz
     if args.steps < 1:
         raise InputError(f"--steps must be >= 1, got {args.steps}")
     if args.warmup < 0:
         raise InputError(f"--warmup must be >= 0, got {args.warmup}")
-    if not (math.isfinite(args.sampler_hz) and args.sampler_hz > 0):
-        raise InputError(f"--sampler-hz must be > 0, got {args.sampler_hz}")
+    if not (math.isfinite(args.sampler_hz) and args.sampler_hz >= MIN_SAMPLER_HZ):
+        raise InputError(
+            f"--sampler-hz must be >= {MIN_SAMPLER_HZ:g} (as train's: the budget statistic is "
+            f"the same at both), got {args.sampler_hz}"
+        )
     if args.num_classes is not None and not 2 <= args.num_classes <= MAX_CLASSES:
         raise InputError(f"--num-classes must be in [2, {MAX_CLASSES:,}], got {args.num_classes}")
     if args.min_point_s is not None and not (
@@ -181,7 +181,7 @@ def run(args: argparse.Namespace) -> int:
         require_power(backend)  # a board without a power sensor: one line, before any note
     except DeviceError as exc:
         raise InputError(str(exc)) from None
-    shape = _replayed(args, backend, model, shape, batch_sizes)
+    shape = _replayed(args, backend, model, shape, batch_sizes, measuring)
     device = args.device
     if device == "auto":
         device = preferred_torch_device(args.backend)
@@ -310,19 +310,42 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _measuring_flags(args: argparse.Namespace) -> list[str]:
+    """The flags given that size a measurement (steps, warm-up, sampling, a point's length)."""
+    given = (
+        ("--steps", args.steps),
+        ("--warmup", args.warmup),
+        ("--sampler-hz", args.sampler_hz),
+        ("--min-point-s", args.min_point_s),
+        ("--min-power-samples", args.min_power_samples),
+    )
+    return [flag for flag, value in given if value is not None]
+
+
 def _replayed(
-    args: argparse.Namespace, backend: Any, model: str, shape: str, batch_sizes: list[int]
+    args: argparse.Namespace,
+    backend: Any,
+    model: str,
+    shape: str,
+    batch_sizes: list[int],
+    measuring: list[str],
 ) -> str:
     """A replayed file's numbers are of the model and input shape it recorded: its shape is the
     profile's unless ``--input-shape`` says otherwise, another model is said (not refused, as
     ``train`` says it), and writing over the replayed file itself is refused. A batch size the
     file never recorded is refused, as a clock it never recorded is (it came back as rows
-    ``unavailable``, said nowhere with ``--json``)."""
+    ``unavailable``, said nowhere with ``--json``). A flag that sizes a measurement is refused:
+    a replay measures nothing, and a ``--steps 50`` that changed nothing looked like it had."""
     from fleet.agent.models import inputs as models
 
     recorded = getattr(backend, "recorded", None)
     if recorded is None:
         return shape
+    if measuring:
+        raise InputError(
+            f"{', '.join(measuring)}: a replay measures nothing (it returns --profile-csv's "
+            "recorded numbers); drop the flag or profile with a measuring backend"
+        )
     unknown = sorted(set(batch_sizes) - set(backend.batch_sizes()))
     if unknown and args.batch_sizes is not None:  # the default list asks for no particular one
         raise InputError(

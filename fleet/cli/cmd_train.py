@@ -30,6 +30,7 @@ from fleet.cli.train_output import forecast_notes, print_human, train_report
 from fleet.common.errors import InputError
 from fleet.method.agent_records import STATUS_ERROR
 from fleet.method.deadline import check_power
+from fleet.method.power_window import MIN_SAMPLER_HZ
 
 DEFAULT_BATCH_SIZES = ",".join(str(b) for b in sweep_plan.DEFAULT_BATCH_SIZES)
 COMMAND = "train"
@@ -108,10 +109,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--seed", type=int, default=0, help="initialisation and order seed")
     p.add_argument(
-        "--batch-sizes", help=f"to profile (no --profile; default {DEFAULT_BATCH_SIZES})"
+        "--batch-sizes",
+        type=checks.number_list(True),
+        help=f"to profile (no --profile; default {DEFAULT_BATCH_SIZES})",
     )
     p.add_argument("--guard-window", type=float, default=0.2, help="seconds over budget to act")
-    p.add_argument("--sampler-hz", type=float, default=20.0, help="power sampling rate (>= 20)")
+    p.add_argument(
+        "--sampler-hz", type=float, default=MIN_SAMPLER_HZ,
+        help=f"power sampling rate (>= {MIN_SAMPLER_HZ:g})",
+    )  # fmt: skip
     p.add_argument(
         "--device", choices=("auto", "cpu", "cuda"), default="auto",
         help="torch device (auto: cuda on jetson/nvml when torch sees one, else cpu)",
@@ -185,16 +191,6 @@ def _lut_from_profile(path: str, model: str) -> list[Any]:
     return list(profile.points)
 
 
-def _numbers(raw: str, flag: str) -> list[int]:
-    try:
-        out = [int(x) for x in raw.split(",") if x.strip()]
-    except ValueError:
-        raise InputError(f"{flag}: expected comma-separated integers, got {raw!r}") from None
-    if not out or any(v <= 0 for v in out):
-        raise InputError(f"{flag}: expected positive integers, got {raw!r}")
-    return out
-
-
 def _check_args(args: argparse.Namespace) -> None:
     if not 0.0 <= args.target_accuracy <= 1.0:
         raise InputError(f"--target-accuracy must be in [0, 1], got {args.target_accuracy}")
@@ -209,8 +205,11 @@ def _check_args(args: argparse.Namespace) -> None:
             raise InputError(f"{flag} must be >= 1, got {value}")
     if not (math.isfinite(args.lr_ref) and args.lr_ref > 0):
         raise InputError(f"--lr-ref must be > 0, got {args.lr_ref}")
-    if not (math.isfinite(args.sampler_hz) and args.sampler_hz >= 20):
-        raise InputError(f"--sampler-hz must be >= 20 (the guard needs it), got {args.sampler_hz}")
+    if not (math.isfinite(args.sampler_hz) and args.sampler_hz >= MIN_SAMPLER_HZ):
+        raise InputError(
+            f"--sampler-hz must be >= {MIN_SAMPLER_HZ:g} (the guard needs it), "
+            f"got {args.sampler_hz}"
+        )
     if not (math.isfinite(args.guard_window) and 0 <= args.guard_window <= 0.4):
         raise InputError(f"--guard-window must be in [0, 0.4] s, got {args.guard_window}")
     for flag, tol in (("--drift-time-tol", args.drift_time_tol),
@@ -227,7 +226,6 @@ def _check_args(args: argparse.Namespace) -> None:
     elif args.deadline_s is not None:
         raise InputError("--deadline-s is only for --objective deadline")
     if args.batch_sizes is not None:
-        _numbers(args.batch_sizes, "--batch-sizes")  # refused before torch, not after
         if args.profile:  # a flag that changes nothing is said, not lost
             note(COMMAND, "warning: --batch-sizes is for profiling first; the run chooses "
                  "among --profile's batch sizes")  # fmt: skip
@@ -390,7 +388,7 @@ def _profile_first(args, backend, task, model, source, device) -> list[Any]:
     try:
         plan = sweep_plan.SweepPlan(
             args.model, input_shape=task.input_shape,
-            batch_sizes=_numbers(args.batch_sizes or DEFAULT_BATCH_SIZES, "--batch-sizes"),
+            batch_sizes=args.batch_sizes or list(sweep_plan.DEFAULT_BATCH_SIZES),
             budget_w=highest,
             sampler_hz=args.sampler_hz, num_classes=task.classes,
         )  # fmt: skip

@@ -32,6 +32,12 @@ from typing import List, Optional, Sequence, Tuple
 #: mean spread of 1.3 %, and so a 15-window maximum of about 713 W: what the 1 s API showed.
 NVML_INSTANT_AVERAGE_S = 1.0
 
+#: The slowest power sampling a profile or a run may ask for (Hz). Why one floor for both: where
+#: a sensor states no window the statistic is one sampling period (``budget_window``), so a
+#: profile sampled slower than its run would bound a longer average than the run's guard
+#: compares with; and the guard's own window (at most 0.4 s) must hold several readings.
+MIN_SAMPLER_HZ = 20.0
+
 _EPS = 1e-9
 
 
