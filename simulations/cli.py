@@ -97,6 +97,13 @@ def run(args: argparse.Namespace) -> int:
             raise InputError(str(exc)) from None
     if args.json:
         emit_json(report)
-        return 0
-    show(report)
-    return 0
+    else:
+        show(report)
+    return failed_exit(report)
+
+
+def failed_exit(report: dict) -> int:
+    """1 when any device ended ``error`` (the round ran; its row says why), else 0: a script
+    must not read a round with a broken device as a clean one."""
+    devices = report.get("devices") or []
+    return 1 if any(isinstance(d, dict) and d.get("status") == "error" for d in devices) else 0

@@ -26,6 +26,7 @@ from fleet.planning.round_logic import SEGMENT_S
 from fleet.reports import roundstate, runlife
 from fleet.reports.report import write_report
 from fleet.rounds import statuses
+from fleet.rounds.preflight import check_devices
 from fleet.rounds.virtual_clock import cached_efficiency, simulate_device
 
 ENGINES = ("flower", "direct")
@@ -280,6 +281,7 @@ def simulate(
     ``device_gpus`` (flower engine only): a running Ray cluster and what each device holds
     there (``simulations.flower_engine.RayPlacement``); None: the fleet's ``[run] ray_*``."""
     fleet = load_fleet(fleet_path or DEFAULT_FLEET)
+    check_devices(fleet, require_profile=False)  # a fleet file's mistake: before any work
     ray_given = [ray_address, device_cpus, device_gpus]
     if engine == "direct" and any(v is not None for v in ray_given):
         raise InputError("--ray-address, --device-cpus and --device-gpus need --engine flower")

@@ -134,14 +134,14 @@ def test_fleet_toml_budget_trace(tmp_path):
     readings = load_trace(ROOT / "simulations" / "traces" / "clear_day_10w.csv")
     assert spec.schedule == trace_to_schedule(readings, 300.0)
     assert spec.budget_w == spec.schedule[0].budget_w
-    with pytest.raises(InputError, match=r"\(n\) budget_trace: budget_dwell_s"):
+    with pytest.raises(InputError, match=r"\(n\): budget_trace: budget_dwell_s"):
         load_fleet(_fleet(tmp_path, 'budget_dwell_s = "long"'))
     # the trace is read through the one budget reader: a budget_w beside it must agree, and a
     # schedule beside it is refused
     first = format_budget(spec.schedule[0].budget_w)
     same = load_fleet(_fleet(tmp_path, f"budget_w = {first}\nbudget_dwell_s = 300")).devices[0]
     assert same == spec
-    with pytest.raises(InputError, match="disagrees with budget_schedule's first step"):
+    with pytest.raises(InputError, match="budget_w 99 disagrees with budget_trace's first step"):
         load_fleet(_fleet(tmp_path, "budget_w = 99"))
     with pytest.raises(InputError, match="budget_schedule or budget_trace, not both"):
         load_fleet(_fleet(tmp_path, "budget_schedule = [[0, 5]]"))

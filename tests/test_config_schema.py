@@ -104,7 +104,13 @@ SETTINGS = {
 
 def test_every_typed_setting_reads_back_from_toml_and_over_the_wire(tmp_path):
     lines = "".join(f"{k} = {toml}\n" for k, (_, toml) in SETTINGS.items())
-    path = _default_fleet(tmp_path, lambda t: t.replace("[run]\n", "[run]\n" + lines))
+    (tmp_path / "w.pft").write_bytes(b"")  # the weights must be there when the file is read
+    path = _default_fleet(  # and deadline_s means something with the deadline objective only
+        tmp_path,
+        lambda t: t.replace("[run]\n", "[run]\n" + lines).replace(
+            'objective = "time"', 'objective = "deadline"'
+        ),
+    )
     fleet = load_fleet(path)
     for key, (value, _) in SETTINGS.items():
         got = getattr(fleet.run, key)

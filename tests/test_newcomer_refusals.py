@@ -346,3 +346,89 @@ def test_a_cache_folder_that_is_a_file_and_a_prior_that_is_not_there_are_refused
         "argument --efficiency:",
         "efficiency CSV not found",
     )
+
+
+# ------------------------------------------- fleet keys that mean nothing alone (stop 44 audit)
+
+
+def fleet_with(tmp: Path, run_extra: str = "", device_extra: str = "budget_w = 5") -> Path:
+    """One Nano replaying resnet18, with lines added to ``[run]`` and to its device table."""
+    path = tmp / "fleet.toml"
+    path.write_text(
+        f'[run]\nmodel = "resnet18"\nefficiency = "{RESNET_PROXY}"\ntarget_accuracy = 0.8\n'
+        f'{run_extra}\n\n[[devices]]\nname = "n"\ntype = "jetson-nano"\n{device_extra}\n'
+        f'profile = "{RESNET_PROFILE}"\ndata = "{EFFICIENCY / "resnet18_cinic.csv"}"\n'
+    )
+    return path
+
+
+@pytest.mark.parametrize("run_extra, device_extra, needle", [
+    ("", "budget_w = 1e300", "device #1 (n): budget_w: 1e+300 is above the largest budget "
+     "(100000 W); for no limit write none"),
+    ('objective = "time"\ndeadline_s = 100', "budget_w = 5",
+     "[run] deadline_s: applies to objective = \"deadline\" (objective is 'time')"),
+    ("", "budget_w = 5\nbudget_dwell_s = 60",
+     "device #1 (n): budget_dwell_s applies to budget_trace, which is not given"),
+    ('input_shape = "banana"', "budget_w = 5", "[run] input_shape: bad input shape 'banana'"),
+    ('input_shape = "64"', "budget_w = 5", "[run] input_shape: model resnet18 takes images"),
+    ('weights = "missing.pt"', "budget_w = 5", "[run] weights: file not found: missing.pt"),
+    ('efficiency_store = "/dev/null/x"', "budget_w = 5",
+     "[run] efficiency_store: /dev/null/x lies under /dev/null, which is not a directory"),
+    ("", f'budget_trace = "{ROOT / "simulations"}"',
+     f"device #1 (n): budget_trace: {ROOT / 'simulations'} is a directory"),
+])  # fmt: skip
+def test_a_fleet_key_is_refused_when_the_file_is_read_not_when_the_round_needs_it(
+    capsys, tmp_path, run_extra, device_extra, needle
+):
+    """Each was taken by the fleet reader: ignored (a deadline without its objective, a dwell
+    without a trace), never looked at by the direct engine (weights, a shape), or refused later
+    naming a state file (1e300 W) or a bare path (a store under a file, a trace folder)."""
+    fleet = fleet_with(tmp_path, run_extra, device_extra)
+    run_dir = tmp_path / "run"
+    one_line(capsys, ["simulate", "--fleet", str(fleet), "--engine", "direct",
+                      "--run-dir", str(run_dir)], needle)  # fmt: skip
+    assert not run_dir.exists()
+
+
+def test_a_budget_trace_beside_a_budget_is_named_as_written(capsys, tmp_path):
+    trace = ROOT / "simulations" / "traces" / "clear_day_10w.csv"
+    fleet = fleet_with(tmp_path, device_extra=f'budget_w = 99\nbudget_trace = "{trace}"')
+    one_line(capsys, ["whatif", "--fleet", str(fleet), "--budgets", "5"],
+             "budget_w 99 disagrees with budget_trace's first step")  # fmt: skip
+
+
+def test_simulate_refuses_a_device_of_another_type_before_its_round(capsys, tmp_path):
+    """It ran around it: the row said ``error`` and the command exited 0."""
+    fleet = fleet_with(tmp_path)
+    fleet.write_text(fleet.read_text().replace("jetson-nano", "jetson-tx2nx"))
+    run_dir = tmp_path / "run"
+    one_line(capsys, ["simulate", "--fleet", str(fleet), "--engine", "direct",
+                      "--run-dir", str(run_dir)],
+             f"device n: type 'jetson-tx2nx' but its profile {RESNET_PROFILE} was recorded "
+             "on 'jetson-nano'")  # fmt: skip
+    assert not run_dir.exists()
+
+
+def test_a_round_with_a_broken_device_does_not_exit_as_a_clean_one():
+    from simulations.cli import failed_exit
+
+    rows = [{"device": "a", "status": "ok"}, {"device": "b", "status": "infeasible"}]
+    assert failed_exit({"devices": rows}) == 0  # an outcome the report explains
+    assert failed_exit({"devices": [*rows, {"device": "c", "status": "error"}]}) == 1
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["whatif", "--budgets", "1:1e5:0.001"], "99,999,001 steps; at most 10,000"),
+    (["whatif", "--budgets", "5,,7"], "--budgets '5,,7': an empty item"),
+    (["whatif", "--budgets", "-1"], "'-1' is not a budget; expected watts > 0"),
+    (["inspect", str(RESNET_PROFILE), "--budgets", ""], "--budgets: '' is not a budget"),
+    (["inspect", str(RESNET_PROFILE), "--budgets", "4.5,4.5 W"],
+     "--budgets: 4.5 W is named twice in '4.5,4.5 W'"),
+])  # fmt: skip
+def test_a_budget_list_reads_every_item_and_counts_a_sweep_before_building_it(
+    capsys, tmp_path, argv, needle
+):
+    """``1:1e9:1`` filled 24 GB before its count was checked; ``5,,7`` was a shorter list."""
+    if argv[0] == "whatif":
+        argv = [*argv, "--fleet", str(fleet_with(tmp_path))]
+    one_line(capsys, argv, needle)

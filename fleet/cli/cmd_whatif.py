@@ -10,7 +10,8 @@ from fleet.cli import checks
 from fleet.cli.common import console, emit_json, note, table
 from fleet.config.fleetfile import load_fleet
 from fleet.core.objectives import OBJECTIVES
-from fleet.planning.whatif import check_devices, pareto_front, parse_range, sweep
+from fleet.planning.whatif import pareto_front, parse_range, sweep
+from fleet.rounds.preflight import check_devices
 
 
 def register(sub: argparse._SubParsersAction) -> None:

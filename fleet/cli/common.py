@@ -61,8 +61,17 @@ def warn_other_model(command: str, flag: str, path: str, recorded: str, model: s
 
 
 def parse_budgets(raw: str, flag: str = "--budgets") -> list[float | None]:
-    """'4.5,7,none' -> budgets, each read by the one grammar (``fleet.method.budget``)."""
-    return [parse_budget(x, flag) for x in raw.split(",") if x.strip()]
+    """'4.5,7,none' -> budgets, each read by the one grammar (``fleet.method.budget``). Every
+    item is read, so ``4.5,,7`` or an empty list is refused (it was a shorter list, silently),
+    and a budget named twice is refused as a batch size named twice is (``checks.number_list``).
+    """
+    budgets: list[float | None] = []
+    for item in raw.split(","):
+        budget = parse_budget(item, flag)
+        if budget in budgets:
+            raise InputError(f"{flag}: {item.strip()} is named twice in {raw!r:.80}")
+        budgets.append(budget)
+    return budgets
 
 
 def parse_caps(raw: str | None) -> dict[float | None, float]:

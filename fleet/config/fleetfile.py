@@ -176,17 +176,31 @@ def _resolve(base: Path, raw: str, where: str, must_exist: bool = True) -> str:
     p = (base / raw).resolve() if not Path(raw).is_absolute() else Path(raw)
     if must_exist and not p.exists():
         raise InputError(f"{where}: file not found: {raw} (resolved to {p})")
+    if must_exist and p.is_dir():  # said here, with the key; the reader would say only the path
+        raise InputError(f"{where}: {raw} is a directory (resolved to {p}); expected a file")
     return str(p)
+
+
+def _store_dir(base: Path, raw: str, where: str) -> None:
+    """A store's folder (made on first use): refused now when it is a file or lies under one,
+    not when the round first writes to it and names no key."""
+    p = (base / raw).resolve() if not Path(raw).is_absolute() else Path(raw)
+    probe = p
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        what = "is" if probe == p else f"lies under {probe}, which is"
+        raise InputError(f"{where}: {raw} {what} not a directory (resolved to {p})")
 
 
 def _trace_schedule(base: Path, d: dict, where: str) -> tuple[BudgetStep, ...]:
     """A device's ``budget_trace`` as schedule steps for ``read_budget`` (no text in between)."""
     from fleet.budgets.trace import DEFAULT_DWELL_S, schedule_from_trace
 
-    trace = _resolve(base, text_field(d, "budget_trace", where), f"{where} budget_trace")
+    trace = _resolve(base, text_field(d, "budget_trace", where), f"{where}: budget_trace")
     dwell = d.get("budget_dwell_s", DEFAULT_DWELL_S)
     start = d.get("budget_trace_start_s")  # trace second at which training starts
-    return schedule_from_trace(trace, dwell, f"{where} budget_trace", start)
+    return schedule_from_trace(trace, dwell, f"{where}: budget_trace", start)
 
 
 def _read_toml(path: Path) -> tuple[dict, str]:
@@ -230,7 +244,33 @@ def read_run(path: Path, data: dict, text: str) -> RunSettings:
         run_t.get("name", path.stem),
     )
     values["efficiency"] = _resolve(path.parent, str(values["efficiency"]), f"{w} efficiency")
+    _check_run(path, values, w)
     return RunSettings(**values)  # type: ignore[arg-type]
+
+
+def _check_run(path: Path, values: dict, w: str) -> None:
+    """What one key cannot say alone: a key that only another key's value gives a meaning
+    (a deadline without the deadline objective changed nothing, silently), a shape the model
+    cannot take, a weights file or a store folder that is not there to be used. Said when the
+    file is read, not when the round first needs it (the direct engine never did)."""
+    from fleet.agent.models.inputs import input_spec
+
+    if values.get("deadline_s") is not None and values.get("objective") != "deadline":
+        raise InputError(
+            f'{w} deadline_s: applies to objective = "deadline" (objective is '
+            f"{values.get('objective')!r}); set the objective or drop deadline_s"
+        )
+    if values.get("input_shape") is not None:
+        try:
+            input_spec(str(values["model"]), str(values["input_shape"]))
+        except (KeyError, ValueError) as exc:
+            raise InputError(f"{w} input_shape: {exc}") from None
+    if values.get("weights"):
+        raw = str(values["weights"])
+        _resolve(path.parent, str(Path(raw).expanduser()), f"{w} weights")
+    for key in ("efficiency_store", "profile_store"):
+        if values.get(key):
+            _store_dir(path.parent, str(values[key]), f"{w} {key}")
 
 
 def run_value(path: str | Path, key: str) -> object:
@@ -283,11 +323,16 @@ def load_fleet(path: str | Path) -> Fleet:
                 "'budget_schedule' or 'budget_trace'"
             )
         schedule_raw: object = d.get("budget_schedule")
+        fields = ("budget_w", "budget_schedule")
         if "budget_trace" in d:  # a power trace becomes the schedule: fleet.budgets.trace
             if schedule_raw is not None:
                 raise InputError(f"{w}: give budget_schedule or budget_trace, not both")
-            schedule_raw = _trace_schedule(base, d, w)
-        budget, schedule = read_budget(w, d.get("budget_w"), schedule_raw)
+            schedule_raw, fields = _trace_schedule(base, d, w), ("budget_w", "budget_trace")
+        else:
+            for field in ("budget_dwell_s", "budget_trace_start_s"):
+                if field in d:  # it would change nothing: said, not lost
+                    raise InputError(f"{w}: {field} applies to budget_trace, which is not given")
+        budget, schedule = read_budget(w, d.get("budget_w"), schedule_raw, fields)
         client = choice_field(d, "client", w, "replay", CLIENTS)
         if client == "hardware":  # first contact: the board profiles, the store keeps it
             raw = text_field(d, "profile", w, "")

@@ -43,6 +43,11 @@ from fleet.method.errors import InputError
 NO_BUDGET = "none"  # the exact text form of "no limit"
 NO_BUDGET_WORDS = ("none", "unlimited", "inf", "infinity")
 UNLIMITED = math.inf  # a missing budget as a limit to compare peaks with
+#: The largest budget (and power) anything carries: 100 kW. Why a bound: a budget of 1e300 W
+#: was taken by the fleet file and refused only later by a record crossing a process boundary,
+#: naming a state file; a value this large is a slip (milliwatts typed as watts, a stray
+#: exponent), and "no limit" has its own words.
+MAX_WATTS = 1e5
 EXPECTED_WATTS = "expected watts > 0 (e.g. 7, 4.5 or 4.5 W) or none/unlimited/inf"
 EXAMPLE_SCHEDULE = "e.g. 0:7,600:4.5"
 _NUMBER = re.compile(r"^\+?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?$")
@@ -95,6 +100,12 @@ def parse_budget(raw: Any, where: str = "budget") -> Optional[float]:
         value = math.nan
     if not (math.isfinite(value) and value > 0):
         raise BudgetError("{}: {} is not a budget; {}".format(where, _show(raw), EXPECTED_WATTS))
+    if value > MAX_WATTS:
+        raise BudgetError(
+            "{}: {} is above the largest budget ({:g} W); for no limit write none".format(
+                where, _show(raw), MAX_WATTS
+            )
+        )
     return value
 
 

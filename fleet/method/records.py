@@ -27,12 +27,13 @@ import math
 import re
 from typing import Any, Dict, List, Optional, Tuple  # noqa: F401 - used in type comments
 
+from fleet.method.budget import MAX_WATTS
 from fleet.method.record_base import Field, Record, RecordError, closest  # noqa: F401
 
 MAX_SECONDS = 10 * 365 * 86400.0  # ten years of device time: anything longer is nonsense
 MAX_SAMPLES = 1e15
 MAX_ENERGY_J = 1e12
-MAX_POWER_W = 1e5
+MAX_POWER_W = MAX_WATTS  # a budget's own bound (fleet/method/budget.py)
 MAX_FREQ = 1e6  # MHz, or watts on a power-limited GPU
 MAX_BATCH = 1 << 20
 MAX_LEARNING_BYTES = 200000  # a learner's state: a few hundred evaluations

@@ -36,7 +36,7 @@ from fleet.planning.deadline_plan import (
 from fleet.planning.round_logic import SEGMENT_S, new_plan
 from fleet.planning.roundenergy import round_energy, round_totals
 from fleet.planning.segmented_round import expand, run_segmented
-from fleet.rounds.device_round import TRAINED, check_device_type, model_note
+from fleet.rounds.device_round import TRAINED
 from fleet.rounds.virtual_clock import cached_efficiency, cached_profile, simulate_device
 
 Progress = Callable[[int, int, str], None]  # (done, total, device name)
@@ -258,19 +258,21 @@ def _saved_pct(ref: object, got: object) -> float | None:
 # ------------------------------------------------------------------------------------- what-if
 
 
+MAX_STEPS = 10_000  # a sweep's steps: each is a whole fleet round
+
+
 def parse_range(raw: str, scale: bool = False) -> list[float]:
     """'3:10:0.5' -> 3, 3.5, ..., 10 (inclusive); '4.5,7,10' -> those values. Watts are read
     by the one budget grammar (``4.5 W`` as every command takes it; no-limit words are not a
     step of a sweep); ``scale`` factors are plain numbers."""
-    where = f"--budgets {raw!r}"
+    where = f"--budgets {raw!r:.80}"
 
     def number(text: str) -> float:
+        if not text.strip():  # "5,,7": a value left out is a slip, not a shorter sweep
+            raise InputError(f"{where}: an empty item; expected START:STOP:STEP or a comma list")
         if scale:
             return float(text)
-        try:
-            value = parse_budget(text, where)
-        except InputError:
-            raise ValueError(text) from None
+        value = parse_budget(text, where)  # its own line: "'-1' is not a budget; expected ..."
         if value is None:
             raise InputError(f"{where}: {text.strip()!r} is no step of a sweep; expected watts")
         return value
@@ -286,17 +288,19 @@ def parse_range(raw: str, scale: bool = False) -> list[float]:
             if step <= 0 or hi < lo:
                 raise InputError(f"{where}: expected START:STOP:STEP with STEP > 0, STOP >= START")
             n = int(math.floor((hi - lo) / step + 1e-9)) + 1
+            if n > MAX_STEPS:  # counted before the list is built: 1:1e9:1 filled 24 GB
+                raise InputError(f"{where}: {n:,} steps; at most {MAX_STEPS:,}")
             values = [round(lo + i * step, 10) for i in range(n)]
         else:
-            values = [number(x) for x in raw.split(",") if x.strip()]
+            values = [number(x) for x in raw.split(",")]
     except InputError:  # said already, in words
         raise
     except ValueError:
         raise InputError(f"{where}: expected START:STOP:STEP or a comma list of numbers") from None
     if not values or any(not math.isfinite(v) or v <= 0 for v in values):
         raise InputError(f"{where}: every budget (or scale) must be a positive number")
-    if len(values) > 10_000:
-        raise InputError(f"{where}: {len(values)} steps; at most 10,000")
+    if len(values) > MAX_STEPS:
+        raise InputError(f"{where}: {len(values):,} steps; at most {MAX_STEPS:,}")
     return values
 
 
@@ -362,38 +366,6 @@ def sweep(
         if progress:
             progress(k, len(values), f"{v:g}")
     return out
-
-
-def check_devices(fleet: Fleet) -> list[str]:
-    """Every device's inputs, before the first step: its profile and trace read, of its type,
-    sharing batch sizes with the shipped efficiency. Returned: a line where the efficiency, and
-    one per device where its profile, was recorded for another model than ``[run] model``
-    (said, not refused: ``device_round.model_note``). Why up front: a round keeps going
-    without a device that cannot serve it (its row says ``error``), but a sweep that counted
-    it among the devices that did not train would answer another fleet's question, at every
-    step, and say so only in a count."""
-    shipped = cached_efficiency(fleet.run.efficiency)
-    seen: set[tuple] = set()
-    notes = [model_note(shipped.source, shipped.metadata, fleet.run.model, "efficiency")]
-    for spec in fleet.devices:
-        key = (spec.profile, spec.data, spec.device_type)
-        if key in seen:
-            continue
-        seen.add(key)
-        who = f"device {spec.name}: "
-        try:
-            profile, _ = cached_profile(spec.profile)
-            if spec.data is not None:
-                cached_efficiency(spec.data)
-            check_device_type(spec, profile)
-            align(profile, shipped)
-        except InputError as exc:
-            why = str(exc)
-            raise InputError(why if why.startswith(who) else who + why) from None
-        said = model_note(profile.source, profile.metadata, fleet.run.model)
-        if said:
-            notes.append(who + said)
-    return [n for n in notes if n]
 
 
 def pareto_front(steps: Sequence[WhatIfStep]) -> list[WhatIfStep]:

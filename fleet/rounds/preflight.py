@@ -1,0 +1,54 @@
+"""A fleet's devices checked before its first step: what a replayed device needs is readable.
+
+Why here and up front: a round keeps going without a device that cannot serve it (its row says
+``error``, ``device_round``), which is right for a board that breaks mid-round, but a device
+whose profile is another board type's, whose trace is not a trace, or whose batch sizes share
+nothing with the shipped efficiency is a mistake in the fleet file, known before any work. A
+simulation that ran around it exited 0 with ``error`` in a row; a what-if sweep counted it among
+the devices that did not train and answered another fleet's question at every step. Both now
+stop here, with one line naming the device and the file (docs/architecture.md, `fleet/rounds/`).
+"""
+
+from __future__ import annotations
+
+from fleet.common.errors import InputError
+from fleet.config.fleetfile import Fleet
+from fleet.core.choice import align
+from fleet.rounds.device_round import check_device_type, model_note
+from fleet.rounds.virtual_clock import cached_efficiency, cached_profile
+
+
+def check_devices(fleet: Fleet, require_profile: bool = True) -> list[str]:
+    """Every device's profile read and of its type, sharing batch sizes with the shipped
+    efficiency, and its convergence trace read where it replays one (``learning = "trace"``).
+    A device without a profile (a hardware device's first contact: the board profiles itself)
+    is refused when ``require_profile`` (a sweep replays profiles), else passed over.
+
+    Returned: a line where the efficiency, and one per device where its profile, was recorded
+    for another model than ``[run] model`` (said, not refused: ``device_round.model_note``)."""
+    shipped = cached_efficiency(fleet.run.efficiency)
+    seen: set[tuple] = set()
+    notes = [model_note(shipped.source, shipped.metadata, fleet.run.model, "efficiency")]
+    for spec in fleet.devices:
+        key = (spec.profile, spec.data, spec.device_type, spec.learning)
+        if key in seen:
+            continue
+        seen.add(key)
+        who = f"device {spec.name}: "
+        if not spec.profile:
+            if require_profile:
+                raise InputError(f"{who}no profile to replay (a hardware device's first contact)")
+            continue
+        try:
+            profile, _ = cached_profile(spec.profile)
+            if spec.data is not None and spec.learning == "trace":
+                cached_efficiency(spec.data)
+            check_device_type(spec, profile)
+            align(profile, shipped)
+        except InputError as exc:
+            why = str(exc)
+            raise InputError(why if why.startswith(who) else who + why) from None
+        said = model_note(profile.source, profile.metadata, fleet.run.model)
+        if said:
+            notes.append(who + said)
+    return [n for n in notes if n]
