@@ -1,0 +1,108 @@
+"""Power traces, live budget files and environment variables: bad input is one line, exit 2.
+
+Each case is an audit finding and what it used to get: a UnicodeDecodeError traceback for a
+trace that is not UTF-8 (through a fleet file, the codec's words with no file named), a row with
+a cell too many or a header naming a column twice taken silently, ``POWERFLEET_OFFLINE=false``
+meaning offline, a ``POWERFLEET_DATA`` of ``~nobody`` a traceback and one naming a file every
+dataset "missing" with exit 0, and a live budget file cut at 256 bytes (9 W padded past the
+limit read as 90 W). Commands run in process (``fleet.cli.main``), as the entry point runs them.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from fleet.budgets.trace import load_trace
+from fleet.cli import main
+from fleet.common.errors import InputError
+from fleet.config.fleetfile import load_fleet
+from tests.conftest import ROOT
+
+SIM = ROOT / "simulations"
+PROFILE = SIM / "profiles" / "nano_resnet18.csv"
+EFFICIENCY = SIM / "efficiency" / "resnet18_cifar10-proxy.csv"
+TRAIN = [
+    "train", "--backend", "replay", "--replay-profile", str(PROFILE), "--model", "resnet18",
+    "--dataset", "mnist-5k", "--efficiency", str(EFFICIENCY),
+]  # fmt: skip
+
+
+def one_line(capsys, argv: list[str], *needles: str) -> str:
+    """Run ``powerfleet ARGV``: exit 2 and one stderr line holding every needle."""
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+def fleet_with_trace(tmp: Path, trace: Path) -> Path:
+    path = tmp / "solar.toml"
+    path.write_text(
+        f'[run]\nmodel = "resnet18"\nefficiency = "{EFFICIENCY}"\ntarget_accuracy = 0.92\n'
+        f'[[devices]]\nname = "n"\ntype = "jetson-nano"\nbudget_trace = "{trace}"\n'
+        f'profile = "{PROFILE}"\ndata = "{SIM / "efficiency" / "resnet18_svhn.csv"}"\n'
+    )
+    return path
+
+
+# ------------------------------------------------------------------------------ power traces
+
+
+NOT_UTF8 = {
+    "binary": b"\xff\xfetime_s,available_w\n0,5\n",
+    "utf-16 without a BOM": "time_s,available_w\n0,5\n".encode("utf-16-le"),
+}
+
+
+@pytest.mark.parametrize("data", NOT_UTF8.values(), ids=NOT_UTF8.keys())
+def test_a_trace_that_is_not_utf8_text_is_refused_naming_it_on_every_surface(
+    capsys, tmp_path, data
+):
+    trace = tmp_path / "panel.csv"
+    trace.write_bytes(data)
+    said = f"{trace}: not a UTF-8 text file (a power trace CSV: time_s, available_w)"
+    live = tmp_path / "budget_w"
+    feed = ["budget-feed", "--budget-trace", str(trace), "--budget-file", str(live)]
+    one_line(capsys, feed, "--budget-trace: " + said)
+    assert not live.exists()
+    one_line(capsys, [*TRAIN, "--budget-trace", str(trace)], said)
+    with pytest.raises(InputError) as exc:
+        load_fleet(fleet_with_trace(tmp_path, trace))
+    assert "(n) budget_trace: " + said in str(exc.value)
+
+
+def test_a_spreadsheets_utf8_bom_is_still_a_trace(tmp_path):
+    trace = tmp_path / "panel.csv"
+    trace.write_bytes("time_s,available_w\n0,5\n60,4\n".encode("utf-8-sig"))
+    assert load_trace(trace) == [(0.0, 5.0), (60.0, 4.0)]
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("time_s,available_w\n0,5\n60,5,7\n", "line 3: 3 cell(s), the header (line 1) has 2"),
+    ("# panel\ntime_s,available_w,note\n0,5,sun\n60,4\n",
+     "line 4: 2 cell(s), the header (line 2) has 3"),
+    ("time_s,available_w,available_w\n0,5,7\n",
+     "line 1: column 'available_w' appears twice in the header"),
+    ("time_s,time_s,available_w\n0,1,5\n", "line 1: column 'time_s' appears twice"),
+])  # fmt: skip
+def test_a_row_or_header_that_does_not_line_up_is_refused_naming_the_line(
+    capsys, tmp_path, text, needle
+):
+    trace = tmp_path / "panel.csv"
+    trace.write_text(text)
+    with pytest.raises(InputError, match=re.escape("panel.csv: " + needle)):
+        load_trace(trace)
+    one_line(capsys, [*TRAIN, "--budget-trace", str(trace)], f"{trace}: {needle}")
+
+
+def test_a_trace_with_a_note_column_on_every_row_is_read(tmp_path):
+    trace = tmp_path / "panel.csv"
+    trace.write_text("time_s,available_w,note\n0,5,sun\n60,4,cloud\n")
+    assert load_trace(trace) == [(0.0, 5.0), (60.0, 4.0)]
