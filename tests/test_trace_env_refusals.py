@@ -19,6 +19,7 @@ from fleet.budgets.trace import load_trace
 from fleet.cli import main
 from fleet.common.errors import InputError
 from fleet.config.fleetfile import load_fleet
+from fleet.method.budget import BUDGET_FILE_MAX_BYTES, BudgetError, FileBudget, read_budget_file
 from tests.conftest import ROOT
 
 SIM = ROOT / "simulations"
@@ -106,3 +107,39 @@ def test_a_trace_with_a_note_column_on_every_row_is_read(tmp_path):
     trace = tmp_path / "panel.csv"
     trace.write_text("time_s,available_w,note\n0,5,sun\n60,4,cloud\n")
     assert load_trace(trace) == [(0.0, 5.0), (60.0, 4.0)]
+
+
+# -------------------------------------------------------------------------- live budget file
+
+
+def test_a_budget_file_longer_than_the_limit_is_refused_not_cut(capsys, tmp_path):
+    live = tmp_path / "budget_w"
+    live.write_bytes(b"0" * 254 + b"90e-1\n")  # 9 W; cut at 256 bytes it read "0...090": 90 W
+    with pytest.raises(BudgetError, match=f"longer than {BUDGET_FILE_MAX_BYTES} bytes"):
+        read_budget_file(str(live))
+    said = f"budget file {live}: longer than 256 bytes; a budget file holds one budget"
+    one_line(capsys, [*TRAIN, "--budget-file", str(live)], said)
+    live.write_bytes(b" " * (BUDGET_FILE_MAX_BYTES - 4) + b"4.5\n")  # exactly at the limit
+    assert read_budget_file(str(live)) == 4.5
+
+
+def test_a_running_loop_keeps_its_budget_when_the_file_grows_past_the_limit(tmp_path):
+    live = tmp_path / "budget_w"
+    live.write_text("4.5\n")
+    now = [0.0]
+    warned: list[str] = []
+    source = FileBudget(str(live), reread_s=1.0, warn=warned.append, clock=lambda: now[0])
+    live.write_bytes(b"0" * 255 + b"75\n")  # 75 W, which the cut read as 7 W
+    now[0] = 2.0
+    assert source.budget_at(2.0) == 4.5
+    assert len(warned) == 1 and "longer than 256 bytes" in warned[0], warned
+    assert "keeping 4.5 W" in warned[0]
+    live.write_text("7\n")
+    now[0] = 4.0
+    assert source.budget_at(4.0) == 7.0
+
+
+def test_a_budget_file_that_is_not_utf8_is_refused_naming_it(capsys, tmp_path):
+    live = tmp_path / "budget_w"
+    live.write_bytes("4.5\n".encode("utf-16"))
+    one_line(capsys, [*TRAIN, "--budget-file", str(live)], f"budget file {live}: not a UTF-8 text")
