@@ -19,7 +19,9 @@ from fleet.budgets.trace import load_trace
 from fleet.cli import main
 from fleet.common.errors import InputError
 from fleet.config.fleetfile import load_fleet
+from fleet.data.canonical import offline
 from fleet.method.budget import BUDGET_FILE_MAX_BYTES, BudgetError, FileBudget, read_budget_file
+from fleet.training.estimate import default_cache_dir
 from tests.conftest import ROOT
 
 SIM = ROOT / "simulations"
@@ -29,6 +31,7 @@ TRAIN = [
     "train", "--backend", "replay", "--replay-profile", str(PROFILE), "--model", "resnet18",
     "--dataset", "mnist-5k", "--efficiency", str(EFFICIENCY),
 ]  # fmt: skip
+NOBODY = "~powerfleet-no-such-user"
 
 
 def one_line(capsys, argv: list[str], *needles: str) -> str:
@@ -143,3 +146,58 @@ def test_a_budget_file_that_is_not_utf8_is_refused_naming_it(capsys, tmp_path):
     live = tmp_path / "budget_w"
     live.write_bytes("4.5\n".encode("utf-16"))
     one_line(capsys, [*TRAIN, "--budget-file", str(live)], f"budget file {live}: not a UTF-8 text")
+
+
+# ----------------------------------------------------------------------- environment variables
+
+
+@pytest.mark.parametrize("value, on", [
+    ("1", True), ("true", True), ("YES", True), (" On ", True),
+    ("", False), ("0", False), ("false", False), ("No", False), ("off", False),
+])  # fmt: skip
+def test_powerfleet_offline_takes_the_usual_switch_words(monkeypatch, value, on):
+    monkeypatch.setenv("POWERFLEET_OFFLINE", value)
+    assert offline() is on
+
+
+@pytest.mark.parametrize("value", ["maybe", "2", "offline"])
+def test_powerfleet_offline_that_is_no_switch_word_is_refused_before_any_work(
+    capsys, monkeypatch, tmp_path, value
+):
+    monkeypatch.setenv("POWERFLEET_OFFLINE", value)
+    data = tmp_path / "data"
+    said = f"POWERFLEET_OFFLINE={value!r}: expected 1/true/yes/on or 0/false/no/off"
+    one_line(capsys, ["data", "prepare", "mnist-5k", "--data-dir", str(data)], said)
+    assert not data.exists()
+
+
+def test_powerfleet_data_that_cannot_be_a_folder_is_one_line(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("POWERFLEET_DATA", NOBODY + "/data")
+    one_line(capsys, ["data", "list"], f"POWERFLEET_DATA='{NOBODY}/data': cannot expand {NOBODY}")
+    afile = tmp_path / "data"
+    afile.write_text("not a folder\n")
+    monkeypatch.setenv("POWERFLEET_DATA", str(afile))
+    one_line(capsys, ["data", "list"], f"POWERFLEET_DATA='{afile}': is a file, not a folder")
+    one_line(capsys, [*TRAIN, "--budget-w", "5"], "POWERFLEET_DATA=", "is a file, not a folder")
+
+
+def test_powerfleet_data_expands_home_and_may_not_exist_yet(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("POWERFLEET_DATA", "~/data")
+    assert main(["data", "list", "--json"]) == 0
+    assert str(tmp_path / "data") in capsys.readouterr().out
+
+
+def test_powerfleet_cache_that_cannot_be_a_folder_is_refused(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("POWERFLEET_CACHE", NOBODY)
+    with pytest.raises(InputError, match=f"POWERFLEET_CACHE='{NOBODY}': cannot expand"):
+        default_cache_dir()
+    afile = tmp_path / "cache"
+    afile.write_text("")
+    monkeypatch.setenv("POWERFLEET_CACHE", str(afile))
+    argv = ["estimate", "--model", "small_cnn", "--dataset", "mnist-5k", "--batch-sizes", "4",
+            "--target-accuracy", "0.9", "--out", str(tmp_path / "eff.csv")]  # fmt: skip
+    one_line(capsys, argv, f"POWERFLEET_CACHE='{afile}': is a file, not a folder")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("POWERFLEET_CACHE", "~/c")  # expanded, no longer a folder named "~"
+    assert default_cache_dir() == tmp_path / "c" / "estimates"
