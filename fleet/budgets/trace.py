@@ -36,29 +36,54 @@ COLUMNS = ("time_s", "available_w")
 
 
 def load_trace(path: str | Path) -> list[tuple[float, float]]:
-    """Read (time_s, available_w) rows; one InputError naming file, line and field otherwise."""
+    """Read (time_s, available_w) rows; one InputError naming file, line and field otherwise.
+
+    Every caller (a fleet file's ``budget_trace``, ``train --budget-trace``, ``budget-feed``)
+    reads through here, so a file that is not a trace is refused here, once: not UTF-8 text, a
+    header naming a column twice (which one is meant?), a row with more or fewer cells than the
+    header (a stray comma would shift a reading into the wrong column).
+    """
     path = str(path)
+    what = f"a power trace CSV: {', '.join(COLUMNS)}"
+    text: str | None
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_bytes().decode("utf-8-sig")  # -sig: a spreadsheet's BOM is fine
     except FileNotFoundError:
         raise InputError(f"{path}: budget trace not found") from None
+    except UnicodeDecodeError:
+        text = None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read the budget trace ({exc.strerror or exc})") from None
+    if text is None or "\0" in text:  # NUL is valid UTF-8, but no text has one (UTF-16 does)
+        raise InputError(f"{path}: not a UTF-8 text file ({what})")
     lines = [(n, ln) for n, ln in enumerate(text.splitlines(), 1) if ln.strip()]
     lines = [(n, ln) for n, ln in lines if not ln.lstrip().startswith("#")]
     if not lines:
         raise InputError(f"{path}: empty budget trace; expected columns {', '.join(COLUMNS)}")
-    header = [h.strip() for h in next(csv.reader([lines[0][1]]))]
+    header_line, header = lines[0][0], [h.strip() for h in next(csv.reader([lines[0][1]]))]
     missing = [c for c in COLUMNS if c not in header]
     if missing:
         raise InputError(
             f"{path}: missing column(s) {', '.join(missing)}; expected {', '.join(COLUMNS)}"
         )
+    twice = [h for i, h in enumerate(header) if h and h in header[:i]]
+    if twice:
+        raise InputError(
+            f"{path}: line {header_line}: column {twice[0]!r} appears twice in the header; "
+            f"expected each column once ({', '.join(COLUMNS)})"
+        )
     ti, wi = header.index("time_s"), header.index("available_w")
     rows: list[tuple[float, float]] = []
     for n, ln in lines[1:]:
         cells = next(csv.reader([ln]))
+        if len(cells) != len(header):
+            raise InputError(
+                f"{path}: line {n}: {len(cells)} cell(s), the header (line {header_line}) has "
+                f"{len(header)}; expected one value per column"
+            )
         vals = []
         for col, i in (("time_s", ti), ("available_w", wi)):
-            raw = cells[i].strip() if i < len(cells) else ""
+            raw = cells[i].strip()
             number = raw[:-1].rstrip() if col == "available_w" and raw[-1:] in ("W", "w") else raw
             try:  # watts as every budget is written ("4.5 W" too); 0 W is a reading here
                 v = float(number)

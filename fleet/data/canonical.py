@@ -7,7 +7,6 @@ that opens a URL.
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 import threading
@@ -16,14 +15,21 @@ import urllib.request
 from pathlib import Path
 
 from fleet.data.step import Report
+from fleet.method.envvars import env_flag
 
 CANONICAL_TIMEOUT_S = 10.0  # per socket operation; DNS is probed separately with a 3 s limit
-OFFLINE_ENV = "POWERFLEET_OFFLINE"  # set to 1 to skip the canonical URLs
+OFFLINE_ENV = "POWERFLEET_OFFLINE"  # 1/true/yes/on skips the canonical URLs
+
+
+def offline() -> bool:
+    """Whether ``$POWERFLEET_OFFLINE`` says to skip the canonical URLs; a value that is not a
+    switch word is refused (``fleet.method.envvars.env_flag``: ``false`` is off, not on)."""
+    return env_flag(OFFLINE_ENV)
 
 
 def try_url(url: str, dest: Path, report: Report, dataset: str, fraction: float) -> bool:
     """Download ``url`` to ``dest`` if the machine is online; False (never a hang) otherwise."""
-    if os.environ.get(OFFLINE_ENV, "").strip() not in ("", "0"):
+    if offline():
         return False
     host = urllib.parse.urlparse(url).hostname or ""
     if not _has_proxy(url) and not _resolves(host):

@@ -31,6 +31,7 @@ from fleet.agent.data.dataerror import DatasetError
 from fleet.agent.data.datasets import KNOWN_DATASETS, MANIFEST
 from fleet.data.builders import BUILDERS, DESCRIPTIONS
 from fleet.data.cache import FORMAT_VERSION, lock, resolve_data_dir, sha256, verify
+from fleet.data.canonical import offline
 from fleet.data.step import PrepareError, Report
 
 
@@ -50,6 +51,7 @@ def prepare(
     unknown = [n for n in names if n not in BUILDERS]
     if unknown:
         raise PrepareError(f"unknown dataset {unknown[0]!r}; known: {', '.join(sorted(BUILDERS))}")
+    offline()  # a $POWERFLEET_OFFLINE that is no switch word is refused now, not mid-download
     root = resolve_data_dir(data_dir)
     try:
         root.mkdir(parents=True, exist_ok=True)

@@ -19,7 +19,8 @@ then what is wrong and what was expected). The grammar:
   strictly increase: an unsorted schedule (``600:4.5,0:7``) or a repeated time (``0:7,0:5``) is
   refused, not sorted, because a typo in a timetable should be seen, not silently re-ordered.
 - **Live file**: a file whose first line is a budget in the watts grammar, re-read at most once
-  a second (``FileBudget``); garbage keeps the last good budget and warns once.
+  a second (``FileBudget``); garbage (text that is no budget, bytes that are not UTF-8, a file
+  over 256 bytes) keeps the last good budget and warns once, and is refused at the start.
 
 Text forms are exact: ``format_budget`` / ``format_schedule`` write the shortest text that reads
 back as the very same float (a 4.4999996 W budget written as "4.5" would let a device run over
@@ -52,6 +53,7 @@ EXPECTED_WATTS = "expected watts > 0 (e.g. 7, 4.5 or 4.5 W) or none/unlimited/in
 EXAMPLE_SCHEDULE = "e.g. 0:7,600:4.5"
 _NUMBER = re.compile(r"^\+?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?$")
 FIELDS = ("budget_w", "budget_schedule", "budget_file")  # the agent's and the fleet file's names
+BUDGET_FILE_MAX_BYTES = 256  # a live budget file's whole size: one budget, a newline, some room
 
 
 class BudgetError(InputError):
@@ -260,17 +262,30 @@ def parse_budget_line(text: str, where: str = "budget file") -> Optional[float]:
 def read_budget_file(path: str) -> Optional[float]:
     """The budget a live file holds now; BudgetError (naming the file) when it holds none.
 
-    Read as bytes and decoded leniently: a half-written or binary file is garbage to refuse
-    in one line, never a UnicodeDecodeError out of the closed loop.
+    Read as bytes, at most ``BUDGET_FILE_MAX_BYTES`` + 1 of them: the loop re-reads it every
+    second, so the read stays bounded, and a longer file is refused whole, never cut at the
+    limit (``0...090e-1``, 9 W padded past it, once read as 90 W). Bytes that are not UTF-8
+    are refused in one line too, never a UnicodeDecodeError out of the closed loop.
     """
+    where = "budget file {}".format(path)
     try:
         with open(path, "rb") as fh:
-            data = fh.read(256)
+            data = fh.read(BUDGET_FILE_MAX_BYTES + 1)
     except OSError as exc:
+        raise BudgetError("{}: cannot read it ({})".format(where, exc.strerror or exc)) from None
+    if len(data) > BUDGET_FILE_MAX_BYTES:
         raise BudgetError(
-            "budget file {}: cannot read it ({})".format(path, exc.strerror or exc)
+            "{}: longer than {} bytes; a budget file holds one budget (e.g. 4.5)".format(
+                where, BUDGET_FILE_MAX_BYTES
+            )
+        )
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BudgetError(
+            "{}: not a UTF-8 text file; a budget file holds one budget (e.g. 4.5)".format(where)
         ) from None
-    return parse_budget_line(data.decode("utf-8", "replace"), "budget file {}".format(path))
+    return parse_budget_line(text, where)
 
 
 # ---------------------------------------------------------------------------- sources

@@ -27,8 +27,11 @@ from pathlib import Path
 from fleet.common.errors import InputError
 from fleet.core.curves import Curves, curves_path, noise_law_error, save_curves, warm_noise_scale
 from fleet.core.efficiency import Efficiency, save_efficiency
+from fleet.method.envvars import env_folder
 from fleet.method.selection import scaled_lr
 from fleet.training.task import Task, build_for, load_task
+
+CACHE_ENV = "POWERFLEET_CACHE"  # the coordinator's cache folder (estimates, analogue weights)
 
 
 @dataclass(frozen=True)
@@ -187,9 +190,9 @@ def aggregate(spec: EstimateSpec, runs: list[RunResult]) -> Efficiency:
 
 
 def default_cache_dir() -> Path:
-    root = os.environ.get("POWERFLEET_CACHE") or os.path.join(
-        os.path.expanduser("~"), ".cache", "powerfleet"
-    )
+    """``$POWERFLEET_CACHE/estimates`` (default ``~/.cache/powerfleet``); an unusable
+    ``$POWERFLEET_CACHE`` is refused naming it (``fleet.method.envvars``)."""
+    root = env_folder(CACHE_ENV, os.path.join(os.path.expanduser("~"), ".cache", "powerfleet"))
     return Path(root) / "estimates"
 
 

@@ -63,6 +63,7 @@ from fleet.agent.data.imagefiles import (
 from fleet.agent.data.splits import split_indices, subset
 from fleet.agent.data.textdata import SEQ_LEN, read_text, split_text, text_windows
 from fleet.agent.data.vocab import Vocab, build_vocab, encode
+from fleet.method.envvars import env_folder
 
 KNOWN_DATASETS = {
     "fashion-mnist": "image",
@@ -77,11 +78,10 @@ IMAGE_TEST_FRACTION = 0.2
 
 
 def default_data_dir() -> str:
-    """Where prepared datasets live: ``$POWERFLEET_DATA`` or ``~/.cache/powerfleet/data``."""
-    env = os.environ.get(DATA_ENV)
-    if env:
-        return os.path.expanduser(env)
-    return os.path.join(os.path.expanduser("~"), ".cache", "powerfleet", "data")
+    """Where prepared datasets live: ``$POWERFLEET_DATA`` or ``~/.cache/powerfleet/data``; an
+    unusable ``$POWERFLEET_DATA`` is an InputError naming it (``fleet.method.envvars``)."""
+    default = os.path.join(os.path.expanduser("~"), ".cache", "powerfleet", "data")
+    return env_folder(DATA_ENV, default)
 
 
 # --------------------------------------------------------------------------------------------
