@@ -157,6 +157,7 @@ def test_a_restore_after_a_lock_that_failed_at_its_first_write_writes_nothing(ca
 @pytest.mark.parametrize("extra, needle", [
     (["--budget-dwell-s", "-1"], "--budget-dwell-s: expected seconds >= 0, got -1.0"),
     (["--start-s", "nan"], "--start-s: expected a second of the trace, got nan"),
+    (["--start-s", "-5"], "--budget-trace: --start-s: -5 is outside the trace (0 to 50400 s)"),
 ])  # fmt: skip
 def test_budget_feed_names_its_own_flags(capsys, tmp_path, extra, needle):
     trace = ROOT / "simulations" / "traces" / "clear_day_10w.csv"

@@ -79,7 +79,7 @@ def test_a_trace_that_is_not_utf8_text_is_refused_naming_it_on_every_surface(
     one_line(capsys, [*TRAIN, "--budget-trace", str(trace)], said)
     with pytest.raises(InputError) as exc:
         load_fleet(fleet_with_trace(tmp_path, trace))
-    assert "(n) budget_trace: " + said in str(exc.value)
+    assert "(n): budget_trace: " + said in str(exc.value)
 
 
 def test_a_spreadsheets_utf8_bom_is_still_a_trace(tmp_path):

@@ -104,21 +104,23 @@ def trace_to_schedule(
     readings: Sequence[tuple[float, float]],
     dwell_s: float = DEFAULT_DWELL_S,
     start_s: float | None = None,
+    names: tuple[str, str] = ("budget_dwell_s", "budget_trace_start_s"),
 ) -> tuple[BudgetStep, ...]:
     """The budget schedule for a power trace (rules in the module docstring). Pure.
 
     ``readings`` are (time_s, available_w) with increasing times; training starts at trace
     time ``start_s`` (default: the first reading), which becomes second 0 of the schedule; the
-    last level holds after the trace ends.
+    last level holds after the trace ends. ``names``: what the caller calls the dwell and the
+    start (the fleet file's keys; a command's flags), so a refusal names what was typed.
     """
     if not readings:
         raise InputError("budget trace: no readings")
     if not math.isfinite(dwell_s) or dwell_s < 0:
-        raise InputError(f"budget_dwell_s: expected seconds >= 0, got {dwell_s}")
+        raise InputError(f"{names[0]}: expected seconds >= 0, got {dwell_s}")
     if start_s is not None:
         if not readings[0][0] <= start_s <= readings[-1][0]:
             raise InputError(
-                f"budget_trace_start_s: {start_s:g} is outside the trace "
+                f"{names[1]}: {start_s:g} is outside the trace "
                 f"({readings[0][0]:g} to {readings[-1][0]:g} s)"
             )
         k = max(i for i, (t, _) in enumerate(readings) if t <= start_s)
@@ -179,14 +181,16 @@ def schedule_from_trace(
     dwell_s: object = DEFAULT_DWELL_S,
     where: str = "budget_trace",
     start_s: object = None,
+    names: tuple[str, str] = ("budget_dwell_s", "budget_trace_start_s"),
 ) -> tuple[BudgetStep, ...]:
     """The fleet TOML hook: file + dwell (+ start) -> schedule, errors naming the entry."""
-    for name, v in (("budget_dwell_s", dwell_s), ("budget_trace_start_s", start_s)):
+    for name, v in zip(names, (dwell_s, start_s), strict=True):
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
             raise InputError(f"{where}: {name} must be a number of seconds, got {v!r}")
     # both are None or numbers (checked above); the object-typed TOML values do not narrow
     start = None if start_s is None else float(start_s)  # type: ignore[arg-type]
     try:
-        return trace_to_schedule(load_trace(path), float(dwell_s), start)  # type: ignore[arg-type]
+        readings = load_trace(path)
+        return trace_to_schedule(readings, float(dwell_s), start, names)  # type: ignore[arg-type]
     except InputError as exc:
         raise InputError(f"{where}: {exc}") from None

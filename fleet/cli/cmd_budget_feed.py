@@ -47,8 +47,9 @@ def run(args: argparse.Namespace) -> int:
     if args.start_s is not None and not math.isfinite(args.start_s):
         raise InputError(f"--start-s: expected a second of the trace, got {args.start_s}")
     steps = schedule_from_trace(
-        args.budget_trace, args.budget_dwell_s, "--budget-trace", args.start_s
-    )
+        args.budget_trace, args.budget_dwell_s, "--budget-trace", args.start_s,
+        ("--budget-dwell-s", "--start-s"),
+    )  # fmt: skip
 
     def stop(_signum: int, _frame: types.FrameType | None) -> None:
         raise SystemExit(0)  # the file keeps the last budget written: the loop keeps a value

@@ -161,7 +161,9 @@ def _budget_source(args: argparse.Namespace) -> Any:
         from fleet.budgets.trace import DEFAULT_DWELL_S, schedule_from_trace
 
         dwell = DEFAULT_DWELL_S if args.budget_dwell_s is None else args.budget_dwell_s
-        schedule = schedule_from_trace(args.budget_trace, dwell, "--budget-trace")
+        schedule = schedule_from_trace(  # from the trace's first reading: no start to name
+            args.budget_trace, dwell, "--budget-trace", names=("--budget-dwell-s", "start")
+        )
     elif args.budget_dwell_s is not None:
         raise InputError("--budget-dwell-s: only with --budget-trace")
     return make_source(
