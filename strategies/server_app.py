@@ -87,12 +87,12 @@ class ServerSettings:
 def _as_bool(key: str, value: object) -> bool | None:
     if isinstance(value, bool):
         return value
-    text = str(value).strip().lower()
-    if text in ("", "fleet", "auto"):
+    text = str(value).strip().lower()  # the words check_run_config allows
+    if text in ("", "fleet"):
         return None
-    if text in ("true", "1", "yes"):
+    if text == "true":
         return True
-    if text in ("false", "0", "no"):
+    if text == "false":
         return False
     raise InputError(f"run config {key}={value!r}: expected true, false or 'fleet'")
 

@@ -417,8 +417,30 @@ def test_server_settings_from_run_config() -> None:
     assert s.engine == "flower-deployment"
     s = settings_from_run_config({"fleet-path": "/f.toml", "ship-weights": False})
     assert s is not None and s.ship_weights is False
-    with pytest.raises(InputError, match="ship-weights='maybe'"):
+    with pytest.raises(InputError, match="field 'ship-weights' must be one of fleet, true, false"):
         settings_from_run_config({"fleet-path": "/f.toml", "ship-weights": "maybe"})
+
+
+@pytest.mark.parametrize("key, value, needle", [
+    ("num-nodes", -3, "must be an integer in [0, 100000] (0: every device), got -3"),
+    ("num-nodes", "abc", "got 'abc' (wrong type)"),
+    ("num-nodes", 2.7, "got 2.7 (wrong type)"),
+    ("num-nodes", True, "got True (wrong type)"),
+    ("round-timeout-s", float("nan"), "must be a finite number > 0 (seconds), got nan"),
+    ("round-timeout-s", -5.0, "got -5.0"),
+    ("node-wait-s", -1.0, "must be a finite number > 0 (seconds), got -1.0"),
+    ("segment-s", 1e-4, "must be 0 or seconds in [0.001, 2592000], got 0.0001"),
+    ("engine", "mine", "must be one of flower, flower-deployment, got 'mine'"),
+])  # fmt: skip
+def test_a_run_config_value_is_checked_as_its_key_declares(key, value, needle) -> None:
+    """Only the keys were checked: ``num-nodes=-3`` waited for -3 devices and lost them all,
+    2.7 became 2, a NaN timeout never ended, and any engine name went into the report."""
+    with pytest.raises(InputError) as exc:
+        settings_from_run_config({"fleet-path": "/f.toml", key: value})
+    assert f"run config ([tool.flwr.app.config] or flwr run -c): field '{key}' " in str(exc.value)
+    assert needle in str(exc.value)
+    empty = settings_from_run_config({"fleet-path": "/f.toml", "run-dir": "", "segment-s": 0})
+    assert empty is not None and empty.run_dir == "" and empty.segment_s == 0
 
 
 def test_ship_weights_setting(fleet) -> None:

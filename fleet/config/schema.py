@@ -22,7 +22,15 @@ from dataclasses import dataclass
 
 from fleet.agent.learning.efficiency_learner import MODES as LEARN_MODES
 from fleet.common.errors import InputError
-from fleet.config.fields import MAX_BATCH, MAX_ROUNDS, MAX_SEED, MAX_TEXT, OPTIMIZERS, show_value
+from fleet.config.fields import (
+    MAX_BATCH,
+    MAX_DEVICES,
+    MAX_ROUNDS,
+    MAX_SEED,
+    MAX_TEXT,
+    OPTIMIZERS,
+    show_value,
+)
 from fleet.core.objectives import OBJECTIVES
 
 MODES = ("local", "federated")
@@ -373,22 +381,47 @@ RUN_CONFIG_KEYS: tuple[Key, ...] = (
         int,
         0,
         "devices to wait for; 0 = every device in the fleet file (the others: lost, never run)",
+        expect=f"an integer in [0, {MAX_DEVICES}] (0: every device)",
+        ok=_in(0, MAX_DEVICES),
     ),
-    Key("ship-weights", str, "fleet", '"fleet" = the fleet\'s [run] ship_weights, or true/false'),
+    Key(
+        "ship-weights",
+        str,
+        "fleet",
+        '"fleet" = the fleet\'s [run] ship_weights, or true/false',
+        choices=("fleet", "true", "false"),
+    ),
     Key(
         "round-timeout-s",
         float,
         600.0,
         "one-request rounds: the wait for replies; segments: the first allowance",
+        expect="a finite number > 0 (seconds)",
+        ok=_positive,
     ),
     Key(
         "segment-s",
         float,
         600.0,
         "device-clock seconds per segment (0: one request per device and round)",
+        expect="0 or seconds in [0.001, 2592000]",
+        ok=lambda v: v == 0 or 1e-3 <= float(v) <= 86400 * 30,  # type: ignore[arg-type]
     ),
-    Key("node-wait-s", float, 300.0, "how long the first round waits for devices to connect"),
-    Key("engine", str, "flower", "the report's engine name (deployment: flower-deployment)"),
+    Key(
+        "node-wait-s",
+        float,
+        300.0,
+        "how long the first round waits for devices to connect",
+        expect="a finite number > 0 (seconds)",
+        ok=_positive,
+    ),
+    Key(
+        "engine",
+        str,
+        "flower",
+        "the report's engine name (deployment: flower-deployment)",
+        choices=("flower", "flower-deployment"),
+    ),
     Key("run-token", str, "", "echoed into report.json so a launcher knows the report is its own"),
     Key("progress-file", str, "", "a launcher in another process follows progress there"),
 )
@@ -410,9 +443,22 @@ def check_node_config(nc: Mapping) -> None:
 
 
 def check_run_config(run_config: Mapping) -> None:
-    """The app's run config (``[tool.flwr.app.config]`` + ``flwr run -c``): unknown keys refused."""
+    """The app's run config (``[tool.flwr.app.config]`` + ``flwr run -c``): unknown keys refused,
+    and every value as its key declares it (``num-nodes=-3`` waited for -3 devices and lost
+    them all; ``2.7`` became 2, ``true`` 1, a NaN timeout never ended). An empty text is a
+    key left unset (``strategies/server_app.py`` reads it as the default); ``ship-weights``
+    takes TOML's true/false too."""
     where = "run config ([tool.flwr.app.config] or flwr run -c)"
     check_keys(run_config, (k.name for k in RUN_CONFIG_KEYS), lambda key: where)
+    for key in RUN_CONFIG_KEYS:
+        value = run_config.get(key.name)
+        if value is None or value == "":  # a text left empty is unset (its default)
+            continue
+        if key.name == "ship-weights" and isinstance(value, bool):
+            continue
+        if key.name == "ship-weights" and isinstance(value, str):
+            value = value.strip().lower()
+        check_value(key, value, where)
 
 
 def closest(name: str, known: Iterable[str]) -> str:
