@@ -30,7 +30,7 @@ from typing import Any
 import fleet
 from fleet.agent.devices import DeviceError, all_options, backend_argv, options_for
 from fleet.common.errors import InputError
-from fleet.config.schema import HARDWARE_NODE_KEYS
+from fleet.config.app_keys import HARDWARE_NODE_KEYS
 
 # The directory that holds the ``fleet`` package: the agent's interpreter imports from here.
 PACKAGE_ROOT = str(Path(fleet.__file__).resolve().parent.parent)

@@ -41,8 +41,8 @@ from clients import records, segments
 from clients import segment_wire as wire
 from clients.handler_timings import timed
 from fleet.common.errors import InputError
+from fleet.config.app_keys import check_node_config
 from fleet.config.fleetfile import DeviceSpec
-from fleet.config.schema import check_node_config
 from fleet.rounds.device_round import TRAINED
 from fleet.rounds.virtual_clock import cached_profile, simulate_device
 

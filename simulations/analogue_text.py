@@ -484,7 +484,7 @@ def run_cli(args: object) -> int:
     if config.seeds < 1:
         raise InputError(f"--seeds must be >= 1, got {config.seeds}")
     out = getattr(args, "out", None)
-    out_dir = Path("docs/analogue/text" if out in (None, "docs/paper-report") else out)
+    out_dir = Path(out or "docs/analogue/text")
     res = run_text_study(
         getattr(args, "data_dir", None),
         out_dir,

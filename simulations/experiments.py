@@ -59,9 +59,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--out",
-        default="docs/paper-report",
         type=checks.output_dir("output directory"),
-        help="output directory",
+        help="output directory (default: docs/paper-report for paper; docs/analogue, or "
+        "docs/analogue/text for --task text, for analogue)",
     )
     p.add_argument("--seeds", type=int, default=5, help="seeds per configuration")
     p.add_argument(
@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
         return run_analogue(args)
     if args.seeds < 1:
         raise InputError(f"--seeds must be >= 1, got {args.seeds}")
-    out = Path(args.out)
+    out = Path(args.out or "docs/paper-report")
     models = tuple(m.strip() for m in args.models.split(",") if m.strip())
     devices = tuple(d.strip() for d in args.devices.split(",") if d.strip())
     for flag, names, raw in (
@@ -254,7 +254,7 @@ def run_analogue(args: argparse.Namespace) -> int:
     from fleet.reports.markdown import sensitivity_section
     from simulations.analogue import TARGETS, efficiency_table, run_study
 
-    out = Path(args.out if args.out != "docs/paper-report" else "docs/analogue")
+    out = Path(args.out or "docs/analogue")
     seeds = args.seeds if args.seeds != 5 else 3
     res = run_study(
         args.data_dir,

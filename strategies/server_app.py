@@ -47,8 +47,8 @@ from clients.segment_wire import node_of
 from fleet.common.errors import InputError
 from fleet.common.names import child_dir
 from fleet.common.signals import noting_signals
+from fleet.config.app_keys import check_run_config
 from fleet.config.fleetfile import Fleet, load_fleet
-from fleet.config.schema import check_run_config
 from fleet.planning.round_logic import SEGMENT_S
 from fleet.reports.report import write_report
 from fleet.reports.roundstate import STATE_FILE

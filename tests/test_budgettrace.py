@@ -134,7 +134,9 @@ def test_fleet_toml_budget_trace(tmp_path):
     readings = load_trace(ROOT / "simulations" / "traces" / "clear_day_10w.csv")
     assert spec.schedule == trace_to_schedule(readings, 300.0)
     assert spec.budget_w == spec.schedule[0].budget_w
-    with pytest.raises(InputError, match=r"\(n\): budget_trace: budget_dwell_s"):
+    with pytest.raises(
+        InputError, match=r"budget_dwell_s' must be a finite number >= 0 \(seconds\), got 'long'"
+    ):
         load_fleet(_fleet(tmp_path, 'budget_dwell_s = "long"'))
     # the trace is read through the one budget reader: a budget_w beside it must agree, and a
     # schedule beside it is refused

@@ -14,10 +14,11 @@ from flwr.app import RecordDict
 from clients import records
 from clients.client_app import segment_round
 from fleet.common.errors import InputError
+from fleet.config.app_keys import RUN_CONFIG_KEYS, check_node_config
 from fleet.config.fleetfile import RunSettings, load_fleet, run_value
 from fleet.config.locate import key_line
 from fleet.config.reference import reference_markdown
-from fleet.config.schema import RUN_CONFIG_KEYS, RUN_KEYS, check_node_config
+from fleet.config.schema import RUN_KEYS
 from fleet.core.efficiency import Efficiency
 from strategies.server_app import settings_from_run_config
 from tests.conftest import ROOT, run_cli

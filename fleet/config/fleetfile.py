@@ -307,8 +307,8 @@ def load_fleet(path: str | Path) -> Fleet:
             raise InputError(f"{w}: expected a table")
         locate = locator(path, text, "devices", i - 1, w[len(f"{path}: ") :])
         check_keys(d, (k.name for k in DEVICE_KEYS), locate)
-        for key in DEVICE_KEYS:  # types, ranges; the budget grammar reads budget_*
-            if key.name in d and key.name != "name" and not key.name.startswith("budget"):
+        for key in DEVICE_KEYS:  # types, ranges; the budget grammar reads the budget itself
+            if key.name in d and key.name not in ("name", "budget_w", "budget_schedule"):
                 check_value(key, d[key.name], functools.partial(locate, key.name))
         name = check_name(w, "device name", require_field(d, "name", w, str))
         dtype = str(require_field(d, "type", w, str))

@@ -11,14 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from fleet.config.schema import (
-    DEVICE_KEYS,
-    HARDWARE_NODE_KEYS,
-    NODE_KEYS,
-    RUN_CONFIG_KEYS,
-    RUN_KEYS,
-    Key,
-)
+from fleet.config.app_keys import HARDWARE_NODE_KEYS, NODE_KEYS, RUN_CONFIG_KEYS
+from fleet.config.schema import DEVICE_KEYS, RUN_KEYS, Key
 
 _INTRO = """\
 # Configuration reference

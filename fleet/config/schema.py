@@ -21,10 +21,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from fleet.agent.learning.efficiency_learner import MODES as LEARN_MODES
+from fleet.budgets.trace import DEFAULT_DWELL_S
 from fleet.common.errors import InputError
 from fleet.config.fields import (
     MAX_BATCH,
-    MAX_DEVICES,
     MAX_ROUNDS,
     MAX_SEED,
     MAX_TEXT,
@@ -77,11 +77,11 @@ class Key:
         return "choice" if self.allowed() else _TYPE_NAMES[self.type]
 
 
-def _in(lo: float, hi: float) -> Callable[[object], bool]:
+def in_range(lo: float, hi: float) -> Callable[[object], bool]:
     return lambda v: lo <= v <= hi  # type: ignore[operator]
 
 
-def _positive(v: object) -> bool:
+def positive(v: object) -> bool:
     return v > 0  # type: ignore[operator]
 
 
@@ -143,7 +143,7 @@ RUN_KEYS: tuple[Key, ...] = (
         1,
         "rounds of the run",
         expect=f"an integer in [1, {MAX_ROUNDS}]",
-        ok=_in(1, MAX_ROUNDS),
+        ok=in_range(1, MAX_ROUNDS),
         wire="rounds",
     ),
     Key(
@@ -160,7 +160,7 @@ RUN_KEYS: tuple[Key, ...] = (
         128,
         "the batch size of the reference learning rate",
         expect=f"an integer in [1, {MAX_BATCH}]",
-        ok=_in(1, MAX_BATCH),
+        ok=in_range(1, MAX_BATCH),
         wire="lr-ref-batch",
     ),
     Key(
@@ -169,7 +169,7 @@ RUN_KEYS: tuple[Key, ...] = (
         5e-4,
         "the learning rate at lr_ref_batch (scaled to the chosen batch)",
         expect="a learning rate > 0",
-        ok=_positive,
+        ok=positive,
         wire="lr-ref",
     ),
     Key(
@@ -178,7 +178,7 @@ RUN_KEYS: tuple[Key, ...] = (
         0,
         "the seed of models and data order",
         expect=f"an integer in [0, {MAX_SEED}]",
-        ok=_in(0, MAX_SEED),
+        ok=in_range(0, MAX_SEED),
         wire="seed",
     ),
     Key(
@@ -188,7 +188,7 @@ RUN_KEYS: tuple[Key, ...] = (
         "the round's deadline on the device clock (objective "
         "deadline); absent: planned from the devices' fastest finishes",
         expect="a finite number > 0 (a positive number of seconds)",
-        ok=_positive,
+        ok=positive,
     ),
     Key("ship_weights", bool, True, "whether round 1's model travels to the devices"),
     Key(
@@ -213,7 +213,7 @@ RUN_KEYS: tuple[Key, ...] = (
         None,
         "host training: evaluate every this many samples",
         expect="an integer in [1, 2**40]",
-        ok=_in(1, 2**40),
+        ok=in_range(1, 2**40),
     ),
     Key(
         "max_samples",
@@ -221,7 +221,7 @@ RUN_KEYS: tuple[Key, ...] = (
         None,
         "training stops after this many samples, target or not",
         expect="an integer in [1, 2**40]",
-        ok=_in(1, 2**40),
+        ok=in_range(1, 2**40),
     ),
     Key(
         "guard_window_s",
@@ -229,7 +229,7 @@ RUN_KEYS: tuple[Key, ...] = (
         None,
         "a board's power guard window (seconds; the agent's default 0.2)",
         expect="a finite number > 0",
-        ok=_positive,
+        ok=positive,
     ),
     Key(
         "efficiency_store",
@@ -266,7 +266,7 @@ RUN_KEYS: tuple[Key, ...] = (
         "Flower engine: the Ray CPUs each simulated device holds (default 1; a node runs "
         "its CPUs / this many devices at once)",
         expect="an integer in [1, 1024]",
-        ok=_in(1, 1024),
+        ok=in_range(1, 1024),
     ),
     Key(
         "ray_device_gpus",
@@ -275,7 +275,7 @@ RUN_KEYS: tuple[Key, ...] = (
         "Flower engine: the share of a GPU each simulated device holds (default 0; 0.25: four "
         "devices per GPU)",
         expect="a number in [0, 64]",
-        ok=_in(0, 64),
+        ok=in_range(0, 64),
     ),
 )
 
@@ -313,8 +313,22 @@ DEVICE_KEYS: tuple[Key, ...] = (
     Key(
         "budget_trace", str, None, "a power trace CSV (time_s, available_w) played as the schedule"
     ),
-    Key("budget_dwell_s", float, None, "budget_trace: the shortest step kept (seconds)"),
-    Key("budget_trace_start_s", float, None, "budget_trace: the trace second training starts"),
+    Key(
+        "budget_dwell_s",
+        float,
+        DEFAULT_DWELL_S,
+        "budget_trace: the least time between rises (seconds)",
+        expect="a finite number >= 0 (seconds)",
+        ok=lambda v: v >= 0,  # type: ignore[operator]
+    ),
+    Key(
+        "budget_trace_start_s",
+        float,
+        None,
+        "budget_trace: the trace second training starts (default: its first reading)",
+        expect="a finite number >= 0 (a second of the trace)",
+        ok=lambda v: v >= 0,  # type: ignore[operator]
+    ),
     Key("profile", str, None, "the device's profile CSV (a hardware device may lack it)"),
     Key(
         "data",
@@ -342,123 +356,11 @@ DEVICE_KEYS: tuple[Key, ...] = (
         1,
         "this many identical devices",
         expect="a positive integer",
-        ok=_positive,
+        ok=positive,
     ),
 )
 
 FLEET_TABLES = ("run", "devices")
-
-# A SuperNode's --node-config (deployment; Flower's simulation gives partition-id and
-# num-partitions). A hardware node also takes each backend option under its public name.
-NODE_KEYS: tuple[Key, ...] = (
-    Key("partition-id", int, None, "simulation: which device of the fleet file this node is"),
-    Key("num-partitions", int, None, "simulation: how many nodes Flower started"),
-    Key("device-name", str, None, "deployment: the device's name"),
-    Key("device-type", str, None, "deployment: the device type"),
-    Key("budget-w", str, None, 'deployment: watts, or "none"'),
-    Key("budget-schedule", str, None, 'deployment: "0:7,600:4.5"'),
-    Key("profile", str, None, "deployment: the profile CSV on this node"),
-    Key("data", str, None, "deployment: the trace CSV or dataset on this node"),
-    Key("learning", str, "trace", "trace or train", choices=LEARNING),
-    Key("client", str, "simulated", '"hardware": drive a board through the agent'),
-    Key("pace", float, 0.0, "device seconds per wall second (0: no wait)"),
-    Key("work-dir", str, None, "the node's own folder (checkpoints, the agent's files)"),
-    Key("backend", str, "jetson", "hardware: the agent's backend"),
-    Key("agent-python", str, None, "hardware: the interpreter that runs the agent"),
-    Key("agent-timeout-s", float, 3600.0, "hardware: the agent's longest call (seconds)"),
-    Key("budget-file", str, None, "hardware: a live budget file on the board"),
-    Key("pace-to-profile", bool, False, "hardware rehearsal: steps last the profile's time"),
-)
-HARDWARE_NODE_KEYS = ("backend", "agent-python", "agent-timeout-s", "work-dir", "budget-file",
-                      "pace-to-profile")  # fmt: skip
-
-# [tool.flwr.app.config] (and flwr run -c): the ServerApp's settings (strategies/server_app.py).
-RUN_CONFIG_KEYS: tuple[Key, ...] = (
-    Key("fleet-path", str, "simulations/fleets/default.toml", "the fleet TOML"),
-    Key("run-dir", str, "", "empty: runs/<run name>-<UTC time>"),
-    Key(
-        "num-nodes",
-        int,
-        0,
-        "devices to wait for; 0 = every device in the fleet file (the others: lost, never run)",
-        expect=f"an integer in [0, {MAX_DEVICES}] (0: every device)",
-        ok=_in(0, MAX_DEVICES),
-    ),
-    Key(
-        "ship-weights",
-        str,
-        "fleet",
-        '"fleet" = the fleet\'s [run] ship_weights, or true/false',
-        choices=("fleet", "true", "false"),
-    ),
-    Key(
-        "round-timeout-s",
-        float,
-        600.0,
-        "one-request rounds: the wait for replies; segments: the first allowance",
-        expect="a finite number > 0 (seconds)",
-        ok=_positive,
-    ),
-    Key(
-        "segment-s",
-        float,
-        600.0,
-        "device-clock seconds per segment (0: one request per device and round)",
-        expect="0 or seconds in [0.001, 2592000]",
-        ok=lambda v: v == 0 or 1e-3 <= float(v) <= 86400 * 30,  # type: ignore[arg-type]
-    ),
-    Key(
-        "node-wait-s",
-        float,
-        300.0,
-        "how long the first round waits for devices to connect",
-        expect="a finite number > 0 (seconds)",
-        ok=_positive,
-    ),
-    Key(
-        "engine",
-        str,
-        "flower",
-        "the report's engine name (deployment: flower-deployment)",
-        choices=("flower", "flower-deployment"),
-    ),
-    Key("run-token", str, "", "echoed into report.json so a launcher knows the report is its own"),
-    Key("progress-file", str, "", "a launcher in another process follows progress there"),
-)
-
-
-def node_config_keys() -> list[str]:
-    """Every key a node config may hold: the declared ones, then each backend option's public
-    name (generated from the backend registry, fleet.agent.devices)."""
-    from fleet.agent.devices import all_options
-
-    return [*(k.name for k in NODE_KEYS), *(opt.public for opt, _ in all_options())]
-
-
-def check_node_config(nc: Mapping) -> None:
-    """A node config (``--node-config``, or Flower's simulation) with a key no reader knows is
-    refused in one line naming the key and the closest known one."""
-    known = node_config_keys()
-    check_keys(nc, known, lambda key: "node config")
-
-
-def check_run_config(run_config: Mapping) -> None:
-    """The app's run config (``[tool.flwr.app.config]`` + ``flwr run -c``): unknown keys refused,
-    and every value as its key declares it (``num-nodes=-3`` waited for -3 devices and lost
-    them all; ``2.7`` became 2, ``true`` 1, a NaN timeout never ended). An empty text is a
-    key left unset (``strategies/server_app.py`` reads it as the default); ``ship-weights``
-    takes TOML's true/false too."""
-    where = "run config ([tool.flwr.app.config] or flwr run -c)"
-    check_keys(run_config, (k.name for k in RUN_CONFIG_KEYS), lambda key: where)
-    for key in RUN_CONFIG_KEYS:
-        value = run_config.get(key.name)
-        if value is None or value == "":  # a text left empty is unset (its default)
-            continue
-        if key.name == "ship-weights" and isinstance(value, bool):
-            continue
-        if key.name == "ship-weights" and isinstance(value, str):
-            value = value.strip().lower()
-        check_value(key, value, where)
 
 
 def closest(name: str, known: Iterable[str]) -> str:

@@ -74,7 +74,7 @@ ROWS = (
     Board(
         "jetson-nano-2gb", "Jetson Nano 2GB", "batuu",
         ("nano-2gb", "p3448-0003", "p3542-0000", "p3541-0000"), ("nano 2gb",),
-        {4: ("57000000.gpu",)}, (), (), (), _NANO_HZ, True,
+        {4: ("57000000.gpu",)}, (), (), (), _NANO_HZ, False,  # the Nano's, not seen on a 2GB
     ),
     Board(
         "jetson-nano", "Jetson Nano", "porg",
