@@ -103,11 +103,12 @@ def load_efficiency(path: str | Path) -> Efficiency:
 
     Bounded like the profile reader (file size, line length, rows); every problem is one
     InputError naming file, line and field: non-finite or non-positive counts, negative std,
-    duplicate batch sizes, a ``target_accuracy`` that is not one accuracy on every row.
+    duplicate batch sizes, a ``target_accuracy`` that is not one accuracy on every row (or
+    that a ``# target_accuracy=`` comment contradicts).
     """
     path = str(path)
     try:
-        header, rows, _ = read_table(path, "efficiency CSV", REQUIRED)
+        header, rows, comments = read_table(path, "efficiency CSV", REQUIRED)
     except ProfileFormatError as exc:
         raise InputError(str(exc)) from None
     missing = [c for c in REQUIRED if c not in header]
@@ -154,6 +155,12 @@ def load_efficiency(path: str | Path) -> Efficiency:
                 metadata.setdefault(k, v)
     if not samples:
         raise InputError(f"{path}: no rows")
+    stated = comment_target(path, comments)
+    if stated is not None and TARGET in metadata and float(metadata[TARGET]) != stated:
+        raise InputError(
+            f"{path}: comment line {TARGET}={stated:g} differs from the rows' {TARGET}="
+            f"{printable(metadata[TARGET])}; expected one target accuracy for the whole file"
+        )
     return Efficiency(samples, std, runs, path, metadata)
 
 
@@ -171,6 +178,26 @@ def accuracy(where: str, raw: str) -> float:
             f"{where}: {TARGET}={shown} is not an accuracy; expected a number in (0, 1]"
         )
     return v
+
+
+def comment_target(path: str, comments: list[str]) -> float | None:
+    """The accuracy a file's ``# target_accuracy=X`` comment states (None: none does), checked
+    as an accuracy. A curves file states its target only there (it scales every run onto the
+    trace's counts), so text that is not an accuracy, or two comments that differ, are refused
+    rather than skipped."""
+    found: float | None = None
+    for line in comments:
+        for part in line.split():
+            if not part.startswith(TARGET + "="):
+                continue
+            value = accuracy(f"{path}: comment line", part.split("=", 1)[1])
+            if found is not None and value != found:
+                raise InputError(
+                    f"{path}: comment line {part}: differs from {TARGET}={found:g} in a comment "
+                    "above; expected one target accuracy for the whole file"
+                )
+            found = value
+    return found
 
 
 def _target(path: str, lineno: int, raw: str, metadata: dict[str, str]) -> None:

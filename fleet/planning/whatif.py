@@ -37,7 +37,12 @@ from fleet.planning.round_logic import SEGMENT_S, new_plan
 from fleet.planning.roundenergy import round_energy, round_totals
 from fleet.planning.segmented_round import expand, run_segmented
 from fleet.rounds.device_round import TRAINED, check_device_type, model_note
-from fleet.rounds.virtual_clock import cached_efficiency, cached_profile, simulate_device
+from fleet.rounds.virtual_clock import (
+    cached_efficiency,
+    cached_profile,
+    device_curves,
+    simulate_device,
+)
 
 Progress = Callable[[int, int, str], None]  # (done, total, device name)
 
@@ -365,8 +370,9 @@ def sweep(
 
 
 def check_devices(fleet: Fleet) -> list[str]:
-    """Every device's inputs, before the first step: its profile and trace read, of its type,
-    sharing batch sizes with the shipped efficiency. Returned: a line where the efficiency, and
+    """Every device's inputs, before the first step: its profile and trace (with the trace's
+    learning curves when the fleet learns) read, of its type, sharing batch sizes with the
+    shipped efficiency. Returned: a line where the efficiency, and
     one per device where its profile, was recorded for another model than ``[run] model``
     (said, not refused: ``device_round.model_note``). Why up front: a round keeps going
     without a device that cannot serve it (its row says ``error``), but a sweep that counted
@@ -384,7 +390,7 @@ def check_devices(fleet: Fleet) -> list[str]:
         try:
             profile, _ = cached_profile(spec.profile)
             if spec.data is not None:
-                cached_efficiency(spec.data)
+                device_curves(spec, cached_efficiency(spec.data), fleet.run)  # read: checked
             check_device_type(spec, profile)
             align(profile, shipped)
         except InputError as exc:
