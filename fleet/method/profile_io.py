@@ -9,8 +9,9 @@ comment lines allowed, extra columns allowed. Required: ``batch_size``, ``freq_m
 ``time_per_batch_s``, ``peak_power_w``.
 Optional: ``mean_power_w``, ``device``, ``model``, ``input_shape``, ``samples``, ``status``
 (``ok`` by default; anything else, e.g. ``oom``, marks a point that could not run, whose
-time/power cells may be empty), and ``idle_power_w`` (the board's power with the GPU idle, the
-same on every row; what the device draws while it waits for a round to end).
+time/power cells may be empty), ``idle_power_w`` (the board's power with the GPU idle, the
+same on every row; what the device draws while it waits for a round to end) and ``source``
+(one of ``SOURCES``).
 """
 
 import csv
@@ -40,6 +41,17 @@ OPTIONAL_COLUMNS = (
 )  # fmt: skip
 CANONICAL_ORDER = REQUIRED_COLUMNS + OPTIONAL_COLUMNS
 
+# Where a row's numbers come from (its ``source`` column, empty: not said). The reader refuses
+# any other value and lowercases these, so every module compares against the constants: a
+# "predictd" row once passed for measured and "Predicted" counted as predicted in coverage but
+# not in verification.
+MEASURED = "measured"  # on the board that recorded the profile
+MODELED = "modeled"  # the device model's reference profiles (simulations/devicemodel)
+PREDICTED = "predicted"  # a model's guess from a few probes, verified before training trusts it
+REPLAYED = "replayed"  # a recorded profile answered (the replay backend); nothing measured
+VIRTUAL = "virtual"  # a virtual board: the host's times
+SOURCES = (MEASURED, MODELED, PREDICTED, REPLAYED, VIRTUAL)
+
 # What one profiled point measured: the numbers a profile row carries (the sweep, the staircase
 # plan and the replay backend produce it).
 Measurement = NamedTuple(
@@ -63,8 +75,28 @@ def read_rows(path: str) -> Tuple[List[str], List[Tuple[int, Dict[str, str]]], L
     """Read a profile CSV into (header, [(line_number, row)], comment_lines).
 
     Line numbers are the 1-based lines of the file so error messages point where a person looks.
+    A row's ``source`` is one of ``SOURCES`` (any case; returned lowercase), else the file is
+    refused: every reader of profile rows (selection, coverage, verification, the board's
+    replay and drift watch) reads it here.
     """
-    return read_table(path, "profile CSV", REQUIRED_COLUMNS)
+    header, rows, comments = read_table(path, "profile CSV", REQUIRED_COLUMNS)
+    for lineno, row in rows:
+        if row.get("source"):
+            row["source"] = _source(path, lineno, row["source"])
+    return header, rows, comments
+
+
+def _source(path, lineno, raw):
+    # type: (str, int, str) -> str
+    """A row's ``source`` in its one spelling, or a ProfileFormatError naming file and line."""
+    value = raw.lower()
+    if value not in SOURCES:
+        raise ProfileFormatError(
+            "{}: line {}: source={!r} is not known; expected one of {}".format(
+                path, lineno, raw[:40], ", ".join(SOURCES)
+            )
+        )
+    return value
 
 
 def read_table(
