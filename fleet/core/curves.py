@@ -178,7 +178,7 @@ def load_curves(path: str | Path) -> Curves:
     line and field."""
     path = str(path)
     try:
-        header, rows, comments = read_table(path, "learning curves CSV", REQUIRED)
+        header, rows, comments = read_table(path, "learning curves CSV", REQUIRED, REQUIRED + NOISE)
     except ProfileFormatError as exc:
         raise InputError(str(exc)) from None
     missing = [c for c in REQUIRED if c not in header]

@@ -22,6 +22,10 @@ from fleet.method.profile_io import ProfileFormatError, atomic_write_text, read_
 REQUIRED = ("batch_size", "samples_to_accuracy")
 OPTIONAL_NUMERIC = ("std", "runs")
 TARGET = "target_accuracy"  # the accuracy the counts are for: one value for the whole file
+# Metadata columns the project writes (estimate, the device model, the efficiency store): with
+# the others, what a near-miss column is checked against (``profile_io.NEAR_MISS``).
+METADATA = ("model", "dataset", TARGET, "source", "noise_law_err", "learned_from")
+KNOWN = REQUIRED + OPTIONAL_NUMERIC + METADATA
 
 
 @dataclass
@@ -99,7 +103,8 @@ MAX_SAMPLES = 1e15
 
 
 def load_efficiency(path: str | Path) -> Efficiency:
-    """Read and validate an efficiency CSV (``#`` comments allowed, extra columns kept).
+    """Read and validate an efficiency CSV (``#`` comments allowed, extra columns kept unless
+    one is a near miss of a known column).
 
     Bounded like the profile reader (file size, line length, rows); every problem is one
     InputError naming file, line and field: non-finite or non-positive counts, negative std,
@@ -108,7 +113,7 @@ def load_efficiency(path: str | Path) -> Efficiency:
     """
     path = str(path)
     try:
-        header, rows, comments = read_table(path, "efficiency CSV", REQUIRED)
+        header, rows, comments = read_table(path, "efficiency CSV", REQUIRED, KNOWN)
     except ProfileFormatError as exc:
         raise InputError(str(exc)) from None
     missing = [c for c in REQUIRED if c not in header]
