@@ -6,8 +6,7 @@ top of these rows. Keeping one reader/writer means the format cannot drift betwe
 
 Format (docs/architecture.md, "Profile CSV"): one row per measured operating point, ``#``
 comment lines allowed, extra columns allowed (not a near miss of a known one: ``NEAR_MISS``).
-Required: ``batch_size``, ``freq_mhz``,
-``time_per_batch_s``, ``peak_power_w``.
+Required: ``batch_size``, ``freq_mhz``, ``time_per_batch_s``, ``peak_power_w``.
 Optional: ``mean_power_w``, ``device``, ``model``, ``input_shape``, ``samples``, ``status``
 (``ok`` by default; anything else, e.g. ``oom``, marks a point that could not run, whose
 time/power cells may be empty), ``idle_power_w`` (the board's power with the GPU idle, the
