@@ -32,9 +32,9 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from fleet.common.errors import InfeasibleError
+from fleet.common.errors import InfeasibleError, InputError
 from fleet.config.fleetfile import DeviceSpec, RunSettings
-from fleet.core.curves import Curves, curves_path, load_curves, trace_curves
+from fleet.core.curves import Curves, agreed_target, curves_path, load_curves, trace_curves
 from fleet.core.efficiency import Efficiency, load_efficiency
 from fleet.core.profile import load_profile
 from fleet.core.selection import SelectionIndex
@@ -100,7 +100,9 @@ def seeded(path: Path) -> Seeded:
     """A target's runs from its efficiency file's curves (``X.curves.csv``)."""
     eff = load_efficiency(path)
     curves = load_curves(curves_path(path))
-    target = curves.target or float(eff.metadata["target_accuracy"])
+    target = agreed_target(curves, eff)
+    if target is None:
+        raise InputError(f"{path}: no target_accuracy in the trace or its curves")
     # Seeds recorded before the noise tracker existed lack its readings; a target is evaluated
     # on the seeds that have them (where any do), so every method sees the same runs.
     noisy = {s for _, s in curves.noise}

@@ -36,6 +36,7 @@ from fleet.cli.common import (
 from fleet.common.errors import InputError
 from fleet.method.budget import parse_budget
 from fleet.method.power_window import MIN_SAMPLER_HZ
+from fleet.method.profile_io import PREDICTED
 
 DEFAULT_BATCH_SIZES = ",".join(str(b) for b in sweep_plan.DEFAULT_BATCH_SIZES)
 MAX_CLASSES = 1_000_000  # a classifier head beyond this is a typo (3e9 tried to allocate 6 TB)
@@ -266,7 +267,7 @@ def run(args: argparse.Namespace) -> int:
         "input_shape": shape,
         "plan": result.metadata.get("plan"),
         "budget_w": budget,
-        "predicted": sum(1 for r in result.rows if r.get("source") == "predicted"),
+        "predicted": sum(1 for r in result.rows if r.get("source") == PREDICTED),
         "idle_power_w": result.metadata.get("idle_power_w"),  # None: no power reading
         # measured, replayed, or virtual (a virtual board: the host's times, and which host)
         "source": result.metadata.get("source"),

@@ -11,8 +11,9 @@ evaluation, ``batch_size`` (int), ``seed`` (int), ``samples`` (int, from the shi
 ``accuracy`` (0..1); optional ``b_noise`` and ``b_noise_se``: the gradient noise scale the
 training steps showed at that evaluation and the standard error of its log
 (``fleet.agent.learning.noise_scale.NoiseTracker``; empty where not yet known). ``#`` comment lines
-allowed (``target_accuracy=...`` names the target the runs stopped at). Rows of one (batch
-size, seed) are one run, in increasing samples.
+allowed (``target_accuracy=...`` names the target the runs stopped at: an accuracy in (0, 1],
+the same as its trace's ``target_accuracy`` column). Rows of one (batch size, seed) are one run,
+in increasing samples.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fleet.common.errors import InputError
+from fleet.core.efficiency import Efficiency, comment_target
 from fleet.method.profile_io import ProfileFormatError, atomic_write_text, read_table
 
 REQUIRED = ("batch_size", "seed", "samples", "accuracy")
@@ -176,7 +178,7 @@ def load_curves(path: str | Path) -> Curves:
     line and field."""
     path = str(path)
     try:
-        header, rows, comments = read_table(path, "learning curves CSV", REQUIRED)
+        header, rows, comments = read_table(path, "learning curves CSV", REQUIRED, REQUIRED + NOISE)
     except ProfileFormatError as exc:
         raise InputError(str(exc)) from None
     missing = [c for c in REQUIRED if c not in header]
@@ -206,15 +208,25 @@ def load_curves(path: str | Path) -> Curves:
             noise.setdefault((int(b), int(seed)), []).append((s, v, se))
     if not runs:
         raise InputError(f"{path}: no rows")
-    target = None
-    for line in comments:
-        for part in line.split():
-            if part.startswith("target_accuracy="):
-                try:
-                    target = float(part.split("=", 1)[1])
-                except ValueError:
-                    pass
-    return Curves(runs, path, target, noise)
+    return Curves(runs, path, comment_target(path, comments), noise)
+
+
+def agreed_target(curves: Curves, trace: Efficiency) -> float | None:
+    """The target a trace's curves are read at: the one both files state (None: neither does).
+
+    The curves' comment is where each recorded run is taken to meet the target (``trace_curves``
+    scales it to the trace's count there); the trace's column is what its counts are for and
+    what a replayed device reports reaching. Curves of another target would move every
+    evaluation a learning device sees, so two targets that differ are refused, not chosen
+    between."""
+    mine, theirs = curves.target, trace.target_accuracy
+    if mine is not None and theirs is not None and mine != theirs:
+        raise InputError(
+            f"{curves.source}: comment line target_accuracy={mine:g} differs from "
+            f"target_accuracy={theirs:g} of its trace {trace.source}; expected the curves "
+            "recorded to the trace's target"
+        )
+    return mine if mine is not None else theirs
 
 
 def _number(

@@ -21,6 +21,11 @@ from fleet.method.profile_io import ProfileFormatError, atomic_write_text, read_
 
 REQUIRED = ("batch_size", "samples_to_accuracy")
 OPTIONAL_NUMERIC = ("std", "runs")
+TARGET = "target_accuracy"  # the accuracy the counts are for: one value for the whole file
+# Metadata columns the project writes (estimate, the device model, the efficiency store): with
+# the others, what a near-miss column is checked against (``profile_io.NEAR_MISS``).
+METADATA = ("model", "dataset", TARGET, "source", "noise_law_err", "learned_from")
+KNOWN = REQUIRED + OPTIONAL_NUMERIC + METADATA
 
 
 @dataclass
@@ -36,6 +41,13 @@ class Efficiency:
     @property
     def batch_sizes(self) -> list[int]:
         return sorted(self.samples)
+
+    @property
+    def target_accuracy(self) -> float | None:
+        """The accuracy the counts are for (the file's ``target_accuracy`` column, checked by
+        ``load_efficiency``), or None when the file does not say."""
+        raw = self.metadata.get(TARGET)
+        return float(raw) if raw not in (None, "") else None
 
     @property
     def reached(self) -> dict[int, float]:
@@ -91,15 +103,17 @@ MAX_SAMPLES = 1e15
 
 
 def load_efficiency(path: str | Path) -> Efficiency:
-    """Read and validate an efficiency CSV (``#`` comments allowed, extra columns kept).
+    """Read and validate an efficiency CSV (``#`` comments allowed, extra columns kept unless
+    one is a near miss of a known column).
 
     Bounded like the profile reader (file size, line length, rows); every problem is one
     InputError naming file, line and field: non-finite or non-positive counts, negative std,
-    duplicate batch sizes.
+    duplicate batch sizes, a ``target_accuracy`` that is not one accuracy on every row (or
+    that a ``# target_accuracy=`` comment contradicts).
     """
     path = str(path)
     try:
-        header, rows, _ = read_table(path, "efficiency CSV", REQUIRED)
+        header, rows, comments = read_table(path, "efficiency CSV", REQUIRED, KNOWN)
     except ProfileFormatError as exc:
         raise InputError(str(exc)) from None
     missing = [c for c in REQUIRED if c not in header]
@@ -139,12 +153,68 @@ def load_efficiency(path: str | Path) -> Efficiency:
             std[b] = _positive(path, lineno, "std", row["std"], allow_zero=True, high=MAX_SAMPLES)
         if row.get("runs"):
             runs[b] = int(_positive(path, lineno, "runs", row["runs"], integer=True, high=1e6))
+        if row.get(TARGET):
+            _target(path, lineno, row[TARGET], metadata)
         for k, v in row.items():
             if k not in REQUIRED + OPTIONAL_NUMERIC and v:
                 metadata.setdefault(k, v)
     if not samples:
         raise InputError(f"{path}: no rows")
+    stated = comment_target(path, comments)
+    if stated is not None and TARGET in metadata and float(metadata[TARGET]) != stated:
+        raise InputError(
+            f"{path}: comment line {TARGET}={stated:g} differs from the rows' {TARGET}="
+            f"{printable(metadata[TARGET])}; expected one target accuracy for the whole file"
+        )
     return Efficiency(samples, std, runs, path, metadata)
+
+
+def accuracy(where: str, raw: str) -> float:
+    """An accuracy as the fleet file and ``powerfleet estimate`` take one: a number in (0, 1].
+    ``where`` starts the refusal (``FILE: line N``); a trace's accuracy is what a replayed
+    device reports, so 1.5 or 0 there would be printed as reached."""
+    shown = repr(raw if len(raw) <= 40 else raw[:40] + "...")
+    try:
+        v = float(raw)
+    except ValueError:
+        v = math.nan
+    if not 0 < v <= 1:  # NaN fails too
+        raise InputError(
+            f"{where}: {TARGET}={shown} is not an accuracy; expected a number in (0, 1]"
+        )
+    return v
+
+
+def comment_target(path: str, comments: list[str]) -> float | None:
+    """The accuracy a file's ``# target_accuracy=X`` comment states (None: none does), checked
+    as an accuracy. A curves file states its target only there (it scales every run onto the
+    trace's counts), so text that is not an accuracy, or two comments that differ, are refused
+    rather than skipped."""
+    found: float | None = None
+    for line in comments:
+        for part in line.split():
+            if not part.startswith(TARGET + "="):
+                continue
+            value = accuracy(f"{path}: comment line", part.split("=", 1)[1])
+            if found is not None and value != found:
+                raise InputError(
+                    f"{path}: comment line {part}: differs from {TARGET}={found:g} in a comment "
+                    "above; expected one target accuracy for the whole file"
+                )
+            found = value
+    return found
+
+
+def _target(path: str, lineno: int, raw: str, metadata: dict[str, str]) -> None:
+    """``target_accuracy``: one accuracy for the whole file (repeated on every row). Rows that
+    disagree would leave the first row's value in force without a word."""
+    value = accuracy(f"{path}: line {lineno}", raw)
+    first = metadata.setdefault(TARGET, raw)
+    if float(first) != value:
+        raise InputError(
+            f"{path}: line {lineno}: {TARGET}={printable(raw)} differs from {printable(first)} "
+            "above; expected one target accuracy on every row"
+        )
 
 
 def _positive(

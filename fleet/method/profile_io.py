@@ -5,12 +5,13 @@ with only the standard library guaranteed; ``fleet.core.profile`` builds the val
 top of these rows. Keeping one reader/writer means the format cannot drift between the two sides.
 
 Format (docs/architecture.md, "Profile CSV"): one row per measured operating point, ``#``
-comment lines allowed, extra columns allowed. Required: ``batch_size``, ``freq_mhz``,
-``time_per_batch_s``, ``peak_power_w``.
+comment lines allowed, extra columns allowed (not a near miss of a known one: ``NEAR_MISS``).
+Required: ``batch_size``, ``freq_mhz``, ``time_per_batch_s``, ``peak_power_w``.
 Optional: ``mean_power_w``, ``device``, ``model``, ``input_shape``, ``samples``, ``status``
 (``ok`` by default; anything else, e.g. ``oom``, marks a point that could not run, whose
-time/power cells may be empty), and ``idle_power_w`` (the board's power with the GPU idle, the
-same on every row; what the device draws while it waits for a round to end).
+time/power cells may be empty), ``idle_power_w`` (the board's power with the GPU idle, the
+same on every row; what the device draws while it waits for a round to end) and ``source``
+(one of ``SOURCES``).
 """
 
 import csv
@@ -34,11 +35,42 @@ from typing import (
     Tuple,
 )
 
+from fleet.method.record_base import closest
+
 REQUIRED_COLUMNS = ("batch_size", "freq_mhz", "time_per_batch_s", "peak_power_w")
 OPTIONAL_COLUMNS = (
     "mean_power_w", "device", "model", "input_shape", "samples", "status", "idle_power_w",
 )  # fmt: skip
 CANONICAL_ORDER = REQUIRED_COLUMNS + OPTIONAL_COLUMNS
+
+# Where a row's numbers come from (its ``source`` column, empty: not said). The reader refuses
+# any other value and lowercases these, so every module compares against the constants: a
+# "predictd" row once passed for measured and "Predicted" counted as predicted in coverage but
+# not in verification.
+MEASURED = "measured"  # on the board that recorded the profile
+MODELED = "modeled"  # the device model's reference profiles (simulations/devicemodel)
+PREDICTED = "predicted"  # a model's guess from a few probes, verified before training trusts it
+REPLAYED = "replayed"  # a recorded profile answered (the replay backend); nothing measured
+VIRTUAL = "virtual"  # a virtual board: the host's times
+SOURCES = (MEASURED, MODELED, PREDICTED, REPLAYED, VIRTUAL)
+
+# Columns the project writes beside the canonical ones: the predictor's bound, a measured
+# point's evidence (``measurers.py``), NVML's clocks and energy counter (``nvml_point.py``).
+WRITTEN_COLUMNS = (
+    "source", "peak_power_bound_w", "power_samples", "point_s", "power_window_s",
+    "peak_spread_w", "peak_forecast_w", "power_sd_w", "time_cv", "sm_clock_mhz",
+    "sm_clock_min_mhz", "sm_clock_max_mhz", "sm_clock_samples", "counter_energy_j",
+    "counter_mean_w", "sampled_mean_w", "energy_source",
+)  # fmt: skip
+KNOWN_COLUMNS = CANONICAL_ORDER + WRITTEN_COLUMNS
+
+# How alike (difflib's ratio) an unknown column must be to a known one to be taken for a
+# misspelling of it and refused. Extra columns are allowed, but a near miss of a known one
+# silently changes numbers (``mean_pwr_w``: energy from the peak; ``idle_pwr_w``: no idle
+# power). At 0.9 a dropped letter or two (``mean_pwr_w``: 0.91) and a unit slip
+# (``idle_power_mw``: 0.96) are refused, while an extra column that extends a known name
+# (``time_per_batch_std_s``: 0.89, ``mean_power_std_w``: 0.86, ``emc_freq_mhz``: 0.80) stays.
+NEAR_MISS = 0.9
 
 # What one profiled point measured: the numbers a profile row carries (the sweep, the staircase
 # plan and the replay backend produce it).
@@ -63,14 +95,37 @@ def read_rows(path: str) -> Tuple[List[str], List[Tuple[int, Dict[str, str]]], L
     """Read a profile CSV into (header, [(line_number, row)], comment_lines).
 
     Line numbers are the 1-based lines of the file so error messages point where a person looks.
+    A row's ``source`` is one of ``SOURCES`` (any case; returned lowercase), else the file is
+    refused: every reader of profile rows (selection, coverage, verification, the board's
+    replay and drift watch) reads it here.
     """
-    return read_table(path, "profile CSV", REQUIRED_COLUMNS)
+    header, rows, comments = read_table(path, "profile CSV", REQUIRED_COLUMNS, KNOWN_COLUMNS)
+    for lineno, row in rows:
+        if row.get("source"):
+            row["source"] = _source(path, lineno, row["source"])
+    return header, rows, comments
+
+
+def _source(path, lineno, raw):
+    # type: (str, int, str) -> str
+    """A row's ``source`` in its one spelling, or a ProfileFormatError naming file and line."""
+    value = raw.lower()
+    if value not in SOURCES:
+        raise ProfileFormatError(
+            "{}: line {}: source={!r} is not known; expected one of {}".format(
+                path, lineno, raw[:40], ", ".join(SOURCES)
+            )
+        )
+    return value
 
 
 def read_table(
-    path: str, what: str, required: Sequence[str]
+    path: str, what: str, required: Sequence[str], known: Sequence[str] = ()
 ) -> Tuple[List[str], List[Tuple[int, Dict[str, str]]], List[str]]:
     """A bounded, strict CSV table: (header, [(line_number, row)], comment lines).
+
+    With ``known`` (the columns the format names), a header column that is not known but is a
+    near miss of one (``NEAR_MISS``) is refused naming the known one; others are kept.
 
     One record per physical line (lines end at ``\\n``, an optional ``\\r`` before it is
     dropped): a quoted cell may not span lines, so every error names the line a person sees.
@@ -100,6 +155,7 @@ def read_table(
         cells = _cells(path, lineno, line)
         if header is None:
             header = cells
+            _near_misses(path, header, known)
             continue
         if len(cells) != len(header):
             raise ProfileFormatError(
@@ -119,6 +175,19 @@ def read_table(
             "{}: no header row (expected columns {})".format(path, ", ".join(required))
         )
     return header, rows, comments
+
+
+def _near_misses(path, header, known):
+    # type: (str, List[str], Sequence[str]) -> None
+    """Refuse the first column of ``header`` that is a misspelling of a ``known`` one."""
+    for name in header:
+        if name in known:
+            continue
+        near = closest(name, known, NEAR_MISS)
+        if near:
+            raise ProfileFormatError(
+                "{}: column {!r} is not known; did you mean {}?".format(path, name[:40], near)
+            )
 
 
 def _cells(path: str, lineno: int, line: str) -> List[str]:

@@ -88,9 +88,10 @@ def _shown(value: Any) -> str:
     return "{} {}".format(type(value).__name__, text if len(text) <= 40 else text[:37] + "...")
 
 
-def closest(name: str, known: Any) -> str:
-    """The known field nearest to ``name`` (difflib), for the refusal's hint ("" when none)."""
-    hits = difflib.get_close_matches(str(name), list(known), n=1, cutoff=0.5)
+def closest(name: str, known: Any, cutoff: float = 0.5) -> str:
+    """The known field nearest to ``name`` (difflib), for the refusal's hint ("" when none
+    is at least ``cutoff`` alike)."""
+    hits = difflib.get_close_matches(str(name), list(known), n=1, cutoff=cutoff)
     return hits[0] if hits else ""
 
 

@@ -31,7 +31,13 @@ from fleet.agent.learning.efficiency_learner import (
 )
 from fleet.common.errors import InfeasibleError, InputError
 from fleet.core.choice import Choice
-from fleet.core.curves import TraceCurves, curves_path, load_curves, trace_curves
+from fleet.core.curves import (
+    TraceCurves,
+    agreed_target,
+    curves_path,
+    load_curves,
+    trace_curves,
+)
 from fleet.core.efficiency import Efficiency
 from fleet.core.objectives import OBJECTIVES
 from fleet.method.budget import step_index
@@ -250,10 +256,13 @@ def _point(c: Choice) -> Point:
 
 def curves_for(trace_path: str, trace: Efficiency, target: float, seed: int) -> TraceCurves | None:
     """The recorded curves beside a trace file (``X.curves.csv``), or None when there are none.
-    A malformed curves file is an input error naming it."""
+    A malformed curves file, or one recorded to another target than the trace's, is an input
+    error naming it."""
     path = curves_path(trace_path)
     if not path.is_file():
         return None
     curves = load_curves(path)
-    recorded = curves.target if curves.target is not None else target
+    recorded = agreed_target(curves, trace)
+    if recorded is None:  # neither file says: the fleet's target
+        recorded = target
     return trace_curves(curves, trace.reached, recorded, seed)

@@ -15,12 +15,13 @@ from fleet.common.errors import InputError
 from fleet.config.fleetfile import Fleet
 from fleet.core.choice import align
 from fleet.rounds.device_round import check_device_type, model_note
-from fleet.rounds.virtual_clock import cached_efficiency, cached_profile
+from fleet.rounds.virtual_clock import cached_efficiency, cached_profile, device_curves
 
 
 def check_devices(fleet: Fleet, require_profile: bool = True) -> list[str]:
     """Every device's profile read and of its type, sharing batch sizes with the shipped
-    efficiency, and its convergence trace read where it replays one (``learning = "trace"``).
+    efficiency, and its convergence trace (with its learning curves when the fleet learns) read
+    where it replays one (``learning = "trace"``).
     A device without a profile (a hardware device's first contact: the board profiles itself)
     is refused when ``require_profile`` (a sweep replays profiles), else passed over.
 
@@ -41,8 +42,8 @@ def check_devices(fleet: Fleet, require_profile: bool = True) -> list[str]:
             continue
         try:
             profile, _ = cached_profile(spec.profile)
-            if spec.data is not None and spec.learning == "trace":
-                cached_efficiency(spec.data)
+            if spec.data is not None and spec.learning == "trace":  # with its learning curves
+                device_curves(spec, cached_efficiency(spec.data), fleet.run)  # read: checked
             check_device_type(spec, profile)
             align(profile, shipped)
         except InputError as exc:

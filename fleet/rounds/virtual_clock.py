@@ -290,13 +290,9 @@ def reached_accuracy(trace: Efficiency, target: float) -> tuple[float, str]:
     """The accuracy the trace recorded reaching, and a note when it is not the fleet's target.
 
     A trace file says which target its samples-to-accuracy are for (its ``target_accuracy``
-    column); without one it is taken to be the fleet's.
+    column, an accuracy checked by the reader); without one it is taken to be the fleet's.
     """
-    raw = trace.metadata.get("target_accuracy")
-    try:
-        recorded = float(raw) if raw not in (None, "") else None
-    except ValueError:
-        recorded = None
+    recorded = trace.target_accuracy
     if recorded is None or math.isclose(recorded, target, abs_tol=1e-9):
         return target if recorded is None else recorded, ""
     return recorded, (

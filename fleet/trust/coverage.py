@@ -21,7 +21,7 @@ from fleet.core.choice import Choice
 from fleet.core.efficiency import Efficiency
 from fleet.core.profile import Profile
 from fleet.method.budget import BudgetError, parse_budget
-from fleet.method.profile_io import ProfileFormatError, cell_number, read_rows
+from fleet.method.profile_io import PREDICTED, ProfileFormatError, cell_number, read_rows
 
 Key = tuple[int, float]
 MEASURED_KNOB = "sm_clock_measured"  # the header's knob= when freq_mhz is a measured clock
@@ -111,7 +111,7 @@ def read_coverage(path: str) -> Coverage:
         value = cell_number(row.get("peak_forecast_w"))
         if value is not None and math.isfinite(value) and value > 0:
             forecast[key] = value
-        if (row.get("source") or "").strip().lower() == "predicted":
+        if row.get("source") == PREDICTED:  # read_rows checked and lowercased it
             predicted.add(key)
     meta = _meta(comments)
     bs = [int(b) for b in _floats(meta.get("grid_batch_sizes"))] or sorted({k[0] for k in present})

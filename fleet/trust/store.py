@@ -32,6 +32,7 @@ from fleet.common.errors import InputError
 from fleet.config.device_types import sibling_fits
 from fleet.core.profile import load_profile
 from fleet.method.profile_io import (
+    PREDICTED,
     ProfileFormatError,
     atomic_write_text,
     read_rows,
@@ -127,7 +128,7 @@ class StoredProfile:
             "l4t": self.provenance.l4t,
             "serial": self.provenance.serial,
             "rows": len(self.rows),
-            "predicted_rows": sum(1 for r in self.rows if r.get("source") == "predicted"),
+            "predicted_rows": sum(1 for r in self.rows if r.get("source") == PREDICTED),
             "path": str(self.path),
         }
 
@@ -258,7 +259,7 @@ def put(
     if not prov.date:
         prov.date = _utc_now()
     if prov.probes is None:
-        prov.probes = sum(1 for r in rows if r.get("source") != "predicted")
+        prov.probes = sum(1 for r in rows if r.get("source") != PREDICTED)
     _meta, own = _parse_header(comments)
     write_rows(str(path), rows, _header(device, workload, prov) + own, columns=header)
     return StoredProfile(device, workload, path, prov, rows, own)
@@ -396,7 +397,7 @@ def unverified(rows: Sequence[Row]) -> list[Row]:
     for r in rows:
         row = dict(r)
         if str(row.get("status") or "ok").lower() == "ok":
-            row["source"] = "predicted"
+            row["source"] = PREDICTED
         out.append(row)
     return out
 

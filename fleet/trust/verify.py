@@ -24,6 +24,7 @@ from fleet.core.efficiency import Efficiency
 from fleet.core.profile import Profile
 from fleet.core.selection import select
 from fleet.method.point import Point
+from fleet.method.profile_io import MEASURED, PREDICTED, VIRTUAL
 
 Row = dict[str, Any]
 MeasureFn = Callable[[int, float], Row]
@@ -62,7 +63,7 @@ def probed(row: Row) -> Row:
     when the board that measured it is a virtual one (its times are the host's: a probe there
     makes a point no more the board's than before)."""
     got = dict(row)
-    got["source"] = "virtual" if got.get("source") == "virtual" else "measured"
+    got["source"] = VIRTUAL if got.get("source") == VIRTUAL else MEASURED
     return got
 
 
@@ -105,7 +106,7 @@ def _near_miss(
     reached = eff.reached
     best = None
     for r in table:
-        if r.get("source") != "predicted" or str(r.get("status") or "ok").lower() != "ok":
+        if r.get("source") != PREDICTED or str(r.get("status") or "ok").lower() != "ok":
             continue
         b, f = _key(r)
         peak, t = _num(r.get("peak_power_w")), _num(r.get("time_per_batch_s"))
@@ -152,7 +153,7 @@ def select_verified(
         choice = select(profile_from_rows(table), eff, budget_w, objective)
         key = (choice.batch_size, choice.freq_mhz)
         row = next(r for r in table if _key(r) == key)
-        if row.get("source") != "predicted":
+        if row.get("source") != PREDICTED:
             near = _near_miss(table, eff, budget, choice, margin)
             if near is None:
                 return Verified(choice, table, corrections)

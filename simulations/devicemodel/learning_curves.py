@@ -45,8 +45,8 @@ def shape_at(p: float) -> float:
 def modeled_curves(trace_path: str | Path) -> Curves:
     """One modeled run per batch size of the trace, meeting its target at its count."""
     eff = load_efficiency(trace_path)
-    target = float(eff.metadata.get("target_accuracy") or "nan")
-    if not 0 < target <= 1:
+    target = eff.target_accuracy
+    if target is None:
         raise ValueError(f"{trace_path}: no target_accuracy column to model curves towards")
     model = eff.metadata.get("model", "")
     dataset = eff.metadata.get("dataset", Path(trace_path).stem)

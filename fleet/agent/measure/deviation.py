@@ -11,7 +11,7 @@ import math
 from typing import Dict, List, Sequence, Tuple  # noqa: F401 - type comments
 
 from fleet.agent.prediction.predict import QUANTITIES, Row, row_ok
-from fleet.method.profile_io import cell_number
+from fleet.method.profile_io import MEASURED, PREDICTED, cell_number
 
 
 def carry_deviation(
@@ -52,7 +52,7 @@ def carry_deviation(
                 )
     if not scale_measured:  # measured rows are right: the deviation fades towards them
         for key, row in table.items():
-            if key not in new_keys and row_ok(row) and row.get("source") != "predicted":
+            if key not in new_keys and row_ok(row) and row.get("source") != PREDICTED:
                 for pts in ratios.values():
                     pts.append((bpos[key[0]], kpos[key[1]], 0.0))
     out = []
@@ -60,7 +60,7 @@ def carry_deviation(
         row = table[key]
         if key in new_keys or not row_ok(row):
             continue
-        if not scale_measured and row.get("source") != "predicted":
+        if not scale_measured and row.get("source") != PREDICTED:
             out.append(row)
             continue
         changed = False
@@ -76,13 +76,13 @@ def carry_deviation(
             row[q] = value * math.exp(num / den)
             changed = True
         if changed:
-            row["source"] = "predicted"
+            row["source"] = PREDICTED
         out.append(row)
     out.extend(table[k] for k in sorted(table) if k not in new_keys and not row_ok(table[k]))
     for u in updates:
         row = dict(u)
         if not row.get("source"):
-            row["source"] = "measured"
+            row["source"] = MEASURED
         out.append(row)
     out.sort(key=lambda r: (int(float(r["batch_size"])), float(r["freq_mhz"])))
     return out

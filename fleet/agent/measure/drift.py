@@ -29,7 +29,7 @@ import datetime
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from fleet.agent.measure.deviation import carry_deviation
-from fleet.method.profile_io import cell_number, read_rows, write_rows
+from fleet.method.profile_io import MEASURED, VIRTUAL, cell_number, read_rows, write_rows
 
 Row = Dict[str, Any]
 Key = Tuple[int, float]
@@ -284,7 +284,7 @@ def corrected_row(old: Optional[Row], event: Dict[str, Any]) -> Row:
     elif old_mean is not None and peak is not None and peak_exp:
         row["mean_power_w"] = old_mean * peak / peak_exp
     row["status"] = "ok"
-    row["source"] = "measured"
+    row["source"] = MEASURED
     return row
 
 
@@ -371,11 +371,11 @@ def refresh_rows(
         key = _key(p["batch_size"], p["freq_mhz"])
         row = dict(table.get(key) or {})
         row.update(p)
-        row["source"] = "virtual" if p.get("source") == "virtual" else "measured"
+        row["source"] = VIRTUAL if p.get("source") == VIRTUAL else MEASURED
         updates[key] = row
-    if any(r.get("source") == "virtual" for r in rows):
+    if any(r.get("source") == VIRTUAL for r in rows):
         for row in updates.values():  # a virtual board re-measured it: still the host's times
-            row["source"] = "virtual"
+            row["source"] = VIRTUAL
     if not updates:
         return [dict(r) for r in rows]
     out = carry_deviation(rows, [updates[k] for k in sorted(updates)], power, True)

@@ -29,7 +29,7 @@ from fleet.agent.measure.sweep_plan import (  # noqa: F401 - the sweep's default
 )
 from fleet.method.budget import check_budget
 from fleet.method.power_window import PEAK_HORIZON_FACTOR
-from fleet.method.profile_io import cell_number
+from fleet.method.profile_io import MEASURED, VIRTUAL, cell_number
 
 Row = Dict[str, Any]
 ProgressFn = Callable[[int, int, Optional[Row]], None]
@@ -209,9 +209,9 @@ def profile_grid(
         if not replay:
             metadata["idle_window_s"] = float(idle_s)
     probes = len(rows)
-    if metadata["source"] == "virtual":
+    if metadata["source"] == VIRTUAL:
         for row in rows:  # every row says it: a row read alone must not pass for the board's
-            row["source"] = "virtual"
+            row["source"] = VIRTUAL
     if design is not None:
         rows = _fill_predicted(rows, bs, points, metadata)
     if getattr(backend, "knob_measured", False):  # NVML current clocks: the clock each ran at
@@ -290,7 +290,7 @@ def _fill_predicted(
     metadata["plan"] = "predict"
     metadata["probes"] = len(rows)
     for row in rows:
-        row["source"] = metadata.get("source") or "measured"
+        row["source"] = metadata.get("source") or MEASURED
     try:
         prediction = predict_profile(rows, bs, points)
     except PredictError as exc:

@@ -14,6 +14,8 @@ Runs on the board: Python 3.6, stdlib only (rows as the profile CSV's dicts).
 import math
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from fleet.method.profile_io import PREDICTED
+
 Key = Tuple[int, float]
 Row = Dict[str, Any]
 
@@ -78,10 +80,10 @@ def _candidates(rows: Sequence[Row], limit: float, eff: Dict[int, float], margin
     chosen = min(fits, key=lambda r: _cost(r, eff)) if fits else None
     best = _cost(chosen, eff) if chosen is not None else math.inf
     out = []  # type: List[Tuple[float, Key]]
-    if chosen is not None and chosen.get("source") == "predicted":
+    if chosen is not None and chosen.get("source") == PREDICTED:
         out.append((best, key(chosen)))
     for r in usable:
-        if r.get("source") != "predicted" or r is chosen:
+        if r.get("source") != PREDICTED or r is chosen:
             continue
         low = _num(r, "peak_power_w") * (1.0 - margin)
         if _cost(r, eff) < best and low <= limit:

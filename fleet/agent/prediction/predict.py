@@ -21,7 +21,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from fleet.agent.prediction.fit import PredictError
 from fleet.agent.prediction.select import choose
-from fleet.method.profile_io import cell_number
+from fleet.method.profile_io import MEASURED, PREDICTED, cell_number
 
 Row = Dict[str, Any]
 QUANTITIES = ("time_per_batch_s", "peak_power_w", "mean_power_w")
@@ -111,7 +111,7 @@ def predict_profile(
     for key in sorted(measured):
         kept = dict(measured[key])
         if kept.get("source") in (None, ""):
-            kept["source"] = "measured"
+            kept["source"] = MEASURED
         out.append(kept)
     for b, f in todo:
         row = {"batch_size": b, "freq_mhz": _clean(f)}  # type: Row
@@ -123,7 +123,7 @@ def predict_profile(
             row[BOUND_COLUMN] = max(upper[(b, f)], row["peak_power_w"])
         row["status"] = "ok"
         row.update(meta)
-        row["source"] = "predicted"
+        row["source"] = PREDICTED
         out.append(row)
     out.sort(key=lambda r: (int(float(r["batch_size"])), float(r["freq_mhz"])))
     return Prediction(out, errors, methods, len(measured), len(todo), candidates, margin)
