@@ -179,11 +179,11 @@ def test_idle_power_that_differs_between_rows_is_refused(tmp_path):
     assert "line 3: idle_power_w=1.3 differs from 1.2" in r.stderr
 
 
-@pytest.mark.slow
-def test_bad_idle_power_in_a_fleet_makes_that_device_an_error_row(tmp_path):
-    """`simulate` keeps its contract for any bad device file: the round goes on, the device
-    becomes an ``error`` row whose message is the profile's one line (file, line, field), and
-    its idle power is unknown (not charged, counted)."""
+def test_bad_idle_power_in_a_fleet_is_refused_before_the_round(tmp_path):
+    """A bad device file is a mistake in the fleet, known before any work: ``simulate`` says it
+    in one line (device, file, line, field) and exits 2, writing no run (it used to run the
+    round around it, the device an ``error`` row, and exit 0). A row that does end ``error``
+    (a board failing mid-round) has its idle power unknown: see the totals test above."""
     prof = profile(tmp_path, "bad", "abc")
     fleet = DEFAULT.read_text().replace("../profiles/nano_resnet18.csv", prof)
     fleet = fleet.replace('"../', f'"{ROOT}/simulations/')
@@ -191,12 +191,12 @@ def test_bad_idle_power_in_a_fleet_makes_that_device_an_error_row(tmp_path):
     path.write_text(fleet)
     r = run_cli("simulate", "--fleet", str(path), "--engine", "direct", "--run-dir",
                 str(tmp_path / "run"), "--json")  # fmt: skip
-    assert r.returncode == 0, r.stderr
-    rep = json.loads(r.stdout)
-    bad = [d for d in rep["devices"] if d["profile"] == prof]
-    assert len(bad) == 5 and all(d["status"] == "error" for d in bad)
-    assert all(d["message"] == f"{prof}: line 2: idle_power_w='abc' is not a number" for d in bad)
-    assert rep["fleet"]["idle_unknown"] == 5
+    assert r.returncode == 2 and r.stdout == "", r.stderr
+    assert r.stderr.strip().splitlines() == [
+        f"powerfleet simulate: error: device nano-4w5: {prof}: line 2: idle_power_w='abc' is "
+        "not a number"
+    ]
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.slow
