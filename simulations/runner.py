@@ -12,6 +12,7 @@ question a Flower run does, minus Flower's per-message cost. Flower is imported 
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -263,6 +264,21 @@ def _shipped_weights(fleet: Fleet) -> dict | None:
     return initial_weights(fleet) if fleet.run.ship_weights else None
 
 
+def ignored_deadline(fleet: Fleet) -> str:
+    """What is said when ``[run] deadline_s`` is set but the run's objective takes no deadline
+    (empty otherwise). Said, not refused: the same file may serve ``whatif --objective
+    deadline``, which reads it; a round that ignored it said nothing."""
+    from fleet.core.objectives import get_objective
+
+    run = fleet.run
+    if run.deadline_s is None or "deadline_s" in get_objective(run.objective).context:
+        return ""
+    return (
+        f"{fleet.path}: [run] deadline_s = {run.deadline_s:g} is not used: objective "
+        f'{run.objective!r} takes no deadline (objective = "deadline" does)'
+    )
+
+
 def simulate(
     fleet_path: str | Path | None = None,
     engine: str = "flower",
@@ -281,7 +297,10 @@ def simulate(
     ``device_gpus`` (flower engine only): a running Ray cluster and what each device holds
     there (``simulations.flower_engine.RayPlacement``); None: the fleet's ``[run] ray_*``."""
     fleet = load_fleet(fleet_path or DEFAULT_FLEET)
-    check_devices(fleet, require_profile=False)  # a fleet file's mistake: before any work
+    check_devices(fleet, every_device_replayed=False)  # a fleet file's mistake: before any work
+    unused = ignored_deadline(fleet)
+    if unused:
+        print(f"powerfleet simulate: note: warning: {unused}", file=sys.stderr)
     ray_given = [ray_address, device_cpus, device_gpus]
     if engine == "direct" and any(v is not None for v in ray_given):
         raise InputError("--ray-address, --device-cpus and --device-gpus need --engine flower")

@@ -365,8 +365,6 @@ def fleet_with(tmp: Path, run_extra: str = "", device_extra: str = "budget_w = 5
 @pytest.mark.parametrize("run_extra, device_extra, needle", [
     ("", "budget_w = 1e300", "device #1 (n): budget_w: 1e+300 is above the largest budget "
      "(100000 W); for no limit write none"),
-    ('objective = "time"\ndeadline_s = 100', "budget_w = 5",
-     "[run] deadline_s: applies to objective = \"deadline\" (objective is 'time')"),
     ("", "budget_w = 5\nbudget_dwell_s = 60",
      "device #1 (n): budget_dwell_s applies to budget_trace, which is not given"),
     ('input_shape = "banana"', "budget_w = 5", "[run] input_shape: bad input shape 'banana'"),
@@ -380,9 +378,9 @@ def fleet_with(tmp: Path, run_extra: str = "", device_extra: str = "budget_w = 5
 def test_a_fleet_key_is_refused_when_the_file_is_read_not_when_the_round_needs_it(
     capsys, tmp_path, run_extra, device_extra, needle
 ):
-    """Each was taken by the fleet reader: ignored (a deadline without its objective, a dwell
-    without a trace), never looked at by the direct engine (weights, a shape), or refused later
-    naming a state file (1e300 W) or a bare path (a store under a file, a trace folder)."""
+    """Each was taken by the fleet reader: ignored (a dwell without a trace), never looked at
+    by the direct engine (weights, a shape), or refused later naming a state file (1e300 W) or
+    a bare path (a store under a file, a trace folder)."""
     fleet = fleet_with(tmp_path, run_extra, device_extra)
     run_dir = tmp_path / "run"
     one_line(capsys, ["simulate", "--fleet", str(fleet), "--engine", "direct",
@@ -421,6 +419,7 @@ def test_a_round_with_a_broken_device_does_not_exit_as_a_clean_one():
     (["whatif", "--budgets", "1:1e5:0.001"], "99,999,001 steps; at most 10,000"),
     (["whatif", "--budgets", "5,,7"], "--budgets '5,,7': an empty item"),
     (["whatif", "--budgets", "-1"], "'-1' is not a budget; expected watts > 0"),
+    (["whatif", "--budgets", "3:10:0"], "expected START:STOP:STEP with STEP > 0, STOP >= START"),
     (["inspect", str(RESNET_PROFILE), "--budgets", ""], "--budgets: '' is not a budget"),
     (["inspect", str(RESNET_PROFILE), "--budgets", "4.5,4.5 W"],
      "--budgets: 4.5 W is named twice in '4.5,4.5 W'"),
@@ -432,3 +431,70 @@ def test_a_budget_list_reads_every_item_and_counts_a_sweep_before_building_it(
     if argv[0] == "whatif":
         argv = [*argv, "--fleet", str(fleet_with(tmp_path))]
     one_line(capsys, argv, needle)
+
+
+def test_a_deadline_the_objective_does_not_take_is_said_not_refused(capsys, tmp_path):
+    """``whatif --objective deadline`` reads ``[run] deadline_s`` from a fleet whose own
+    objective is time; ``simulate`` of that fleet says the deadline is not used."""
+    fleet = fleet_with(tmp_path, 'objective = "time"\ndeadline_s = 7000')
+    argv = ["simulate", "--fleet", str(fleet), "--engine", "direct", "--json"]
+    assert main([*argv, "--run-dir", str(tmp_path / "run")]) == 0
+    err = capsys.readouterr().err
+    assert (
+        f"{fleet}: [run] deadline_s = 7000 is not used: objective 'time' takes no deadline" in err
+    )
+    argv = ["whatif", "--fleet", str(fleet), "--budgets", "5", "--objective", "deadline", "--json"]
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["steps"][0]["deadline_s"] == 7000
+
+
+def test_run_paths_resolve_as_their_readers_do(capsys, tmp_path, monkeypatch):
+    """Weights beside the real file of a symlinked fleet file are found (the check looked
+    beside the link); a store written with ``~`` is checked where it will be (the check
+    looked under the fleet's folder); a shape for a model only a board knows is its form only."""
+    from fleet.config.fleetfile import load_fleet
+    from fleet.training.task import run_weights_path
+
+    real, link = tmp_path / "real", tmp_path / "link"
+    real.mkdir(), link.mkdir()
+    (real / "w.pft").write_bytes(b"")
+    fleet = fleet_with(real, 'weights = "w.pft"')
+    (link / "fleet.toml").symlink_to(fleet)
+    loaded = load_fleet(link / "fleet.toml")
+    assert run_weights_path(loaded.run, loaded.path) == str(real / "w.pft")
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "afile").write_text("x")
+    monkeypatch.setenv("HOME", str(home))
+    fleet.write_text(fleet.read_text().replace('weights = "w.pft"', 'efficiency_store = "~/afile"'))
+    one_line(
+        capsys,
+        ["whatif", "--fleet", str(fleet), "--budgets", "5"],
+        f"[run] efficiency_store: ~/afile is not a directory (resolved to {home / 'afile'})",
+    )
+    fleet.write_text(
+        fleet.read_text()
+        .replace('efficiency_store = "~/afile"', 'input_shape = "64"')
+        .replace('"resnet18"', '"transformer"')
+    )
+    assert load_fleet(fleet).run.input_shape == "64"  # fmt: skip
+
+
+def test_hardware_devices_are_the_boards_in_a_round_and_need_local_files_in_a_sweep(
+    capsys, tmp_path
+):
+    """``simulate`` passes a hardware device over (its profile may be a path on the board);
+    ``whatif`` replays every device here, so one without a local trace is refused, not counted
+    among those that did not train."""
+    from fleet.config.fleetfile import load_fleet
+    from fleet.rounds.preflight import check_devices
+
+    fleet = fleet_with(tmp_path, device_extra='budget_w = 5\nclient = "hardware"')
+    text = fleet.read_text()
+    on_board = fleet.with_name("on_board.toml")
+    on_board.write_text(text.replace(str(RESNET_PROFILE), "/home/nvidia/nano_resnet18.csv"))
+    assert check_devices(load_fleet(on_board), every_device_replayed=False) == []
+    no_data = fleet.with_name("no_data.toml")
+    no_data.write_text("\n".join(ln for ln in text.splitlines() if not ln.startswith("data")))
+    one_line(capsys, ["whatif", "--fleet", str(no_data), "--budgets", "5"],
+             "device n: no convergence trace (data) here to replay")  # fmt: skip

@@ -77,6 +77,7 @@ class DeviceSpec:
     data: str | None
     schedule: tuple[BudgetStep, ...] = ()
     learning: str = "trace"
+    client: str = "replay"  # replay: a profile replayed here; hardware: a board (its own files)
 
     def to_node_config(self) -> dict[str, str]:
         """The flat key/values a SuperNode's --node-config carries in deployment.
@@ -181,10 +182,30 @@ def _resolve(base: Path, raw: str, where: str, must_exist: bool = True) -> str:
     return str(p)
 
 
-def _store_dir(base: Path, raw: str, where: str) -> None:
+def run_path(raw: str, fleet_path: str | Path) -> Path:
+    """A ``[run]`` path (weights, stores) as every reader of it resolves it: ``~`` expanded, a
+    relative one against the folder the fleet file really lives in (a symlink followed)."""
+    p = Path(raw).expanduser()
+    return p if p.is_absolute() else Path(fleet_path).resolve().parent / p
+
+
+def weights_file(raw: str | None, fleet_path: str | Path) -> str | None:
+    """``[run] weights`` (``powerfleet pretrain``'s output), absolute; None when unset."""
+    if not raw:
+        return None
+    path = run_path(raw, fleet_path)
+    if not path.is_file():
+        raise InputError(
+            f"{fleet_path}: [run] weights: file not found: {raw} (resolved to {path}; "
+            "make it with powerfleet pretrain)"
+        )
+    return str(path)
+
+
+def _store_dir(fleet_path: Path, raw: str, where: str) -> None:
     """A store's folder (made on first use): refused now when it is a file or lies under one,
     not when the round first writes to it and names no key."""
-    p = (base / raw).resolve() if not Path(raw).is_absolute() else Path(raw)
+    p = run_path(raw, fleet_path)
     probe = p
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
@@ -249,28 +270,27 @@ def read_run(path: Path, data: dict, text: str) -> RunSettings:
 
 
 def _check_run(path: Path, values: dict, w: str) -> None:
-    """What one key cannot say alone: a key that only another key's value gives a meaning
-    (a deadline without the deadline objective changed nothing, silently), a shape the model
-    cannot take, a weights file or a store folder that is not there to be used. Said when the
-    file is read, not when the round first needs it (the direct engine never did)."""
-    from fleet.agent.models.inputs import input_spec
+    """What one key cannot say alone, said when the file is read, not when the round first
+    needs it (the direct engine never did): a shape that is no shape, or one a model this host
+    knows cannot take (a model only the boards know is theirs to check), a weights file or a
+    store folder that is not there to be used."""
+    from fleet.agent.models.inputs import input_spec, model_input, parse_shape
 
-    if values.get("deadline_s") is not None and values.get("objective") != "deadline":
-        raise InputError(
-            f'{w} deadline_s: applies to objective = "deadline" (objective is '
-            f"{values.get('objective')!r}); set the objective or drop deadline_s"
-        )
     if values.get("input_shape") is not None:
         try:
-            input_spec(str(values["model"]), str(values["input_shape"]))
-        except (KeyError, ValueError) as exc:
+            parse_shape(str(values["input_shape"]))
+            try:
+                model_input(str(values["model"]))
+            except (KeyError, ValueError):
+                pass  # not a model of this host's registry: the shape's form is all we know
+            else:
+                input_spec(str(values["model"]), str(values["input_shape"]))
+        except ValueError as exc:
             raise InputError(f"{w} input_shape: {exc}") from None
-    if values.get("weights"):
-        raw = str(values["weights"])
-        _resolve(path.parent, str(Path(raw).expanduser()), f"{w} weights")
+    weights_file(values.get("weights"), path)
     for key in ("efficiency_store", "profile_store"):
         if values.get(key):
-            _store_dir(path.parent, str(values[key]), f"{w} {key}")
+            _store_dir(path, str(values[key]), f"{w} {key}")
 
 
 def run_value(path: str | Path, key: str) -> object:
@@ -365,5 +385,7 @@ def load_fleet(path: str | Path) -> Fleet:
             if n in seen:
                 raise InputError(f"{w}: duplicate device name {n!r} (also {seen[n]})")
             seen[n] = f"device #{i}"
-            devices.append(DeviceSpec(n, dtype, budget, profile, data_path, schedule, learning))
+            devices.append(
+                DeviceSpec(n, dtype, budget, profile, data_path, schedule, learning, client)
+            )
     return Fleet(str(path), run, tuple(devices))

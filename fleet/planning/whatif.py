@@ -279,10 +279,11 @@ def parse_range(raw: str, scale: bool = False) -> list[float]:
 
     try:
         if ":" in raw:
-            parts = [number(x) for x in raw.split(":")]
-            if len(parts) != 3:
+            texts = raw.split(":")
+            if len(texts) != 3:
                 raise ValueError
-            lo, hi, step = parts
+            lo, hi = number(texts[0]), number(texts[1])
+            step = float(texts[2]) if texts[2].strip() else math.nan  # a step, not a budget
             if not (math.isfinite(lo) and math.isfinite(hi) and math.isfinite(step)):
                 raise ValueError
             if step <= 0 or hi < lo:

@@ -18,12 +18,13 @@ from fleet.rounds.device_round import check_device_type, model_note
 from fleet.rounds.virtual_clock import cached_efficiency, cached_profile, device_curves
 
 
-def check_devices(fleet: Fleet, require_profile: bool = True) -> list[str]:
+def check_devices(fleet: Fleet, every_device_replayed: bool = True) -> list[str]:
     """Every device's profile read and of its type, sharing batch sizes with the shipped
     efficiency, and its convergence trace (with its learning curves when the fleet learns) read
-    where it replays one (``learning = "trace"``).
-    A device without a profile (a hardware device's first contact: the board profiles itself)
-    is refused when ``require_profile`` (a sweep replays profiles), else passed over.
+    where it replays one (``learning = "trace"``). A hardware device (``client = "hardware"``:
+    its profile and data may be paths on the board) is passed over unless
+    ``every_device_replayed`` (a sweep replays every device here: it then needs a local profile
+    and trace, or it would be counted among those that did not train).
 
     Returned: a line where the efficiency, and one per device where its profile, was recorded
     for another model than ``[run] model`` (said, not refused: ``device_round.model_note``)."""
@@ -31,15 +32,17 @@ def check_devices(fleet: Fleet, require_profile: bool = True) -> list[str]:
     seen: set[tuple] = set()
     notes = [model_note(shipped.source, shipped.metadata, fleet.run.model, "efficiency")]
     for spec in fleet.devices:
-        key = (spec.profile, spec.data, spec.device_type, spec.learning)
+        key = (spec.profile, spec.data, spec.device_type, spec.learning, spec.client)
         if key in seen:
             continue
         seen.add(key)
         who = f"device {spec.name}: "
+        if spec.client == "hardware" and not every_device_replayed:
+            continue  # its files are the board's; the round says what the board met
         if not spec.profile:
-            if require_profile:
-                raise InputError(f"{who}no profile to replay (a hardware device's first contact)")
-            continue
+            raise InputError(f"{who}no profile to replay (a hardware device's first contact)")
+        if spec.data is None and spec.learning == "trace":
+            raise InputError(f"{who}no convergence trace (data) here to replay")
         try:
             profile, _ = cached_profile(spec.profile)
             if spec.data is not None and spec.learning == "trace":  # with its learning curves

@@ -99,22 +99,11 @@ def write_weights(state: dict[str, Any], path: str) -> None:
 
 
 def run_weights_path(run: Any, fleet_path: str) -> str | None:
-    """The fleet's ``[run] weights`` file (``powerfleet pretrain``'s output), absolute.
+    """The fleet's ``[run] weights`` file (``powerfleet pretrain``'s output), absolute, resolved
+    as the fleet file's reader checked it (``fleet.config.fleetfile.weights_file``)."""
+    from fleet.config.fleetfile import weights_file
 
-    A relative name is relative to the fleet file, as every other path in it is.
-    """
-    raw = run.weights
-    if not raw:
-        return None
-    path = Path(raw).expanduser()
-    if not path.is_absolute():
-        path = Path(fleet_path).resolve().parent / path
-    if not path.is_file():
-        raise InputError(
-            f"{fleet_path}: [run] weights: file not found: {raw} (resolved to {path}; "
-            "make it with powerfleet pretrain)"
-        )
-    return str(path)
+    return weights_file(run.weights, fleet_path)
 
 
 def initial_weights(fleet: Any) -> dict[str, Any]:

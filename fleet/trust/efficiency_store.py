@@ -217,8 +217,9 @@ def store_path(run: Any, fleet_path: str, run_dir: str | Path) -> Path:
     raw = run.efficiency_store
     if not raw:
         return default_store(run_dir)
-    path = Path(raw).expanduser()
-    return path if path.is_absolute() else Path(fleet_path).resolve().parent / path
+    from fleet.config.fleetfile import run_path
+
+    return run_path(raw, fleet_path)
 
 
 def _is_number(v: object) -> TypeGuard[int | float]:

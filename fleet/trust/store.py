@@ -383,10 +383,10 @@ def store_from_fleet(fleet_path: str | Path) -> Path | None:
     Reads only the ``[run]`` table, so a fleet whose devices have no profiles yet (first
     contact) still names its store.
     """
-    from fleet.config.fleetfile import run_value
+    from fleet.config.fleetfile import run_path, run_value
 
     raw = run_value(fleet_path, "profile_store")
-    return None if raw is None else (Path(fleet_path).parent / str(raw)).resolve()
+    return None if raw is None else run_path(str(raw), fleet_path).resolve()
 
 
 def unverified(rows: Sequence[Row]) -> list[Row]:
