@@ -64,7 +64,7 @@ def experiment_markdown(
     lines += [f"- {p} / {q} / {t}" for p, q, t in sources]
     lines += [
         "",
-        "`modeled` = built by `simulations/devicemodel.py` from the boards' frequency tables and "
+        "`modeled` = built by `simulations/devicemodel/` from the boards' frequency tables and "
         "calibrated to the paper's published points; `measured` = recorded by `powerfleet "
         "profile`; `trained` = samples-to-accuracy from real training runs.",
         "",

@@ -49,7 +49,7 @@ def calibration_dict(fit: Fit, cells: Sequence[Cell]) -> dict:
     }
     out: dict = {
         "about": (
-            "Fitted by simulations/calibrate.py to every cell of the paper's Tables 2-4 "
+            "Fitted by simulations/calibrate/ to every cell of the paper's Tables 2-4 "
             "(simulations/paper_cells.csv) and the baselines' clock caps (Fig. 1 and Fig. 2 "
             "only choose between B2 hypotheses); least squares on log-times and the B1/ours, "
             "B2/ours ratios with weak priors on the hand-set constants. Regenerate: " + COMMAND
