@@ -12,13 +12,13 @@ question a Flower run does, minus Flower's per-message cost. Flower is imported 
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
 import simulations
+from fleet.cli.common import note
 from fleet.common.errors import InputError
 from fleet.common.names import child_dir
 from fleet.common.signals import Interrupted, name_of, signum_of
@@ -297,10 +297,10 @@ def simulate(
     ``device_gpus`` (flower engine only): a running Ray cluster and what each device holds
     there (``simulations.flower_engine.RayPlacement``); None: the fleet's ``[run] ray_*``."""
     fleet = load_fleet(fleet_path or DEFAULT_FLEET)
-    check_devices(fleet, every_device_replayed=False)  # a fleet file's mistake: before any work
-    unused = ignored_deadline(fleet)
-    if unused:
-        print(f"powerfleet simulate: note: warning: {unused}", file=sys.stderr)
+    notes = check_devices(fleet, every_device_replayed=False)  # a fleet's mistake: before work
+    for said in [*notes, ignored_deadline(fleet)]:
+        if said:
+            note("simulate", f"warning: {said}")
     ray_given = [ray_address, device_cpus, device_gpus]
     if engine == "direct" and any(v is not None for v in ray_given):
         raise InputError("--ray-address, --device-cpus and --device-gpus need --engine flower")

@@ -282,3 +282,28 @@ def test_a_list_of_clocks_is_sorted_and_refuses_what_is_no_clock():
     for bad in ("0", "-3", "nan", "inf", "1e400"):
         with pytest.raises(Exception, match="expected numbers > 0"):
             number_list(False)(bad)
+
+
+def test_replay_refuses_an_input_shape_its_file_did_not_record(capsys, tmp_path):
+    """``--input-shape 3x32x32`` on a 1x28x28 recording wrote its rows relabelled, exit 0."""
+    out = tmp_path / "o.csv"
+    argv = [*REPLAY, "--model", "small_cnn", "--out", str(out)]
+    refused(capsys, [*argv, "--input-shape", "3x32x32"],
+            f"--input-shape 3x32x32: --profile-csv {SMALL_CNN} recorded 1x28x28")  # fmt: skip
+    assert not out.exists()
+    assert main([*argv, "--input-shape", "1x28x28"]) == 0  # its own shape, said again: fine
+    assert ",small_cnn,1x28x28," in out.read_text()
+
+
+@pytest.mark.parametrize("flag, value, needle", [
+    ("--lr-ref", "1e300", "--lr-ref must be > 0 and <= 10, got 1e+300"),
+    ("--budget-schedule", "0:5,1e300:4",
+     "time '1e300' s is after ten years of training (3.1536e+08 s)"),
+])  # fmt: skip
+def test_a_learning_rate_or_a_step_no_run_could_reach_is_refused(capsys, flag, value, needle):
+    argv = ["train", "--backend", "replay", "--profile-csv", str(SMALL_CNN), "--model",
+            "small_cnn", "--dataset", "mnist-5k", "--efficiency",
+            str(ROOT / "simulations/efficiency/resnet18_cifar10-proxy.csv")]  # fmt: skip
+    if flag != "--budget-schedule":
+        argv += ["--budget-w", "5"]
+    refused(capsys, [*argv, flag, value], needle)

@@ -18,6 +18,7 @@ from fleet.cli import main
 from fleet.common.errors import InputError
 from fleet.config.fleetfile import DeviceSpec, load_fleet
 from fleet.method.budget import (
+    MAX_STEP_S,
     MAX_WATTS,
     BudgetStep,
     format_budget,
@@ -28,7 +29,7 @@ from fleet.method.budget import (
 
 watts = st.floats(min_value=0, max_value=MAX_WATTS, exclude_min=True, allow_nan=False)
 budgets = st.one_of(st.none(), watts)
-seconds = st.floats(min_value=0, allow_nan=False, allow_infinity=False)
+seconds = st.floats(min_value=0, max_value=MAX_STEP_S, allow_nan=False)
 
 
 @given(budgets)

@@ -498,3 +498,19 @@ def test_hardware_devices_are_the_boards_in_a_round_and_need_local_files_in_a_sw
     no_data.write_text("\n".join(ln for ln in text.splitlines() if not ln.startswith("data")))
     one_line(capsys, ["whatif", "--fleet", str(no_data), "--budgets", "5"],
              "device n: no convergence trace (data) here to replay")  # fmt: skip
+
+
+def test_a_fleet_shape_its_profiles_were_not_recorded_at_is_said(capsys, tmp_path):
+    """``[run] input_shape`` keys the profiles; a replayed profile of another shape ran
+    without a word (as another model's is said, this is said)."""
+    fleet = fleet_with(tmp_path, 'input_shape = "3x64x64"')
+    argv = ["simulate", "--fleet", str(fleet), "--engine", "direct", "--json"]
+    assert main([*argv, "--run-dir", str(tmp_path / "run")]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        f"powerfleet simulate: note: warning: device n: [run] input_shape is 3x64x64 but its "
+        f"profile {RESNET_PROFILE} was recorded at 3x32x32"
+    ]
+    huge_lr = fleet_with(tmp_path, "lr_ref = 1e300")
+    one_line(capsys, ["whatif", "--fleet", str(huge_lr), "--budgets", "5"],
+             "lr_ref' must be a learning rate > 0 and <= 10")  # fmt: skip

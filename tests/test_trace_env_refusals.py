@@ -169,6 +169,7 @@ def test_powerfleet_offline_that_is_no_switch_word_is_refused_before_any_work(
     said = f"POWERFLEET_OFFLINE={value!r}: expected 1/true/yes/on or 0/false/no/off"
     one_line(capsys, ["data", "prepare", "mnist-5k", "--data-dir", str(data)], said)
     assert not data.exists()
+    one_line(capsys, ["data", "list", "--data-dir", str(data)], said)  # list says it too
 
 
 def test_powerfleet_data_that_cannot_be_a_folder_is_one_line(capsys, monkeypatch, tmp_path):

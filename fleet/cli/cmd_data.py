@@ -22,6 +22,7 @@ from fleet.cli import checks
 from fleet.cli.common import console, emit_json
 from fleet.common.errors import InputError
 from fleet.data.cache import resolve_data_dir
+from fleet.data.canonical import offline
 from fleet.data.prepare import list_datasets, prepare
 
 
@@ -92,6 +93,7 @@ def run_prepare(args: argparse.Namespace) -> int:
 
 
 def run_list(args: argparse.Namespace) -> int:
+    offline()  # a value that is no switch word is said by every data command, not only prepare
     root = resolve_data_dir(args.data_dir)
     rows = list_datasets(root)
     if args.json:

@@ -167,7 +167,9 @@ def run(args: argparse.Namespace) -> int:
     if args.min_point_s is not None and not (
         math.isfinite(args.min_point_s) and args.min_point_s >= 0
     ):
-        raise InputError(f"--min-point-s must be >= 0 seconds, got {args.min_point_s}")
+        raise InputError(
+            f"--min-point-s must be a finite number >= 0 (seconds), got {args.min_point_s}"
+        )
     if args.min_power_samples is not None and args.min_power_samples < 0:
         raise InputError(f"--min-power-samples must be >= 0, got {args.min_power_samples}")
     try:
@@ -332,8 +334,9 @@ def _replayed(
     measuring: list[str],
 ) -> str:
     """A replayed file's numbers are of the model and input shape it recorded: its shape is the
-    profile's unless ``--input-shape`` says otherwise, another model is said (not refused, as
-    ``train`` says it), and writing over the replayed file itself is refused. A batch size the
+    profile's (``--input-shape`` naming another is refused: it relabelled the recorded rows),
+    another model is said (not refused, as ``train`` says it), and writing over the replayed
+    file itself is refused. A batch size the
     file never recorded is refused, as a clock it never recorded is (it came back as rows
     ``unavailable``, said nowhere with ``--json``). A flag that sizes a measurement is refused:
     a replay measures nothing, and a ``--steps 50`` that changed nothing looked like it had."""
@@ -357,10 +360,15 @@ def _replayed(
         raise InputError(f"--out {args.out} is the replayed --profile-csv; write another file")
     was = recorded.get("model", "")
     warn_other_model("profile", "--profile-csv", backend.profile_csv, was, model)
-    if args.input_shape is None and recorded.get("input_shape"):
-        try:
-            spec = models.input_spec(model, recorded["input_shape"])
-        except ValueError:
-            return shape  # a shape this model cannot take: the model's own, as before
-        return models.format_shape(spec.shape)
-    return shape
+    if not recorded.get("input_shape"):
+        return shape
+    try:
+        kept = models.format_shape(models.input_spec(model, recorded["input_shape"]).shape)
+    except ValueError:
+        return shape  # a shape this model cannot take: the model's own, as before
+    if args.input_shape is not None and shape != kept:  # its rows would be relabelled
+        raise InputError(
+            f"--input-shape {shape}: --profile-csv {backend.profile_csv} recorded {kept}; a "
+            "replay's numbers are of the shape it recorded (drop --input-shape)"
+        )
+    return kept

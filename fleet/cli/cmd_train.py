@@ -31,6 +31,7 @@ from fleet.common.errors import InputError
 from fleet.method.agent_records import STATUS_ERROR
 from fleet.method.deadline import check_power
 from fleet.method.power_window import MIN_SAMPLER_HZ
+from fleet.method.selection import MAX_LR
 
 DEFAULT_BATCH_SIZES = ",".join(str(b) for b in sweep_plan.DEFAULT_BATCH_SIZES)
 COMMAND = "train"
@@ -205,8 +206,8 @@ def _check_args(args: argparse.Namespace) -> None:
     for flag, value in counts:
         if value is not None and value < 1:
             raise InputError(f"{flag} must be >= 1, got {value}")
-    if not (math.isfinite(args.lr_ref) and args.lr_ref > 0):
-        raise InputError(f"--lr-ref must be > 0, got {args.lr_ref}")
+    if not 0 < args.lr_ref <= MAX_LR:  # NaN fails too
+        raise InputError(f"--lr-ref must be > 0 and <= {MAX_LR:g}, got {args.lr_ref}")
     if not (math.isfinite(args.sampler_hz) and args.sampler_hz >= MIN_SAMPLER_HZ):
         raise InputError(
             f"--sampler-hz must be >= {MIN_SAMPLER_HZ:g} (the guard needs it), "

@@ -32,6 +32,7 @@ from fleet.config.fields import (
     show_value,
 )
 from fleet.core.objectives import OBJECTIVES
+from fleet.method.selection import MAX_LR
 
 MODES = ("local", "federated")
 LEARNING = ("trace", "train")
@@ -168,8 +169,8 @@ RUN_KEYS: tuple[Key, ...] = (
         float,
         5e-4,
         "the learning rate at lr_ref_batch (scaled to the chosen batch)",
-        expect="a learning rate > 0",
-        ok=positive,
+        expect=f"a learning rate > 0 and <= {MAX_LR:g}",
+        ok=lambda v: 0 < v <= MAX_LR,  # type: ignore[operator]
         wire="lr-ref",
     ),
     Key(

@@ -49,6 +49,9 @@ UNLIMITED = math.inf  # a missing budget as a limit to compare peaks with
 #: naming a state file; a value this large is a slip (milliwatts typed as watts, a stray
 #: exponent), and "no limit" has its own words.
 MAX_WATTS = 1e5
+#: The latest a schedule's step may start: ten years of training (the records' bound on device
+#: time). A step at 1e300 s was taken; it can never come, so it is a slip, not a plan.
+MAX_STEP_S = 10 * 365 * 86400.0
 EXPECTED_WATTS = "expected watts > 0 (e.g. 7, 4.5 or 4.5 W) or none/unlimited/inf"
 EXAMPLE_SCHEDULE = "e.g. 0:7,600:4.5"
 _NUMBER = re.compile(r"^\+?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?$")
@@ -146,6 +149,11 @@ def _seconds(raw: Any, where: str) -> float:
             "{}: time {} is not a number of seconds >= 0 ({})".format(
                 where, _show(raw), EXAMPLE_SCHEDULE
             )
+        )
+    if value > MAX_STEP_S:
+        raise BudgetError(
+            "{}: time {} s is after ten years of training ({:g} s), the latest a step may "
+            "start".format(where, _show(raw), MAX_STEP_S)
         )
     return value
 

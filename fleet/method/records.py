@@ -27,10 +27,10 @@ import math
 import re
 from typing import Any, Dict, List, Optional, Tuple  # noqa: F401 - used in type comments
 
-from fleet.method.budget import MAX_WATTS
+from fleet.method.budget import MAX_STEP_S, MAX_WATTS
 from fleet.method.record_base import Field, Record, RecordError, closest  # noqa: F401
 
-MAX_SECONDS = 10 * 365 * 86400.0  # ten years of device time: anything longer is nonsense
+MAX_SECONDS = MAX_STEP_S  # ten years of device time: anything longer is nonsense
 MAX_SAMPLES = 1e15
 MAX_ENERGY_J = 1e12
 MAX_POWER_W = MAX_WATTS  # a budget's own bound (fleet/method/budget.py)

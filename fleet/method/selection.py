@@ -31,6 +31,9 @@ _INF = float("inf")
 OBJECTIVES = ("time", "energy")
 SQRT_OPTIMIZERS = ("adam", "adamw")
 LINEAR_OPTIMIZERS = ("sgd",)
+#: The largest reference learning rate taken. Why a bound: ``lr_ref = 1e300`` ran (a dropped
+#: minus sign in an exponent) and trained on NaN; no optimizer here trains at a rate near it.
+MAX_LR = 10.0
 
 Cost = Callable[[Point], float]
 
@@ -46,10 +49,10 @@ def scaled_lr(batch_size: int, ref_batch: int, ref_lr: float, optimizer: str = "
     Square-root scaling for Adam/AdamW (Krizhevsky 2014, as the paper uses: 5e-4 at b=128 for
     the CNNs, 1e-3 at b=128 for the transformer), linear scaling for SGD (Goyal et al. 2017).
     """
-    if batch_size <= 0 or ref_batch <= 0 or not ref_lr > 0:
+    if batch_size <= 0 or ref_batch <= 0 or not 0 < ref_lr <= MAX_LR:
         raise ChooseError(
             "learning-rate rule: batch ({}), reference batch ({}) and reference lr ({}) must "
-            "all be > 0".format(batch_size, ref_batch, ref_lr)
+            "all be > 0 (the lr at most {:g})".format(batch_size, ref_batch, ref_lr, MAX_LR)
         )
     ratio = float(batch_size) / float(ref_batch)
     opt = str(optimizer).lower()

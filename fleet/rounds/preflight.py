@@ -27,7 +27,8 @@ def check_devices(fleet: Fleet, every_device_replayed: bool = True) -> list[str]
     and trace, or it would be counted among those that did not train).
 
     Returned: a line where the efficiency, and one per device where its profile, was recorded
-    for another model than ``[run] model`` (said, not refused: ``device_round.model_note``)."""
+    for another model than ``[run] model`` or at another ``[run] input_shape`` (said, not
+    refused: ``device_round.model_note``, ``shape_note``)."""
     shipped = cached_efficiency(fleet.run.efficiency)
     seen: set[tuple] = set()
     notes = [model_note(shipped.source, shipped.metadata, fleet.run.model, "efficiency")]
@@ -52,7 +53,27 @@ def check_devices(fleet: Fleet, every_device_replayed: bool = True) -> list[str]
         except InputError as exc:
             why = str(exc)
             raise InputError(why if why.startswith(who) else who + why) from None
-        said = model_note(profile.source, profile.metadata, fleet.run.model)
-        if said:
-            notes.append(who + said)
+        for said in (
+            model_note(profile.source, profile.metadata, fleet.run.model),
+            shape_note(profile.source, profile.metadata, fleet.run.input_shape),
+        ):
+            if said:
+                notes.append(who + said)
     return [n for n in notes if n]
+
+
+def shape_note(source: str, metadata: dict[str, str], input_shape: str | None) -> str:
+    """What is said when ``[run] input_shape`` (the shape profiles are keyed by) is not the one
+    a device's profile was recorded at: its times are another input's. Said, not refused, as
+    another model is (``device_round.model_note``); empty when they agree or either is unset."""
+    from fleet.agent.models.inputs import parse_shape
+
+    recorded = metadata.get("input_shape", "")
+    if not input_shape or not recorded:
+        return ""
+    try:
+        if parse_shape(recorded) == parse_shape(input_shape):
+            return ""
+    except ValueError:
+        pass  # a recorded shape that is no shape differs from any
+    return f"[run] input_shape is {input_shape} but its profile {source} was recorded at {recorded}"
