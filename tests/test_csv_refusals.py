@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from fleet.cli import main
 from fleet.common.errors import InputError
 from fleet.core.curves import agreed_target, curves_path, load_curves
 from fleet.core.efficiency import Efficiency, load_efficiency
@@ -26,24 +25,13 @@ from fleet.rounds.learning import curves_for
 from fleet.trust.coverage import read_coverage
 from fleet.trust.verify import select_verified
 from tests.conftest import ROOT
+from tests.refusal_helpers import one_line
 
 PROFILES = ROOT / "simulations" / "profiles"
 EFFICIENCY = ROOT / "simulations" / "efficiency"
 RESNET_PROFILE = PROFILES / "nano_resnet18.csv"
 RESNET_PROXY = EFFICIENCY / "resnet18_cifar10-proxy.csv"
 SVHN = EFFICIENCY / "resnet18_svhn.csv"  # a trace at target 0.92, with its curves
-
-
-def one_line(capsys, argv: list[str], *needles: str) -> str:
-    """Run ``powerfleet ARGV``: exit 2 and one stderr line holding every needle."""
-    code = main(argv)
-    err = capsys.readouterr().err
-    assert code == 2, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in err, err
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
 
 
 def write(path: Path, text: str) -> Path:

@@ -20,23 +20,12 @@ from fleet.cli import main
 from fleet.method.profile_io import atomic_write_text
 from fleet.planning.segmented_round import renamed
 from tests.conftest import ROOT
+from tests.refusal_helpers import one_line
 
 PROFILES = ROOT / "simulations" / "profiles"
 EFFICIENCY = ROOT / "simulations" / "efficiency"
 RESNET_PROFILE = PROFILES / "nano_resnet18.csv"
 RESNET_PROXY = EFFICIENCY / "resnet18_cifar10-proxy.csv"
-
-
-def one_line(capsys, argv: list[str], *needles: str) -> str:
-    """Run ``powerfleet ARGV``: exit 2 and one stderr line holding every needle."""
-    code = main(argv)
-    err = capsys.readouterr().err
-    assert code == 2, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in err, err
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
 
 
 def fleet_file(tmp: Path, model: str = "resnet18", profiles: tuple[str, ...] = ()) -> Path:

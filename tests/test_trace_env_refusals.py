@@ -23,6 +23,7 @@ from fleet.data.canonical import offline
 from fleet.method.budget import BUDGET_FILE_MAX_BYTES, BudgetError, FileBudget, read_budget_file
 from fleet.training.estimate import default_cache_dir
 from tests.conftest import ROOT
+from tests.refusal_helpers import one_line
 
 SIM = ROOT / "simulations"
 PROFILE = SIM / "profiles" / "nano_resnet18.csv"
@@ -32,18 +33,6 @@ TRAIN = [
     "--dataset", "mnist-5k", "--efficiency", str(EFFICIENCY),
 ]  # fmt: skip
 NOBODY = "~powerfleet-no-such-user"
-
-
-def one_line(capsys, argv: list[str], *needles: str) -> str:
-    """Run ``powerfleet ARGV``: exit 2 and one stderr line holding every needle."""
-    code = main(argv)
-    err = capsys.readouterr().err
-    assert code == 2, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in err, err
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
 
 
 def fleet_with_trace(tmp: Path, trace: Path) -> Path:
