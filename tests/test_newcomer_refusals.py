@@ -503,3 +503,14 @@ def test_a_fleet_shape_its_profiles_were_not_recorded_at_is_said(capsys, tmp_pat
     huge_lr = fleet_with(tmp_path, "lr_ref = 1e300")
     one_line(capsys, ["whatif", "--fleet", str(huge_lr), "--budgets", "5"],
              "lr_ref' must be a learning rate > 0 and <= 10")  # fmt: skip
+
+
+def test_profiles_on_a_store_not_made_yet_says_so_and_on_a_file_refuses(capsys, tmp_path):
+    assert main(["profiles", str(tmp_path / "store")]) == 0
+    out, err = capsys.readouterr()
+    assert out == "" and err.strip() == (
+        f"powerfleet profiles: note: store {tmp_path / 'store'} does not exist yet "
+        "(no profile stored)"
+    )  # no empty table under it
+    (tmp_path / "file").write_text("x")
+    one_line(capsys, ["profiles", str(tmp_path / "file")], "file: not a directory")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from fleet.cli.common import console, emit_json, note, table
 from fleet.cli.names import deprecated
+from fleet.common.errors import InputError
 from fleet.trust.store import default_store, list_store, store_from_fleet
 
 
@@ -43,9 +44,13 @@ def resolve(args: argparse.Namespace) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     store = resolve(args)
+    if store.exists() and not store.is_dir():
+        raise InputError(f"{store}: not a directory (a profile store is a folder)")
     entries = list_store(store)
-    if not store.exists():
+    if not store.exists():  # a coordinator's first round: said, not an error, and no empty table
         note("profiles", f"store {store} does not exist yet (no profile stored)")
+        if not args.json:
+            return 0
     if args.json:
         emit_json({"store": str(store), "profiles": [e.summary() for e in entries]})
         return 0
