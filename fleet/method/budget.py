@@ -6,8 +6,9 @@ request or a live budget file's line. Every one of them is read by this module, 
 text means the same budget everywhere and every refusal is the same one line (the field's name,
 then what is wrong and what was expected). The grammar:
 
-- **Watts**: a positive finite decimal number (``7``, ``4.5``, ``1e1``), optionally followed by
-  the unit, ``W`` or ``w``, with or without a space (``4.5 W``: people write it, and refusing it
+- **Watts**: a positive finite decimal number of at most ``MAX_WATTS`` (``7``, ``4.5``,
+  ``1e1``), optionally followed by the unit, ``W`` or ``w``, with or without a space
+  (``4.5 W``: people write it, and refusing it
   on one surface while accepting it on another was the bug this module ends). Surrounding spaces
   are ignored. Zero, negatives, ``nan``, a decimal comma (``7,5``), an empty string and anything
   else are refused. From TOML or JSON a number is taken as it is (a boolean is not a number).
