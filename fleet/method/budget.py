@@ -8,10 +8,10 @@ then what is wrong and what was expected). The grammar:
 
 - **Watts**: a positive finite decimal number of at most ``MAX_WATTS`` (``7``, ``4.5``,
   ``1e1``), optionally followed by the unit, ``W`` or ``w``, with or without a space
-  (``4.5 W``: people write it, and refusing it
-  on one surface while accepting it on another was the bug this module ends). Surrounding spaces
-  are ignored. Zero, negatives, ``nan``, a decimal comma (``7,5``), an empty string and anything
-  else are refused. From TOML or JSON a number is taken as it is (a boolean is not a number).
+  (``4.5 W``: people write it, and refusing it on one surface while accepting it on another
+  was the bug this module ends). Surrounding spaces are ignored. Zero, negatives, ``nan``, a
+  decimal comma (``7,5``), an empty string and anything else are refused. From TOML or JSON a
+  number is taken as it is (a boolean is not a number).
 - **No limit**: ``none``, ``unlimited``, ``inf`` or ``infinity`` (any case) is ``None``; so is a
   TOML/JSON number of +infinity. The exact text form of ``None`` is ``none``.
 - **Schedule**: ``SECONDS:WATTS`` steps separated by commas, ``"0:7,600:4.5"`` (from 0 s of
