@@ -79,8 +79,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=checks.input_file("efficiency CSV"),
         help="with --adapt-budgets: efficiency CSV the choice is made with",
     )
-    p.add_argument("--steps", type=int, help="timed training steps per point (default 5)")
-    p.add_argument("--warmup", type=int, help="untimed warm-up steps per point (default 2)")
+    p.add_argument(
+        "--steps", type=int,
+        help=f"timed training steps per point (default {sweep_plan.DEFAULT_STEPS})",
+    )  # fmt: skip
+    p.add_argument(
+        "--warmup", type=int,
+        help=f"untimed warm-up steps per point (default {sweep_plan.DEFAULT_WARMUP})",
+    )  # fmt: skip
     p.add_argument(
         "--sampler-hz", type=float, help=f"power sampling rate (>= {MIN_SAMPLER_HZ:g}, the default)"
     )
@@ -150,8 +156,8 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--max-probes applies to --predict")
     adapt_budgets, adapt_eff = _adapt_args(args)
     measuring = _measuring_flags(args)  # before the defaults fill them in
-    args.steps = 5 if args.steps is None else args.steps
-    args.warmup = 2 if args.warmup is None else args.warmup
+    args.steps = sweep_plan.DEFAULT_STEPS if args.steps is None else args.steps
+    args.warmup = sweep_plan.DEFAULT_WARMUP if args.warmup is None else args.warmup
     args.sampler_hz = MIN_SAMPLER_HZ if args.sampler_hz is None else args.sampler_hz
     if args.steps < 1:
         raise InputError(f"--steps must be >= 1, got {args.steps}")

@@ -14,7 +14,6 @@ scanning the text, which is good enough to point at a misspelling.
 
 from __future__ import annotations
 
-import difflib
 import functools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -32,6 +31,7 @@ from fleet.config.fields import (
     show_value,
 )
 from fleet.core.objectives import OBJECTIVES
+from fleet.method.record_base import closest as nearest
 from fleet.method.selection import MAX_LR
 
 MODES = ("local", "federated")
@@ -365,9 +365,10 @@ FLEET_TABLES = ("run", "devices")
 
 
 def closest(name: str, known: Iterable[str]) -> str:
-    """`` (did you mean 'x'?)`` for the closest known key, or nothing when none is close."""
-    match = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
-    return f" (did you mean '{match[0]}'?)" if match else ""
+    """`` (did you mean 'x'?)`` for the closest known key, or nothing when none is close
+    (the kernel's one matcher, ``fleet.method.record_base.closest``)."""
+    match = nearest(name, known, 0.6)
+    return f" (did you mean '{match}'?)" if match else ""
 
 
 def unknown_key(where: str, name: object, known: Iterable[str], what: str = "key") -> str:

@@ -11,7 +11,11 @@ NamedTuples with a ``__new__`` for defaults: the board runs Python 3.6.
 
 from typing import Any, Dict, NamedTuple, Optional, Sequence
 
+from fleet.method.power_window import MIN_SAMPLER_HZ
+
 DEFAULT_BATCH_SIZES = (4, 8, 16, 32, 64, 128)
+DEFAULT_STEPS = 5  # timed steps per point, a minimum (a point also runs to its evidence)
+DEFAULT_WARMUP = 2  # untimed steps per point
 IDLE_WINDOW_S = 1.0  # how long the idle rail is read before the sweep
 
 _SweepFields = NamedTuple(
@@ -50,10 +54,10 @@ class SweepPlan(_SweepFields):
         input_shape: Any = None,
         batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES,
         freqs: Optional[Sequence[float]] = None,
-        steps: int = 5,
-        warmup: int = 2,
+        steps: int = DEFAULT_STEPS,
+        warmup: int = DEFAULT_WARMUP,
         budget_w: Optional[float] = None,
-        sampler_hz: float = 20.0,
+        sampler_hz: float = MIN_SAMPLER_HZ,
         num_classes: Optional[int] = None,
         min_window_s: Optional[float] = None,
         min_power_samples: Optional[int] = None,

@@ -24,6 +24,7 @@ from fleet.agent.protocol.train_args import closed_loop_args, load_train_data, s
 from fleet.agent.protocol.wire import ProtocolError, error_line
 from fleet.agent.training.plan import ProgressFn, TrainHooks, TrainPlan
 from fleet.method.agent_records import TrainReply, TrainRequest
+from fleet.method.power_window import MIN_SAMPLER_HZ
 from fleet.method.records import Progress
 
 log = logging.getLogger("fleet.agent")
@@ -126,7 +127,7 @@ def handle_train(ctx: Context, req: Dict[str, Any]) -> Dict[str, Any]:
         segment_s=segment_s,
     )
     # never faster than the board's sensor converts
-    hz = sensor_hz(ctx.backend, float(number(req, "sampler_hz", 20.0)))
+    hz = sensor_hz(ctx.backend, float(number(req, "sampler_hz", MIN_SAMPLER_HZ)))
 
     # Every argument is checked above: from here on the device is locked, and restored on exit.
     backend = ctx.backend

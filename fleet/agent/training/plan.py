@@ -14,6 +14,8 @@ NamedTuples with a ``__new__`` for defaults, not dataclasses: the board runs Pyt
 import math
 from typing import Any, Callable, Dict, NamedTuple, Optional
 
+from fleet.method.power_window import MIN_SAMPLER_HZ
+
 
 class TrainerError(ValueError):
     """A training request that cannot run as asked (bad argument, foreign checkpoint); one line.
@@ -179,7 +181,7 @@ class TrainHooks(_HookFields):
     def __new__(
         cls,
         power_read: Any = None,
-        sampler_hz: float = 20.0,
+        sampler_hz: float = MIN_SAMPLER_HZ,
         progress: Optional[ProgressFn] = None,
         progress_interval_s: float = 1.0,
         controller: Any = None,
